@@ -1,0 +1,49 @@
+"""zlink_trio: a Trio runtime for distributed, stateful Spots and Actors.
+
+Only re-exports live here; the implementation is in the subpackages.
+"""
+
+from ._version import __version__ as __version__
+from .config import (
+    MeshConfig as MeshConfig,
+    ObjectRole as ObjectRole,
+    PostgresStoreConfig as PostgresStoreConfig,
+    RouterConfig as RouterConfig,
+    ServerConfig as ServerConfig,
+)
+from .errors import (
+    AlreadyExists as AlreadyExists,
+    ApplicationError as ApplicationError,
+    CapacityExceeded as CapacityExceeded,
+    ConfigurationError as ConfigurationError,
+    DeadlineExceeded as DeadlineExceeded,
+    DescriptorConflict as DescriptorConflict,
+    ErrorKind as ErrorKind,
+    InvalidOperation as InvalidOperation,
+    NotConfigured as NotConfigured,
+    NotFound as NotFound,
+    OwnerLeaseExpired as OwnerLeaseExpired,
+    ProtocolError as ProtocolError,
+    SessionNotBound as SessionNotBound,
+    ShuttingDown as ShuttingDown,
+    StaleRoute as StaleRoute,
+    StoreOutcomeUnknown as StoreOutcomeUnknown,
+    TypeMismatch as TypeMismatch,
+    Unavailable as Unavailable,
+    ZLinkError as ZLinkError,
+)
+from .ids import (
+    ActorId as ActorId,
+    ActorRef as ActorRef,
+    AuthorityOwnerGeneration as AuthorityOwnerGeneration,
+    InvalidId as InvalidId,
+    MeshName as MeshName,
+    NodeGeneration as NodeGeneration,
+    NodeRid as NodeRid,
+    ObjectGeneration as ObjectGeneration,
+    OperationId as OperationId,
+    OwnerLeaseGeneration as OwnerLeaseGeneration,
+    SpotId as SpotId,
+    SpotRef as SpotRef,
+    StableType as StableType,
+)

@@ -1,0 +1,226 @@
+"""Server configuration: every tunable with the spec's default, validated on construction.
+
+Durations are seconds (``float``), the way Trio counts time. ``0`` disables the features the
+spec allows to be disabled (route cache, Message Follow). Invalid values raise
+:class:`~zlink_trio.errors.ConfigurationError` when the config object is built, so a bad
+config never reaches startup.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from typing import TYPE_CHECKING, Any, Final
+
+import attrs
+
+from .errors import ConfigurationError
+from .ids import MeshName
+
+if TYPE_CHECKING:
+    from .store.api import LocationStore
+
+__all__ = [
+    "MIB",
+    "MeshConfig",
+    "ObjectRole",
+    "PostgresStoreConfig",
+    "RouterConfig",
+    "ServerConfig",
+]
+
+MIB: Final = 1024 * 1024
+
+
+class ObjectRole(enum.Enum):
+    """A node's Object role in one mesh. CLIENT may create and call Actors/Spots;
+    SERVER may also host them."""
+
+    NONE = "none"
+    CLIENT = "client"
+    SERVER = "server"
+
+    @property
+    def can_call(self) -> bool:
+        return self is not ObjectRole.NONE
+
+    @property
+    def can_host(self) -> bool:
+        return self is ObjectRole.SERVER
+
+
+def _duration(*, allow_zero: bool) -> Any:
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigurationError(f"{attr.name}: expected seconds, got {value!r}")
+        if not math.isfinite(value) or value < 0 or (value == 0 and not allow_zero):
+            bound = ">= 0" if allow_zero else "> 0"
+            raise ConfigurationError(f"{attr.name}: must be finite and {bound}, got {value!r}")
+
+    return check
+
+
+def _positive_int(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigurationError(f"{attr.name}: must be a positive int, got {value!r}")
+
+
+def _positive(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ConfigurationError(f"{attr.name}: must be > 0, got {value!r}")
+    if not math.isfinite(value):
+        raise ConfigurationError(f"{attr.name}: must be finite, got {value!r}")
+
+
+def _mesh_name(value: object) -> MeshName:
+    try:
+        return MeshName.parse(value)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+@attrs.frozen(kw_only=True)
+class MeshConfig:
+    """One RouteMesh this node joins, with its Object role there."""
+
+    name: MeshName = attrs.field(converter=_mesh_name)
+    object_role: ObjectRole = ObjectRole.SERVER
+
+
+@attrs.frozen(kw_only=True)
+class PostgresStoreConfig:
+    """Ask ``open_server`` to open (and own) a PostgreSQL Location Store."""
+
+    dsn: str
+    schema: str = "zlink"
+    connections: int = attrs.field(default=8, validator=_positive_int)
+
+
+@attrs.frozen(kw_only=True)
+class RouterConfig:
+    """Sticky-less SessionRouter tunables (spec 10 defaults)."""
+
+    lease_duration: float = attrs.field(default=30.0, validator=_duration(allow_zero=False))
+    lease_extend_interval: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    secondary_idempotency_ttl: float = attrs.field(
+        default=30.0, validator=_duration(allow_zero=False)
+    )
+    sweep_interval: float = attrs.field(default=15.0, validator=_duration(allow_zero=False))
+    forward_ttl: float = attrs.field(default=300.0, validator=_duration(allow_zero=False))
+    idle_ttl: float = attrs.field(default=600.0, validator=_duration(allow_zero=False))
+    primary_idempotency_ttl: float = attrs.field(
+        default=86_400.0, validator=_duration(allow_zero=False)
+    )
+    release_interrupt_timeout: float = attrs.field(
+        default=5.0, validator=_duration(allow_zero=False)
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if self.lease_extend_interval >= self.lease_duration:
+            raise ConfigurationError("lease_extend_interval must be shorter than lease_duration")
+
+
+@attrs.frozen(kw_only=True)
+class ServerConfig:
+    """Configuration of one MeshNode lifecycle (one ``open_server``).
+
+    ``location_store`` is either a store object the caller owns (e.g. one
+    ``MemoryLocationStore`` shared by several in-process nodes) or a
+    :class:`PostgresStoreConfig` that the server opens and closes itself.
+    """
+
+    # --- identity and membership -------------------------------------------------------
+    meshes: tuple[MeshConfig, ...] = attrs.field(default=(), converter=tuple)
+    location_store: LocationStore | PostgresStoreConfig | None = None
+    cluster_secret: bytes = b""
+    """Shared secret proving peers in the hello HMAC; at least 16 bytes when meshes are set."""
+    node_name: str = "node"
+    """Diagnostic prefix of this node's Entry Spot ids (never parsed)."""
+
+    # --- transport ----------------------------------------------------------------------
+    listen_host: str = "127.0.0.1"
+    listen_port: int = 0
+    advertise_host: str | None = None
+    max_frame_bytes: int = attrs.field(default=16 * MIB, validator=_positive_int)
+    peer_send_queue: int = attrs.field(default=1024, validator=_positive_int)
+    peer_send_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
+    reconnect_backoff_initial: float = attrs.field(
+        default=0.05, validator=_duration(allow_zero=False)
+    )
+    reconnect_backoff_max: float = attrs.field(default=2.0, validator=_duration(allow_zero=False))
+    hello_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
+
+    # --- capacity and placement ---------------------------------------------------------
+    node_capacity: int = attrs.field(default=1_000_000, validator=_positive_int)
+    placement_weight: float = attrs.field(default=1.0, validator=_positive)
+    lane_capacity: int = attrs.field(default=10_000, validator=_positive_int)
+    """Bound of each lane queue (application and lifecycle each)."""
+    lifecycle_burst: int = attrs.field(default=8, validator=_positive_int)
+    """Max consecutive lifecycle turns while application work waits (yield debt)."""
+
+    # --- leases ---------------------------------------------------------------------------
+    owner_lease_ttl: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    owner_lease_renew_interval: float = attrs.field(
+        default=3.0, validator=_duration(allow_zero=False)
+    )
+    descriptor_poll_interval: float = attrs.field(
+        default=1.0, validator=_duration(allow_zero=False)
+    )
+
+    # --- spec timings (spec 02, 04, 06) ---------------------------------------------------
+    session_relocation_seal_timeout: float = attrs.field(
+        default=3.0, validator=_duration(allow_zero=False)
+    )
+    session_replacement_callback_timeout: float = attrs.field(
+        default=30.0, validator=_duration(allow_zero=False)
+    )
+    replacement_close_delay: float = attrs.field(default=0.1, validator=_duration(allow_zero=True))
+    cutover_fallback: float = attrs.field(default=1.0, validator=_duration(allow_zero=False))
+    route_cache_max_age: float = attrs.field(default=15.0, validator=_duration(allow_zero=True))
+    message_follow_duration: float = attrs.field(default=30.0, validator=_duration(allow_zero=True))
+    message_follow_max_hops: int = attrs.field(default=8, validator=_positive_int)
+    join_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
+    terminal_record_retention: float = attrs.field(
+        default=300.0, validator=_duration(allow_zero=False)
+    )
+    """Terminal records of durable operations live until the original deadline + this."""
+    default_create_timeout: float = attrs.field(default=30.0, validator=_duration(allow_zero=False))
+    default_request_timeout: float = attrs.field(
+        default=30.0, validator=_duration(allow_zero=False)
+    )
+    create_backoff_initial: float = attrs.field(default=0.01, validator=_duration(allow_zero=False))
+    create_backoff_max: float = attrs.field(default=0.5, validator=_duration(allow_zero=False))
+    drain_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+
+    # --- sizes ----------------------------------------------------------------------------
+    max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
+    max_reply_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
+
+    router: RouterConfig = attrs.field(factory=RouterConfig)
+
+    def __attrs_post_init__(self) -> None:
+        names = [m.name for m in self.meshes]
+        if len(set(names)) != len(names):
+            raise ConfigurationError("the same mesh is configured twice")
+        if self.meshes and len(self.cluster_secret) < 16:
+            raise ConfigurationError("cluster_secret must be at least 16 bytes")
+        cache, follow = self.route_cache_max_age, self.message_follow_duration
+        if cache > 0 and follow > 0 and cache > follow - 5.0:
+            raise ConfigurationError(
+                "route_cache_max_age must be at least 5 s shorter than "
+                f"message_follow_duration (got {cache} and {follow})"
+            )
+        if self.owner_lease_renew_interval >= self.owner_lease_ttl:
+            raise ConfigurationError("owner_lease_renew_interval must be shorter than the TTL")
+        if self.create_backoff_initial > self.create_backoff_max:
+            raise ConfigurationError("create_backoff_initial exceeds create_backoff_max")
+        if self.reconnect_backoff_initial > self.reconnect_backoff_max:
+            raise ConfigurationError("reconnect_backoff_initial exceeds reconnect_backoff_max")
+        if not 0 <= self.listen_port <= 65535:
+            raise ConfigurationError("listen_port must be in 0..65535")
+        if self.max_request_bytes > self.max_frame_bytes // 2:
+            raise ConfigurationError("max_frame_bytes must be at least twice max_request_bytes")
+
+    def object_meshes(self) -> tuple[MeshConfig, ...]:
+        """Meshes where this node has an Object Client or Server role."""
+        return tuple(m for m in self.meshes if m.object_role.can_call)

@@ -1,0 +1,328 @@
+"""Identity values: ids, stable type names, node identities, generations, refs.
+
+All are frozen attrs classes with a trivial ``__init__`` and a validator; build them from
+untrusted input with the ``parse`` class methods, which also accept UTF-8 ``bytes``.
+
+Text ids (ActorId, SpotId, StableType, MeshName) are UTF-8 of 1..255 bytes, compared
+case-sensitively as-is: no Unicode normalization, no case folding. Invalid UTF-8 (including
+lone surrogates in a ``str``), empty and >= 256-byte values raise :class:`InvalidId` before
+anything touches the Location Store.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import uuid
+from typing import Any, Final, Self
+
+import attrs
+
+from .errors import ConfigurationError
+
+__all__ = [
+    "MAX_ID_BYTES",
+    "U63_MAX",
+    "ActorId",
+    "ActorRef",
+    "AuthorityOwnerGeneration",
+    "InvalidId",
+    "MeshName",
+    "NodeGeneration",
+    "NodeRid",
+    "ObjectGeneration",
+    "OperationId",
+    "OwnerLeaseGeneration",
+    "SpotId",
+    "SpotRef",
+    "StableType",
+    "is_reserved_entry_spot_id",
+    "new_entry_spot_id",
+    "new_user_spot_id",
+]
+
+MAX_ID_BYTES: Final = 255
+U63_MAX: Final = (1 << 63) - 1
+U128_MAX: Final = (1 << 128) - 1
+NODE_RID_BYTES: Final = 16
+
+
+class InvalidId(ConfigurationError, ValueError):
+    """A text id, type name or generation failed validation (before any Store access)."""
+
+
+def utf8_length(value: str) -> int:
+    """UTF-8 byte length of ``value``; raises InvalidId for lone surrogates."""
+    try:
+        return len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        raise InvalidId("not valid UTF-8 (lone surrogate)") from None
+
+
+def check_text_id(value: object, what: str) -> str:
+    """Validate a text id and return it as ``str``.
+
+    Accepts ``str`` or UTF-8 ``bytes``. The value is never normalized or case-folded.
+    """
+    if isinstance(value, bytes | bytearray | memoryview):
+        try:
+            value = bytes(value).decode("utf-8", errors="strict")
+        except UnicodeDecodeError:
+            raise InvalidId(f"{what}: not valid UTF-8") from None
+    if not isinstance(value, str):
+        raise InvalidId(f"{what}: expected str, got {type(value).__name__}")
+    n = utf8_length(value)
+    if n == 0:
+        raise InvalidId(f"{what}: empty")
+    if n > MAX_ID_BYTES:
+        raise InvalidId(f"{what}: {n} bytes, the limit is {MAX_ID_BYTES}")
+    return value
+
+
+def _text_validator(what: str) -> Any:
+    def validate(_inst: object, _attr: object, value: object) -> None:
+        check_text_id(value, what)
+
+    return validate
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class ActorId:
+    """Global logical Actor identity (the only Actor message target)."""
+
+    value: str = attrs.field(validator=_text_validator("ActorId"))
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, cls):
+            return value
+        return cls(check_text_id(value, "ActorId"))
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class SpotId:
+    """Global Spot identity (Entry, User or Instance Spot)."""
+
+    value: str = attrs.field(validator=_text_validator("SpotId"))
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, cls):
+            return value
+        return cls(check_text_id(value, "SpotId"))
+
+    @property
+    def is_reserved_entry_shape(self) -> bool:
+        """True when the id has the framework-reserved Entry Spot shape."""
+        return is_reserved_entry_spot_id(self.value)
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class StableType:
+    """Stable Actor/Spot type name chosen by the application (never a class name)."""
+
+    value: str = attrs.field(validator=_text_validator("stable type"))
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, cls):
+            return value
+        return cls(check_text_id(value, "stable type"))
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class MeshName:
+    """Name of one RouteMesh (a physical connection group). Placement only, not identity."""
+
+    value: str = attrs.field(validator=_text_validator("MeshName"))
+
+    @classmethod
+    def parse(cls, value: object) -> Self:
+        if isinstance(value, cls):
+            return value
+        return cls(check_text_id(value, "MeshName"))
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_UUID4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
+_ENTRY_SHAPE: Final = re.compile(r".+-entry-" + _UUID4, re.DOTALL)
+USER_SPOT_ID_SHAPE: Final = re.compile(_UUID4)
+
+
+def is_reserved_entry_spot_id(value: str) -> bool:
+    """``<prefix>-entry-<lowercase canonical uuid4>`` with a non-empty prefix.
+
+    Only an exact match is reserved: an uppercase or non-v4 UUID is an ordinary id.
+    """
+    return _ENTRY_SHAPE.fullmatch(value) is not None
+
+
+def new_entry_spot_id(prefix: str) -> SpotId:
+    """Issue a fresh Entry Spot id. The UUID is new (never derived from the node RID)."""
+    tail = f"-entry-{uuid.uuid4()}"
+    room = MAX_ID_BYTES - len(tail)
+    raw = prefix.encode("utf-8")[:room].decode("utf-8", errors="ignore") or "node"
+    return SpotId(raw + tail)
+
+
+def new_user_spot_id() -> SpotId:
+    """Issue an automatic User Spot id: a lowercase canonical UUID v4 string."""
+    return SpotId(str(uuid.uuid4()))
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class NodeRid:
+    """Routing id of one MeshNode process lifecycle: 16 random bytes."""
+
+    value: bytes = attrs.field()
+
+    @value.validator
+    def _check(self, _attr: object, value: object) -> None:
+        if not isinstance(value, bytes) or len(value) != NODE_RID_BYTES:
+            raise InvalidId(f"NodeRid must be {NODE_RID_BYTES} bytes")
+
+    @classmethod
+    def new(cls) -> Self:
+        return cls(secrets.token_bytes(NODE_RID_BYTES))
+
+    @classmethod
+    def from_hex(cls, text: str) -> Self:
+        try:
+            return cls(bytes.fromhex(text))
+        except ValueError:
+            raise InvalidId("NodeRid: not hex") from None
+
+    @property
+    def hex(self) -> str:
+        return self.value.hex()
+
+    def __str__(self) -> str:
+        return self.value.hex()
+
+
+def _u63_validator(what: str) -> Any:
+    def validate(_inst: object, _attr: object, value: object) -> None:
+        if type(value) is not int or not 1 <= value <= U63_MAX:
+            raise InvalidId(f"{what} must be an int in 1..2**63-1, got {value!r}")
+
+    return validate
+
+
+@attrs.frozen(slots=True, order=True)
+class ObjectGeneration:
+    """Logical incarnation of an ActorId/SpotId. Issued by the Store at reservation from
+    one global sequence; unchanged by relocation. JSON renders it as a decimal string."""
+
+    value: int = attrs.field(validator=_u63_validator("ObjectGeneration"))
+
+    def to_json(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def from_json(cls, text: object) -> Self:
+        if not isinstance(text, str) or not text.isdigit() or not text.isascii():
+            raise InvalidId("ObjectGeneration JSON must be a decimal string")
+        return cls(int(text))
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+@attrs.frozen(slots=True, order=True)
+class AuthorityOwnerGeneration:
+    """Counts owner changes of one incarnation; starts at 1, +1 on every owner CAS."""
+
+    value: int = attrs.field(validator=_u63_validator("AuthorityOwnerGeneration"))
+
+    def next(self) -> AuthorityOwnerGeneration:
+        return AuthorityOwnerGeneration(self.value + 1)
+
+
+@attrs.frozen(slots=True, order=True)
+class NodeGeneration:
+    """Identifies one node process lifecycle (fresh per process start)."""
+
+    value: int = attrs.field(validator=_u63_validator("NodeGeneration"))
+
+    @classmethod
+    def new(cls) -> Self:
+        return cls(secrets.randbelow(U63_MAX) + 1)
+
+
+@attrs.frozen(slots=True, order=True)
+class OwnerLeaseGeneration:
+    """Identifies one owner-lease lifecycle of a host; issued by the Store."""
+
+    value: int = attrs.field(validator=_u63_validator("OwnerLeaseGeneration"))
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class OperationId:
+    """Non-zero 128-bit id of a durable operation (create, join, bind)."""
+
+    value: int = attrs.field()
+
+    @value.validator
+    def _check(self, _attr: object, value: object) -> None:
+        if type(value) is not int or not 1 <= value <= U128_MAX:
+            raise InvalidId("OperationId must be a non-zero 128-bit int")
+
+    @classmethod
+    def new(cls) -> Self:
+        return cls(secrets.randbelow(U128_MAX) + 1)
+
+    def to_bytes(self) -> bytes:
+        return self.value.to_bytes(16, "big")
+
+    @classmethod
+    def from_bytes(cls, raw: bytes) -> Self:
+        if len(raw) != 16:
+            raise InvalidId("OperationId must be 16 bytes")
+        return cls(int.from_bytes(raw, "big"))
+
+
+@attrs.frozen(slots=True)
+class ActorRef:
+    """Immutable snapshot of where an Actor incarnation was. Never a message target."""
+
+    actor_id: ActorId
+    object_generation: ObjectGeneration
+    mesh_name: MeshName
+    node_rid: NodeRid
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "actorId": self.actor_id.value,
+            "objectGeneration": self.object_generation.to_json(),
+            "meshName": self.mesh_name.value,
+            "nodeRid": self.node_rid.hex,
+        }
+
+
+@attrs.frozen(slots=True)
+class SpotRef:
+    """Immutable snapshot of where a Spot incarnation was. Never a message target."""
+
+    spot_id: SpotId
+    object_generation: ObjectGeneration
+    mesh_name: MeshName
+    node_rid: NodeRid
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "spotId": self.spot_id.value,
+            "objectGeneration": self.object_generation.to_json(),
+            "meshName": self.mesh_name.value,
+            "nodeRid": self.node_rid.hex,
+        }

@@ -1,0 +1,1 @@
+"""Location Store: the protocol and its implementations."""

@@ -1,0 +1,439 @@
+"""The Location Store contract (DESIGN.md §5).
+
+One protocol, two implementations (``MemoryLocationStore``, ``PostgresLocationStore``) that
+pass the same contract suite (``tests/contract/store/``).
+
+Rules every implementation keeps:
+
+* Every authority mutation is a compare-and-swap on the row's ``store_version``. A lost CAS
+  returns :class:`Conflict` carrying the current row (``None`` when the row is Missing); it
+  never overwrites silently and never raises for the conflict itself.
+* ``store_version`` values come from ONE store-wide increasing sequence, so a row deleted
+  and re-created always gets a larger version than any version it had before ("a larger
+  StoreVersion" invalidates route caches).
+* ``ObjectGeneration`` values come from one global sequence and are issued by
+  :meth:`LocationStore.reserve`; relocation never changes them. ``AuthorityOwnerGeneration``
+  starts at 1 and increments on every owner change of one incarnation.
+* Leases expire by *store* time (database time for PostgreSQL), never by a node's clock.
+  A mutation that names an owner whose lease is expired or superseded raises
+  :class:`~zlink_trio.errors.OwnerLeaseExpired` and changes nothing.
+* Node registration creates the descriptors AND their Entry Spot claims in one transaction;
+  on any conflict with an active (unexpired) claim nothing changes and
+  :class:`~zlink_trio.errors.DescriptorConflict` is raised.
+* Capacity: each node has ``capacity``; ``reserve`` adds one *pending*, ``commit_ready``
+  moves it to *active*, ``abort_creation`` gives it back, ``release`` frees the active one,
+  ``change_owner`` moves the active unit from the old owner node to the new one. Entry
+  Spot claims consume no capacity.
+* A mutation interrupted so that its outcome is unknown (connection lost mid-commit)
+  raises :class:`~zlink_trio.errors.StoreOutcomeUnknown`; a Trio cancellation propagates
+  as ``trio.Cancelled`` and leaves the outcome unknown too: callers re-read.
+* ``recovery_epoch`` increases whenever the store recovered from an outage (reconnect,
+  failover); route caches compare it and drop every positive entry when it moved.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Sequence
+from typing import Generic, Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+from ..config import ObjectRole
+from ..ids import (
+    AuthorityOwnerGeneration,
+    MeshName,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    OperationId,
+    OwnerLeaseGeneration,
+    SpotId,
+    StableType,
+)
+
+__all__ = [
+    "Applied",
+    "AuthorityRow",
+    "AuthorityState",
+    "CasResult",
+    "Conflict",
+    "ContentRef",
+    "Endpoint",
+    "LocationStore",
+    "Namespace",
+    "NodeDescriptor",
+    "NodeLease",
+    "NodeRecord",
+    "ObjectKey",
+    "ObjectKind",
+    "OperationKey",
+    "OwnerFence",
+    "RecoveryPointer",
+    "RelocationMark",
+    "Reservation",
+    "TerminalRecord",
+]
+
+T = TypeVar("T")
+
+
+class Namespace(enum.Enum):
+    """Actors and Spots are separate global namespaces; Entry/User/Instance Spots share
+    the Spot namespace (so a caller id can never take an Entry Spot's id)."""
+
+    ACTOR = "actor"
+    SPOT = "spot"
+
+
+class ObjectKind(enum.Enum):
+    ACTOR = "actor"
+    ENTRY_SPOT = "entry_spot"
+    USER_SPOT = "user_spot"
+    INSTANCE_SPOT = "instance_spot"
+
+    @property
+    def namespace(self) -> Namespace:
+        return Namespace.ACTOR if self is ObjectKind.ACTOR else Namespace.SPOT
+
+
+class AuthorityState(enum.Enum):
+    """Missing is the absence of a row."""
+
+    CREATING = "creating"
+    READY = "ready"
+    CLOSING = "closing"
+
+
+@attrs.frozen(slots=True)
+class ObjectKey:
+    namespace: Namespace
+    object_id: str
+
+    @classmethod
+    def actor(cls, actor_id: str) -> ObjectKey:
+        return cls(Namespace.ACTOR, actor_id)
+
+    @classmethod
+    def spot(cls, spot_id: str) -> ObjectKey:
+        return cls(Namespace.SPOT, spot_id)
+
+
+@attrs.frozen(slots=True)
+class OwnerFence:
+    """Who owns an authority row: node identity plus the owner-lease lifecycle."""
+
+    mesh_name: MeshName
+    node_rid: NodeRid
+    node_generation: NodeGeneration
+    lease_generation: OwnerLeaseGeneration
+
+
+@attrs.frozen(slots=True)
+class ContentRef:
+    """Reference to an immutable Relocation Store root: its SHA-256 and size."""
+
+    sha256: bytes
+    size: int
+
+    @classmethod
+    def of(cls, data: bytes) -> ContentRef:
+        return cls(hashlib.sha256(data).digest(), len(data))
+
+    def matches(self, data: bytes) -> bool:
+        return len(data) == self.size and hashlib.sha256(data).digest() == self.sha256
+
+
+@attrs.frozen(slots=True)
+class OperationKey:
+    """Identity of one durable operation: (source NodeRid, lifecycle generation, OperationId)."""
+
+    source_rid: NodeRid
+    source_generation: NodeGeneration
+    operation_id: OperationId
+
+
+@attrs.frozen(slots=True)
+class RecoveryPointer:
+    """Recovery root of a cold-activated Instance Spot plus its durable inbox replay cursor."""
+
+    root: ContentRef
+    replay_cursor: int
+
+
+@attrs.frozen(slots=True)
+class RelocationMark:
+    """An authority row's relocation in flight (set and cleared by CAS)."""
+
+    relocation_id: OperationId
+    target: OwnerFence
+    sealed: bool
+
+
+@attrs.frozen(slots=True)
+class AuthorityRow:
+    key: ObjectKey
+    kind: ObjectKind
+    stable_type: StableType
+    state: AuthorityState
+    store_version: int
+    object_generation: ObjectGeneration
+    owner_generation: AuthorityOwnerGeneration
+    owner: OwnerFence
+    membership: SpotId | None = None
+    """Current Spot of an Actor (Entry or User Spot); None for Spots."""
+    pending_content: ContentRef | None = None
+    """Creation request content recorded at reservation; cleared at commit."""
+    operation: OperationKey | None = None
+    """The durable operation that made the reservation (Creating rows)."""
+    recovery: RecoveryPointer | None = None
+    relocation: RelocationMark | None = None
+
+
+@attrs.frozen(slots=True)
+class Reservation:
+    """Input of :meth:`LocationStore.reserve` (Missing -> Creating)."""
+
+    key: ObjectKey
+    kind: ObjectKind
+    stable_type: StableType
+    owner: OwnerFence
+    membership: SpotId | None = None
+    content: ContentRef | None = None
+    operation: OperationKey | None = None
+    recovery: RecoveryPointer | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if self.kind.namespace is not self.key.namespace:
+            raise ValueError("kind and key namespace disagree")
+        if self.kind is ObjectKind.ENTRY_SPOT:
+            raise ValueError("Entry Spot claims are made by register_node only")
+
+
+@attrs.frozen(slots=True)
+class Applied(Generic[T]):
+    """The CAS won; ``row`` is the row after the mutation (None when it was deleted)."""
+
+    row: T
+
+
+@attrs.frozen(slots=True)
+class Conflict:
+    """The CAS lost; ``current`` is the row as it is now (None = Missing)."""
+
+    current: AuthorityRow | None
+
+
+CasResult = Applied[T] | Conflict
+
+
+@attrs.frozen(slots=True)
+class Endpoint:
+    host: str
+    port: int
+
+
+@attrs.frozen(slots=True)
+class NodeDescriptor:
+    """What a node publishes for one mesh. ``entry_spot_id`` is immutable for the
+    descriptor's lifetime (renewals cannot change it)."""
+
+    mesh_name: MeshName
+    node_rid: NodeRid
+    node_generation: NodeGeneration
+    endpoint: Endpoint
+    object_role: ObjectRole
+    actor_types: frozenset[StableType]
+    spot_types: frozenset[StableType]
+    instance_types: frozenset[StableType]
+    placement_weight: float
+    entry_spot_id: SpotId
+
+
+@attrs.frozen(slots=True)
+class NodeLease:
+    """Result of registration or renewal."""
+
+    node_rid: NodeRid
+    node_generation: NodeGeneration
+    lease_generation: OwnerLeaseGeneration
+    expires_at: float
+    """Store time (seconds) at which the lease expires."""
+
+
+@attrs.frozen(slots=True)
+class NodeRecord:
+    """A descriptor as read back, with its node's lease and capacity counters."""
+
+    descriptor: NodeDescriptor
+    lease_generation: OwnerLeaseGeneration
+    lease_expires_at: float
+    live: bool
+    """Lease unexpired at read time (store clock)."""
+    capacity: int
+    active: int
+    pending: int
+
+
+@attrs.frozen(slots=True)
+class TerminalRecord:
+    """A durable operation's terminal, kept until the original deadline + retention.
+
+    ``result`` is opaque to the store (the encoded terminal: state + optional reply).
+    """
+
+    key: OperationKey
+    result: bytes
+
+
+@runtime_checkable
+class LocationStore(Protocol):
+    """The Location Store protocol. All methods are Trio-async and cancellation-safe."""
+
+    @property
+    def recovery_epoch(self) -> int:
+        """Increases after every recovery from a Store outage."""
+        ...
+
+    async def now(self) -> float:
+        """Store time in seconds (the clock leases and retention are measured on)."""
+        ...
+
+    # ----- authority rows ------------------------------------------------------------
+    async def read(self, key: ObjectKey) -> AuthorityRow | None: ...
+
+    async def scan_owned(self, node_rid: NodeRid) -> Sequence[AuthorityRow]:
+        """Every authority row owned by ``node_rid`` (startup authority scan)."""
+        ...
+
+    async def list_rows(
+        self, namespace: Namespace, *, after: str | None, limit: int
+    ) -> Sequence[AuthorityRow]:
+        """One page of rows ordered by object id (``limit`` in 1..1000)."""
+        ...
+
+    async def reserve(self, reservation: Reservation) -> CasResult[AuthorityRow]:
+        """Missing -> Creating. Issues a new ObjectGeneration, AuthorityOwnerGeneration 1,
+        takes one pending capacity unit on the owner node.
+
+        Returns Conflict(current) when a row exists. Raises OwnerLeaseExpired when the
+        owner's lease is not current, CapacityExceeded when active+pending >= capacity,
+        NotFound when the owner's descriptor for that mesh does not register the type.
+        """
+        ...
+
+    async def commit_ready(
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        *,
+        terminal: TerminalRecord | None = None,
+        retain_for: float = 0.0,
+    ) -> CasResult[AuthorityRow]:
+        """Creating -> Ready: pending -> active, pending content cleared. When
+        ``terminal`` is given it is recorded in the same transaction (kept for
+        ``retain_for`` seconds of store time). Owner lease must be current."""
+        ...
+
+    async def abort_creation(
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        *,
+        terminal: TerminalRecord | None = None,
+        retain_for: float = 0.0,
+    ) -> CasResult[None]:
+        """Creating -> Missing (row deleted), pending unit returned; optional terminal
+        recorded in the same transaction."""
+        ...
+
+    async def change_owner(
+        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+    ) -> CasResult[AuthorityRow]:
+        """Ready row moves to ``new_owner``: AuthorityOwnerGeneration + 1, one active unit
+        moves from the old owner node to the new one, relocation mark cleared. The new
+        owner's lease must be current."""
+        ...
+
+    async def set_membership(
+        self, key: ObjectKey, expected_version: int, membership: SpotId | None
+    ) -> CasResult[AuthorityRow]: ...
+
+    async def set_recovery(
+        self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
+    ) -> CasResult[AuthorityRow]: ...
+
+    async def set_relocation(
+        self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
+    ) -> CasResult[AuthorityRow]: ...
+
+    async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
+        """Ready -> Closing (admission is being sealed; the row still names the owner)."""
+        ...
+
+    async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
+        """Ready or Closing -> Missing (row deleted); the active unit is freed."""
+        ...
+
+    # ----- nodes, descriptors, leases ---------------------------------------------------
+    async def register_node(
+        self,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        descriptors: Sequence[NodeDescriptor],
+        *,
+        capacity: int,
+        lease_ttl: float,
+    ) -> NodeLease:
+        """One transaction: the node's lease row, every descriptor and every descriptor's
+        Entry Spot claim (a Ready ENTRY_SPOT authority row owned by the node). Conflicts
+        with ACTIVE claims raise DescriptorConflict and change nothing; expired claims are
+        replaced."""
+        ...
+
+    async def renew_lease(
+        self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
+    ) -> NodeLease:
+        """Extend the lease. Raises OwnerLeaseExpired when it already expired or was
+        superseded (an expired owner must re-register, it is never revived)."""
+        ...
+
+    async def remove_node(
+        self,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        lease_generation: OwnerLeaseGeneration,
+    ) -> bool:
+        """Remove the node's descriptors and Entry claims only if the stored lifecycle and
+        lease generation match; False (and nothing removed) otherwise."""
+        ...
+
+    async def list_nodes(self, mesh_name: MeshName | None = None) -> Sequence[NodeRecord]:
+        """Descriptors (live and expired) with lease state and capacity counters."""
+        ...
+
+    # ----- durable operation terminals ------------------------------------------------------
+    async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
+        """Insert unless a live record with that key exists; returns the stored record
+        (first writer wins)."""
+        ...
+
+    async def read_terminal(self, key: OperationKey) -> TerminalRecord | None:
+        """The live record, or None once its retention has passed."""
+        ...
+
+    # ----- Relocation Store (immutable roots) -------------------------------------------------
+    async def put_root(self, data: bytes, *, retain_for: float | None = None) -> ContentRef:
+        """Store immutable bytes under their SHA-256 (idempotent). ``retain_for`` (store
+        seconds) lets the root expire by itself; None keeps it until ``delete_root``. A
+        second put of the same bytes keeps the longer of the two retentions."""
+        ...
+
+    async def read_root(self, ref: ContentRef) -> bytes | None:
+        """The bytes if present AND matching ref's hash and size, else None."""
+        ...
+
+    async def delete_root(self, ref: ContentRef) -> bool:
+        """Idempotent delete; True when something was removed."""
+        ...

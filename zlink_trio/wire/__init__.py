@@ -1,0 +1,1 @@
+"""Implementation package; the public surface is re-exported from zlink_trio."""
