@@ -29,6 +29,18 @@ Rules every implementation keeps:
   as ``trio.Cancelled`` and leaves the outcome unknown too: callers re-read.
 * ``recovery_epoch`` increases whenever the store recovered from an outage (reconnect,
   failover); route caches compare it and drop every positive entry when it moved.
+* Each CAS method accepts the row only in the states it names; a row in another state is
+  a :class:`Conflict` carrying the current row, exactly like a version mismatch. The
+  precondition (row present, version, state) is checked before any fence or capacity rule
+  (``reserve``, which has no expected version, states its own order).
+* Entry Spot claims (``ENTRY_SPOT`` rows) change only through ``register_node`` and
+  ``remove_node``: every other mutation of such a row raises
+  :class:`~zlink_trio.errors.InvalidOperation` (a missing row is still ``Conflict(None)``).
+* Values returned are immutable (frozen attrs, tuples); never the store's internal state.
+
+Test hooks (not part of the protocol, used through ``zlink_trio.testing``):
+``async _advance_clock_for_tests(seconds)`` moves store time forward by ``seconds`` for
+every client of the store (leases, terminal and root retention all follow it).
 """
 
 from __future__ import annotations
@@ -36,7 +48,7 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Sequence
-from typing import Generic, Protocol, TypeVar, runtime_checkable
+from typing import Final, Generic, Protocol, TypeVar, runtime_checkable
 
 import attrs
 
@@ -54,6 +66,7 @@ from ..ids import (
 )
 
 __all__ = [
+    "ENTRY_SPOT_TYPE",
     "Applied",
     "AuthorityRow",
     "AuthorityState",
@@ -77,6 +90,9 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+ENTRY_SPOT_TYPE: Final = StableType("zlink.entry-spot")
+"""Stable type carried by every Entry Spot claim row (kind ``ENTRY_SPOT``)."""
 
 
 class Namespace(enum.Enum):
@@ -264,7 +280,12 @@ class NodeLease:
 
 @attrs.frozen(slots=True)
 class NodeRecord:
-    """A descriptor as read back, with its node's lease and capacity counters."""
+    """A descriptor as read back, with its node's lease and capacity counters.
+
+    ``active``/``pending`` count the authority rows owned by the node's NodeRid (Entry
+    claims excluded): Creating rows are pending, Ready and Closing rows are active. They
+    survive re-registration of the same NodeRid and ``remove_node`` as long as the rows do.
+    """
 
     descriptor: NodeDescriptor
     lease_generation: OwnerLeaseGeneration
@@ -304,13 +325,17 @@ class LocationStore(Protocol):
     async def read(self, key: ObjectKey) -> AuthorityRow | None: ...
 
     async def scan_owned(self, node_rid: NodeRid) -> Sequence[AuthorityRow]:
-        """Every authority row owned by ``node_rid`` (startup authority scan)."""
+        """Every authority row owned by ``node_rid``, Entry claims included (startup
+        authority scan)."""
         ...
 
     async def list_rows(
         self, namespace: Namespace, *, after: str | None, limit: int
     ) -> Sequence[AuthorityRow]:
-        """One page of rows ordered by object id (``limit`` in 1..1000)."""
+        """One page of rows ordered by object id, strictly after ``after`` when given.
+
+        Order is Unicode code point order (= UTF-8 byte order; PostgreSQL: ``COLLATE "C"``).
+        ``limit`` must be in 1..1000, else ValueError. Entry claims are included."""
         ...
 
     async def reserve(self, reservation: Reservation) -> CasResult[AuthorityRow]:
@@ -319,7 +344,9 @@ class LocationStore(Protocol):
 
         Returns Conflict(current) when a row exists. Raises OwnerLeaseExpired when the
         owner's lease is not current, CapacityExceeded when active+pending >= capacity,
-        NotFound when the owner's descriptor for that mesh does not register the type.
+        NotFound when the owner's descriptor for that mesh does not register the type (in
+        ``actor_types``, ``spot_types`` or ``instance_types`` by kind). The checks run in
+        this order: owner lease, existing row, type, capacity.
         """
         ...
 
@@ -331,9 +358,11 @@ class LocationStore(Protocol):
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
-        """Creating -> Ready: pending -> active, pending content cleared. When
-        ``terminal`` is given it is recorded in the same transaction (kept for
-        ``retain_for`` seconds of store time). Owner lease must be current."""
+        """Creating -> Ready: pending -> active, ``pending_content`` and ``operation``
+        cleared. When ``terminal`` is given it is recorded in the same transaction (kept
+        for ``retain_for`` seconds of store time; a live record with that key wins, as in
+        :meth:`record_terminal`). The row's owner lease must be current (OwnerLeaseExpired,
+        nothing written, terminal included)."""
         ...
 
     async def abort_creation(
@@ -345,7 +374,8 @@ class LocationStore(Protocol):
         retain_for: float = 0.0,
     ) -> CasResult[None]:
         """Creating -> Missing (row deleted), pending unit returned; optional terminal
-        recorded in the same transaction."""
+        recorded in the same transaction. Needs no current lease (cleanup of a dead
+        owner's reservation)."""
         ...
 
     async def change_owner(
@@ -353,20 +383,27 @@ class LocationStore(Protocol):
     ) -> CasResult[AuthorityRow]:
         """Ready row moves to ``new_owner``: AuthorityOwnerGeneration + 1, one active unit
         moves from the old owner node to the new one, relocation mark cleared. The new
-        owner's lease must be current."""
+        owner's lease must be current (OwnerLeaseExpired). When the new owner is another
+        NodeRid whose active+pending >= capacity, raises CapacityExceeded."""
         ...
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
-    ) -> CasResult[AuthorityRow]: ...
+    ) -> CasResult[AuthorityRow]:
+        """Field update in any state (Creating, Ready, Closing)."""
+        ...
 
     async def set_recovery(
         self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
-    ) -> CasResult[AuthorityRow]: ...
+    ) -> CasResult[AuthorityRow]:
+        """Field update in any state (Creating, Ready, Closing)."""
+        ...
 
     async def set_relocation(
         self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
-    ) -> CasResult[AuthorityRow]: ...
+    ) -> CasResult[AuthorityRow]:
+        """Field update in any state (Creating, Ready, Closing)."""
+        ...
 
     async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
         """Ready -> Closing (admission is being sealed; the row still names the owner)."""
@@ -389,14 +426,35 @@ class LocationStore(Protocol):
         """One transaction: the node's lease row, every descriptor and every descriptor's
         Entry Spot claim (a Ready ENTRY_SPOT authority row owned by the node). Conflicts
         with ACTIVE claims raise DescriptorConflict and change nothing; expired claims are
-        replaced."""
+        replaced.
+
+        Details every implementation keeps:
+
+        * A new OwnerLeaseGeneration is issued on every registration (one store-wide
+          sequence), so re-registering supersedes the previous lease.
+        * The Entry claim row: key ``ObjectKey.spot(entry_spot_id)``, kind ENTRY_SPOT,
+          stable type :data:`ENTRY_SPOT_TYPE`, Ready, a new ObjectGeneration, owner
+          generation 1, owner ``OwnerFence(descriptor.mesh_name, node_rid, node_generation,
+          new lease generation)``.
+        * Active claims (-> DescriptorConflict, nothing changed): the NodeRid's previous
+          registration while its lease is unexpired; an Entry id that is the key of any
+          User/Instance Spot row (whatever its state or owner) or of an Entry claim whose
+          owning registration is still current and unexpired; two descriptors of the
+          batch with the same mesh or the same Entry id.
+        * Expired claims are replaced in the same transaction: the NodeRid's expired
+          registration (its descriptors and their Entry claims) and any expired Entry claim
+          row holding one of the new Entry ids (with the stale descriptor that published it).
+        * A descriptor whose node_rid/node_generation differ from the arguments, a negative
+          ``capacity`` or a non-positive ``lease_ttl`` raise ValueError (nothing changed).
+        """
         ...
 
     async def renew_lease(
         self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
     ) -> NodeLease:
-        """Extend the lease. Raises OwnerLeaseExpired when it already expired or was
-        superseded (an expired owner must re-register, it is never revived)."""
+        """Extend the lease to store now + ``lease_ttl``. Raises OwnerLeaseExpired when it
+        already expired or was superseded (an expired owner must re-register, it is never
+        revived); ValueError for a non-positive ``lease_ttl``."""
         ...
 
     async def remove_node(
@@ -405,18 +463,22 @@ class LocationStore(Protocol):
         node_generation: NodeGeneration,
         lease_generation: OwnerLeaseGeneration,
     ) -> bool:
-        """Remove the node's descriptors and Entry claims only if the stored lifecycle and
-        lease generation match; False (and nothing removed) otherwise."""
+        """Remove the node's lease row, descriptors and Entry claims only if the stored
+        lifecycle and lease generation match (expired or not); False (and nothing removed)
+        otherwise. An Entry claim already replaced by another registration is left alone.
+        Authority rows the node owns (Actors, Spots) are not touched."""
         ...
 
     async def list_nodes(self, mesh_name: MeshName | None = None) -> Sequence[NodeRecord]:
-        """Descriptors (live and expired) with lease state and capacity counters."""
+        """Descriptors (live and expired) with lease state and capacity counters, ordered by
+        (mesh_name, node_rid)."""
         ...
 
     # ----- durable operation terminals ------------------------------------------------------
     async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
         """Insert unless a live record with that key exists; returns the stored record
-        (first writer wins)."""
+        (first writer wins). The record lives while store time < now + ``retain_for``
+        (``retain_for`` >= 0, else ValueError)."""
         ...
 
     async def read_terminal(self, key: OperationKey) -> TerminalRecord | None:
@@ -427,7 +489,8 @@ class LocationStore(Protocol):
     async def put_root(self, data: bytes, *, retain_for: float | None = None) -> ContentRef:
         """Store immutable bytes under their SHA-256 (idempotent). ``retain_for`` (store
         seconds) lets the root expire by itself; None keeps it until ``delete_root``. A
-        second put of the same bytes keeps the longer of the two retentions."""
+        second put of the same bytes keeps the longer of the two retentions (None is the
+        longest). A negative ``retain_for`` raises ValueError."""
         ...
 
     async def read_root(self, ref: ContentRef) -> bytes | None:

@@ -1,0 +1,67 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from zlink_trio import ConfigurationError, MeshConfig, ObjectRole, RouterConfig, ServerConfig
+
+SECRET = b"s" * 16
+
+
+def test_spec_defaults() -> None:
+    c = ServerConfig()
+    assert c.session_relocation_seal_timeout == 3.0
+    assert c.session_replacement_callback_timeout == 30.0
+    assert c.replacement_close_delay == 0.1
+    assert c.cutover_fallback == 1.0
+    assert c.route_cache_max_age == 15.0
+    assert c.message_follow_duration == 30.0
+    assert c.message_follow_max_hops == 8
+    assert c.join_timeout == 5.0
+    assert c.terminal_record_retention == 300.0
+    assert c.max_request_bytes == 1024 * 1024
+    r = RouterConfig()
+    assert (r.lease_duration, r.lease_extend_interval) == (30.0, 10.0)
+    assert (r.secondary_idempotency_ttl, r.sweep_interval) == (30.0, 15.0)
+    assert (r.forward_ttl, r.idle_ttl) == (300.0, 600.0)
+    assert (r.primary_idempotency_ttl, r.release_interrupt_timeout) == (86_400.0, 5.0)
+
+
+def test_route_cache_must_be_5s_shorter_than_follow() -> None:
+    ServerConfig(route_cache_max_age=25.0, message_follow_duration=30.0)
+    with pytest.raises(ConfigurationError):
+        ServerConfig(route_cache_max_age=25.001, message_follow_duration=30.0)
+    # 0 disables either side, and then the relation does not apply
+    ServerConfig(route_cache_max_age=100.0, message_follow_duration=0)
+    ServerConfig(route_cache_max_age=0, message_follow_duration=1.0)
+
+
+@pytest.mark.parametrize("bad", [-1.0, math.inf, math.nan, "3", True])
+def test_durations_validated(bad: object) -> None:
+    with pytest.raises(ConfigurationError):
+        ServerConfig(session_relocation_seal_timeout=bad)  # type: ignore[arg-type]
+
+
+def test_zero_allowed_only_where_spec_allows() -> None:
+    with pytest.raises(ConfigurationError):
+        ServerConfig(join_timeout=0)
+    ServerConfig(route_cache_max_age=0, message_follow_duration=0)
+
+
+def test_meshes() -> None:
+    c = ServerConfig(
+        meshes=[MeshConfig(name="a"), MeshConfig(name="b", object_role=ObjectRole.CLIENT)],
+        cluster_secret=SECRET,
+    )
+    assert [m.name.value for m in c.object_meshes()] == ["a", "b"]
+    with pytest.raises(ConfigurationError):
+        ServerConfig(meshes=[MeshConfig(name="a"), MeshConfig(name="a")], cluster_secret=SECRET)
+    with pytest.raises(ConfigurationError):
+        ServerConfig(meshes=[MeshConfig(name="a")], cluster_secret=b"short")
+    with pytest.raises(ConfigurationError):
+        MeshConfig(name="")
+    none = ServerConfig(
+        meshes=[MeshConfig(name="a", object_role=ObjectRole.NONE)], cluster_secret=SECRET
+    )
+    assert none.object_meshes() == ()

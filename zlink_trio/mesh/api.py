@@ -1,0 +1,136 @@
+"""What the rest of the runtime needs from a MeshNode (the contract ``node.py`` implements).
+
+A MeshNode is one process lifecycle: a fresh NodeRid and NodeGeneration, one descriptor
+(with its own Entry Spot id) per configured mesh, an owner lease, a TCP listener and one task
+group per admitted peer. Actors, Spots and sessions talk to other nodes ONLY through this
+protocol:
+
+* ``on(command, handler)`` registers the one inbound handler of a command (before start).
+  The transport validates frame format, peer admission and the record's source identity
+  ONCE at ingress; handlers receive only well-formed records from admitted peers whose
+  stamped (rid, generation) match the connection. Handlers are awaited by the peer's reader
+  task: they must only admit work (e.g. ``await lane.submit(...)``), never run application
+  code inline. Awaiting there is backpressure on that peer's connection.
+* ``send`` puts one record on an ADMITTED peer's writer lane (bounded; a full lane waits up
+  to ``peer_send_timeout`` and then raises DeadlineExceeded). A peer that is not admitted
+  raises :class:`PeerNotAdmitted` (an ``Unavailable``); nothing is queued for later.
+* ``request`` assigns a correlation, sends, and returns a :class:`PendingReply` whose
+  ``wait()`` yields the TerminalReply (command 20) with that correlation from that peer.
+  Replies are matched on (peer rid, correlation): a reply from another peer is dropped.
+* ``peer_state`` tells "transport blip" (CONNECTING: the intent is there, no admitted
+  connection right now) from "peer gone for good" (GONE: the logical owner removed the
+  connection intent AND no admitted connection is left). ``wait_peer_change`` wakes on
+  any transition of that peer. Durable-operation replay consults exactly this transition
+  and keeps no monitor of its own (spec 04 §8.1).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
+
+import attrs
+
+from ..errors import Unavailable
+from ..ids import MeshName, NodeGeneration, NodeRid, SpotId
+from ..store.api import OwnerFence
+
+__all__ = [
+    "InboundHandler",
+    "LinkLost",
+    "MeshNodeApi",
+    "NodeIdentity",
+    "PeerAddress",
+    "PeerIdentity",
+    "PeerNotAdmitted",
+    "PeerState",
+    "PendingReply",
+]
+
+
+class PeerNotAdmitted(Unavailable):
+    """No admitted connection to that peer right now (never queued for later)."""
+
+
+class LinkLost(Unavailable):
+    """The connection a request went out on broke before its reply arrived. The request
+    may or may not have run; a reply can still arrive after a reconnect."""
+
+
+@attrs.frozen(slots=True)
+class NodeIdentity:
+    node_rid: NodeRid
+    node_generation: NodeGeneration
+
+
+@attrs.frozen(slots=True)
+class PeerAddress:
+    """Where to send: a node in a mesh. Resolved from the Location Store, never parsed."""
+
+    mesh_name: MeshName
+    node_rid: NodeRid
+
+
+@attrs.frozen(slots=True)
+class PeerIdentity:
+    """An admitted peer, as proven by its hello."""
+
+    mesh_name: MeshName
+    node_rid: NodeRid
+    node_generation: NodeGeneration
+
+    @property
+    def address(self) -> PeerAddress:
+        return PeerAddress(self.mesh_name, self.node_rid)
+
+
+class PeerState(enum.Enum):
+    ADMITTED = "admitted"
+    """An admitted connection exists now."""
+    CONNECTING = "connecting"
+    """The connection intent exists but no admitted connection right now (a blip)."""
+    GONE = "gone"
+    """No intent and no admitted connection: the peer's lifecycle ended (or never was)."""
+
+
+InboundHandler = Callable[[PeerIdentity, Any], Awaitable[None]]
+
+
+class PendingReply(Protocol):
+    correlation: int
+    peer: PeerIdentity
+
+    async def wait(self) -> Any:
+        """The TerminalReply record. Raises LinkLost when the connection it was sent on
+        broke first (the caller decides: wait on with ``wait()`` again, or replay)."""
+        ...
+
+
+class MeshNodeApi(Protocol):
+    @property
+    def identity(self) -> NodeIdentity: ...
+
+    def owner_fence(self, mesh_name: MeshName) -> OwnerFence:
+        """This node as an owner in ``mesh_name`` (with the current lease generation)."""
+        ...
+
+    def entry_spot_id(self, mesh_name: MeshName) -> SpotId: ...
+
+    @property
+    def admitting(self) -> bool:
+        """False once the owner lease expired (or the node is shutting down): an expired
+        owner admits no message and performs no location update."""
+        ...
+
+    def on(self, command: int, handler: InboundHandler) -> None: ...
+
+    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity: ...
+
+    async def request(self, peer: PeerAddress, record: Any) -> PendingReply:
+        """``record`` must have a ``correlation`` field; it is replaced by a fresh one."""
+        ...
+
+    def peer_state(self, peer: PeerAddress) -> PeerState: ...
+
+    async def wait_peer_change(self, peer: PeerAddress) -> PeerState: ...
