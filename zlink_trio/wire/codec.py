@@ -1,0 +1,242 @@
+"""Record ⇄ CBOR body. The only module of zlink_trio that imports cbor2.
+
+A body is the CBOR array ``[command, field1, field2, ...]`` in the record's declaration
+order (nested records and union variants are arrays too). Decoding is strict and raises
+only :class:`~zlink_trio.errors.ProtocolError`, whatever the input bytes:
+
+* exactly one CBOR item, nothing after it (see :func:`decode` for how this is checked);
+  definite lengths only; no tags (every tag number, cbor2's built-in ones included, is
+  claimed by a rejecting decoder, so no semantic decoder ever runs); no maps; no floats;
+  no simple values but false/true/null (the field types accept only exact ``int``,
+  ``bytes``, ``str``, ``bool``, ``None`` and ``list``);
+* bodies larger than ``SCAN_THRESHOLD`` are first walked by :func:`scan_structure`, which
+  bounds how many items they hold before cbor2 builds any of them;
+* unknown command numbers, reserved 45, missing or extra fields, wrong types, values out of
+  range, invalid ids and oversized byte strings name the command and the field.
+
+Non-shortest integer and length encodings are accepted (RFC 8949 well-formedness, not
+deterministic encoding); :func:`encode` always writes the shortest form.
+
+Encoding checks every field the same way and raises ProtocolError on an invalid value;
+record constructors check only cross-field rules (also with ProtocolError).
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Iterator, Mapping
+from typing import Any, Final, NoReturn, cast
+
+import cbor2
+
+from ..errors import ProtocolError
+from .base import WireRecord
+from .commands import RESERVED_COMMANDS, Command
+from .fields import WireValueError, describe
+from .nested import Nested
+from .records import ALL_RECORDS, Record
+
+__all__ = ["SCAN_MAX_ITEMS", "SCAN_THRESHOLD", "decode", "encode", "scan_structure"]
+
+SCAN_THRESHOLD: Final = 64 * 1024
+"""Bodies larger than this are walked by :func:`scan_structure` before cbor2 sees them."""
+SCAN_MAX_ITEMS: Final = 8192
+"""Most CBOR items (headers) one body may hold: bounds what a hostile frame can make
+cbor2 allocate (a 16 MiB frame of empty arrays would otherwise build 16 M lists)."""
+MAX_DEPTH: Final = 8
+"""CBOR nesting bound handed to cbor2 (records nest at most 3 deep, plus the sentinel
+wrapper of :func:`decode`)."""
+
+
+class _Entry:
+    __slots__ = ("command", "label", "nested")
+
+    def __init__(self, command: Command, nested: Nested) -> None:
+        self.command = command
+        self.nested = nested
+        self.label = f"command {int(command)} ({command.name})"
+
+
+def _build_registry() -> tuple[dict[int, _Entry], dict[type[Any], _Entry]]:
+    by_number: dict[int, _Entry] = {}
+    by_class: dict[type[Any], _Entry] = {}
+    for cls in ALL_RECORDS:
+        entry = _Entry(cls.COMMAND, Nested(cls, prefix=int(cls.COMMAND)))
+        if int(cls.COMMAND) in by_number or int(cls.COMMAND) in RESERVED_COMMANDS:
+            raise TypeError(f"command {int(cls.COMMAND)} claimed twice or reserved")
+        by_number[int(cls.COMMAND)] = entry
+        by_class[cls] = entry
+    missing = set(Command) - {e.command for e in by_number.values()}
+    if missing:
+        raise TypeError(f"no record class for {sorted(missing)}")
+    return by_number, by_class
+
+
+_BY_NUMBER, _BY_CLASS = _build_registry()
+
+
+class _RejectEveryTag(Mapping[int, Any]):
+    """cbor2 ``semantic_decoders`` that claims every tag number, so none of cbor2's
+    built-in tag decoders (datetime, bignum, regex, ...) ever runs."""
+
+    def __getitem__(self, tag: int) -> Any:
+        return _reject_tag
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+def _reject_tag(value: object, immutable: bool) -> NoReturn:
+    raise ValueError("CBOR tags are not accepted")
+
+
+def _reject_map(value: object, immutable: bool) -> NoReturn:
+    raise ValueError("CBOR maps are not accepted")
+
+
+_NO_TAGS: Final = _RejectEveryTag()
+_SENTINEL: Final = secrets.token_bytes(16)
+_SENTINEL_ITEM: Final = bytes([0x50]) + _SENTINEL  # CBOR byte string of 16 bytes
+_dumps = cbor2.dumps
+_loads = cbor2.loads
+
+
+def encode(record: WireRecord) -> bytes:
+    """The CBOR body of ``record``.
+
+    Raises:
+        ProtocolError: ``record`` is not a wire record, or a field value does not fit its
+            wire type (the message names the command and the field).
+    """
+    entry = _BY_CLASS.get(type(record))
+    if entry is None:
+        raise ProtocolError(f"not a wire record: {type(record).__name__}")
+    try:
+        items = entry.nested.encode_fields(record)
+    except WireValueError as exc:
+        raise ProtocolError(f"cannot encode {entry.label}: {_where(exc)}") from None
+    return _dumps(items)
+
+
+def decode(body: bytes | bytearray | memoryview) -> Record:
+    """Decode one body (without its length prefix).
+
+    Trailing bytes: cbor2 stops after one item, so a small body is decoded as the second
+    half of ``[body-item, sentinel]``, where the sentinel is a 16-byte string drawn at
+    random per process. The body consumed exactly its own bytes iff the element after it
+    is that sentinel (trailing bytes would have to spell the unknown sentinel). Large
+    bodies get the exact end from :func:`scan_structure`.
+
+    Raises:
+        ProtocolError: for every input that is not exactly one valid record.
+    """
+    if type(body) is not bytes:
+        body = bytes(body)
+    large = len(body) > SCAN_THRESHOLD
+    if large:
+        scan_structure(body)
+    try:
+        outer = _loads(
+            body if large else b"\x82" + body + _SENTINEL_ITEM,
+            semantic_decoders=_NO_TAGS,
+            object_hook=_reject_map,
+            allow_indefinite=False,
+            max_depth=MAX_DEPTH,
+        )
+    except BaseException as exc:
+        # cbor2 raises many types on garbage (CBORDecodeError, ValueError, RecursionError,
+        # MemoryError, OverflowError, ...); all mean "malformed". A Rust panic surfaces as
+        # pyo3's PanicException, a BaseException: that means malformed input too. Anything
+        # else that is not an Exception (KeyboardInterrupt, ...) propagates.
+        if not isinstance(exc, Exception) and type(exc).__name__ != "PanicException":
+            raise
+        reason = str(exc)[:200]
+        raise ProtocolError(f"malformed CBOR body ({type(exc).__name__}: {reason})") from None
+    if large:
+        raw = outer
+    elif type(outer[1]) is bytes and outer[1] == _SENTINEL:
+        raw = outer[0]
+    else:
+        raise ProtocolError("bytes after the record, or the record is truncated")
+    if type(raw) is not list or not raw:
+        raise ProtocolError(f"a body is a CBOR array [command, ...], got {describe(raw)}")
+    number = raw[0]
+    entry = _BY_NUMBER.get(number) if type(number) is int else None
+    if entry is None:
+        if type(number) is int and number in RESERVED_COMMANDS:
+            raise ProtocolError(f"command {number} is reserved: never sent, never accepted")
+        raise ProtocolError(f"unknown command {describe(number)}")
+    try:
+        record = entry.nested.decode_fields(raw)
+    except WireValueError as exc:
+        raise ProtocolError(f"{entry.label}: {_where(exc)}") from None
+    return cast("Record", record)
+
+
+def _where(exc: WireValueError) -> str:
+    if not exc.path:
+        return exc.message
+    return f"field {'.'.join(exc.path).replace('.[', '[')}: {exc.message}"
+
+
+def _fail(message: str) -> NoReturn:
+    raise ProtocolError(f"malformed CBOR body: {message}")
+
+
+def scan_structure(body: bytes, max_items: int = SCAN_MAX_ITEMS) -> None:
+    """Walk the item headers of ``body`` without building any value.
+
+    Accepts exactly one item made only of unsigned/negative ints, byte/text strings,
+    definite arrays, false, true and null, ending at the last byte, with at most
+    ``max_items`` items. Everything else raises ProtocolError.
+    """
+    end = len(body)
+    pos = 0
+    items = 0
+    remaining = 1
+    stack: list[int] = []
+    while True:
+        if pos >= end:
+            _fail("truncated")
+        initial = body[pos]
+        pos += 1
+        major = initial >> 5
+        info = initial & 0x1F
+        if info < 24:
+            argument = info
+        elif info < 28:
+            after = pos + (1 << (info - 24))
+            if after > end:
+                _fail("truncated")
+            argument = int.from_bytes(body[pos:after], "big")
+            pos = after
+        else:
+            _fail("indefinite length or reserved header")
+        items += 1
+        if items > max_items:
+            _fail(f"more than {max_items} items")
+        if major == 2 or major == 3:
+            pos += argument
+            if pos > end:
+                _fail("truncated")
+        elif major == 4:
+            if argument:
+                stack.append(remaining)
+                remaining = argument
+                continue
+        elif major == 5:
+            _fail("maps are not accepted")
+        elif major == 6:
+            _fail("tags are not accepted")
+        elif major == 7 and info not in (20, 21, 22):
+            _fail("floats and simple values are not accepted")
+        remaining -= 1
+        while remaining == 0:
+            if not stack:
+                if pos != end:
+                    _fail("bytes after the record")
+                return
+            remaining = stack.pop() - 1
