@@ -1,0 +1,96 @@
+"""PostgresLocationStore when its connections die (pg_terminate_backend): reads retry
+transparently, a mutation caught mid-flight is StoreOutcomeUnknown (never success or
+failure), and recovery_epoch moves once per outage."""
+
+from __future__ import annotations
+
+import pytest
+from pg_kit import applied, open_admin, ready_actor, register
+
+from zlink_trio.errors import StoreOutcomeUnknown, Unavailable
+from zlink_trio.ids import SpotId
+from zlink_trio.store.api import ContentRef
+from zlink_trio.store.postgres import open_postgres_store
+
+pytestmark = pytest.mark.postgres
+
+KILL = "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = $1"
+
+
+async def test_killed_connections_are_replaced_and_reads_retry(pg_dsn: str, pg_schema: str) -> None:
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=3) as store,
+        open_admin(pg_dsn) as admin,
+    ):
+        row = await ready_actor(store, await register(store), "survivor")
+        ref = await store.put_root(b"root bytes")
+        assert store.recovery_epoch == 0
+        before = await admin.store_backends(pg_schema)
+        assert len(before) == 3
+        assert await admin.fetchval(KILL, f"zlink_trio/{pg_schema}") == 3
+        assert await store.read(row.key) == row  # retried on a new connection
+        assert store.recovery_epoch == 1
+        for _ in range(6):  # every other connection is replaced without a second epoch
+            assert await store.read_root(ref) == b"root bytes"
+        assert await store.read(row.key) == row
+        assert store.recovery_epoch == 1
+        after = await admin.store_backends(pg_schema)
+        assert not set(after) & set(before)
+        # mutations work again
+        applied(await store.set_membership(row.key, row.store_version, SpotId("r")))
+        # a second outage is a second recovery
+        await admin.fetchval(KILL, f"zlink_trio/{pg_schema}")
+        assert await store.read_root(ContentRef.of(b"nothing")) is None
+        assert store.recovery_epoch == 2
+
+
+async def test_idle_connection_killed_before_a_cas_is_not_an_unknown_outcome(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A connection found closed before the statement was sent: the CAS is retried on a
+    new connection (nothing was sent, so the outcome was never in doubt)."""
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=1) as store,
+        open_admin(pg_dsn) as admin,
+    ):
+        row = await ready_actor(store, await register(store), "p")
+        (pid,) = await admin.store_backends(pg_schema)
+        # wait for the backend to be gone, so the store surely sees a closed connection
+        await admin.fetchval(
+            "SELECT pg_terminate_backend($1, 5000)", pid
+        )  # timeout form waits for exit
+        moved = applied(await store.set_membership(row.key, row.store_version, SpotId("r")))
+        assert moved.membership == SpotId("r")
+        assert store.recovery_epoch == 1
+
+
+async def test_connection_lost_mid_cas_is_store_outcome_unknown(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """The backend dies while executing the CAS (a trigger makes it terminate itself):
+    the store raises StoreOutcomeUnknown (an Unavailable), a re-read shows the truth, and
+    the store keeps working."""
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=2) as store,
+        open_admin(pg_dsn) as admin,
+    ):
+        row = await ready_actor(store, await register(store), "doomed")
+        await admin.execute(
+            f"""
+            CREATE FUNCTION "{pg_schema}".die() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                PERFORM pg_sleep(5);  -- the SIGTERM lands here
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER die BEFORE UPDATE ON "{pg_schema}".authority
+                FOR EACH ROW EXECUTE FUNCTION "{pg_schema}".die();
+            """
+        )
+        with pytest.raises(StoreOutcomeUnknown) as caught:
+            await store.set_membership(row.key, row.store_version, SpotId("lost"))
+        assert isinstance(caught.value, Unavailable)
+        await admin.execute(f'DROP TRIGGER die ON "{pg_schema}".authority')
+        assert await store.read(row.key) == row  # the truth: it did not commit
+        assert store.recovery_epoch == 1
+        applied(await store.set_membership(row.key, row.store_version, SpotId("kept")))

@@ -1,0 +1,75 @@
+"""Schema administration of the PostgreSQL store from Trio: migrate, status, drop.
+
+Each call opens one short-lived connection (``application_name`` ``zlink_trio-admin/<schema>``)
+on its own asyncio loop thread. The store's own connections are named by
+:func:`application_name`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from ._aiobridge import open_loop_thread
+from ._pgmigrate import MigrationStatus, check_schema, migrate, quote_schema, read_status
+
+__all__ = ["application_name", "drop_schema", "migrate_schema", "schema_status"]
+
+
+def application_name(schema: str) -> str:
+    """``application_name`` of the store's connections (find them in pg_stat_activity)."""
+    return f"zlink_trio/{schema}"[:63]
+
+
+def _connect_kwargs(dsn: str, schema: str, *, admin: bool = False) -> dict[str, Any]:
+    name = f"zlink_trio-admin/{schema}"[:63] if admin else application_name(schema)
+    return {"dsn": dsn, "server_settings": {"application_name": name}}
+
+
+async def _migrate_dsn(dsn: str, schema: str) -> tuple[int, ...]:
+    conn = await asyncpg.connect(**_connect_kwargs(dsn, schema, admin=True))
+    try:
+        return await migrate(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def _status_dsn(dsn: str, schema: str) -> MigrationStatus:
+    conn = await asyncpg.connect(**_connect_kwargs(dsn, schema, admin=True))
+    try:
+        return await read_status(conn, schema)
+    finally:
+        await conn.close()
+
+
+async def _drop_dsn(dsn: str, schema: str) -> None:
+    conn = await asyncpg.connect(**_connect_kwargs(dsn, schema, admin=True))
+    try:
+        await conn.execute(f"DROP SCHEMA IF EXISTS {quote_schema(schema)} CASCADE")
+    finally:
+        await conn.close()
+
+
+async def _on_own_loop(fn: Any, *args: Any) -> Any:
+    async with open_loop_thread(name="zlink-pg-admin") as bridge:
+        return await bridge.run(fn, *args)
+
+
+async def migrate_schema(dsn: str, schema: str = "zlink") -> tuple[int, ...]:
+    """Apply pending migrations to ``schema`` (Trio); returns the versions applied now."""
+    check_schema(schema)
+    return tuple(await _on_own_loop(_migrate_dsn, dsn, schema))
+
+
+async def schema_status(dsn: str, schema: str = "zlink") -> MigrationStatus:
+    """Applied and pending migrations of ``schema`` (Trio)."""
+    check_schema(schema)
+    status: MigrationStatus = await _on_own_loop(_status_dsn, dsn, schema)
+    return status
+
+
+async def drop_schema(dsn: str, schema: str) -> None:
+    """Drop ``schema`` and everything in it (tests use one schema each)."""
+    check_schema(schema)
+    await _on_own_loop(_drop_dsn, dsn, schema)

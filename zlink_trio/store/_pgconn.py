@@ -1,0 +1,284 @@
+"""A fixed set of dedicated asyncpg connections, used from Trio through a loop thread.
+
+The PostgreSQL store runs every operation as ONE statement on one of ``size`` dedicated
+connections (no ``asyncpg.Pool``: its reset query on release costs a round trip). A Trio
+semaphore hands out the connections; the statement itself runs on the asyncio loop thread
+(:mod:`._aiobridge`).
+
+What happens when a statement is interrupted (docs/decisions.md, "PostgreSQL store"):
+
+* Trio cancellation: the bridge cancels the asyncio task; asyncpg sends a cancel request,
+  and :func:`_execute` then closes the connection gracefully, which waits until the server
+  acknowledged the cancel (bounded by ``cancel_grace``, then the socket is aborted). Only
+  then does ``trio.Cancelled`` propagate. The connection is never reused (trap 3 of
+  notes/postgres-under-trio.md): the slot reconnects on its next use.
+* Connection lost mid-statement: the outcome is unknown. Mutations raise
+  :class:`~zlink_trio.errors.StoreOutcomeUnknown`; idempotent calls reconnect and retry.
+* Connection found closed before the statement was sent, or a reconnect failing: nothing
+  was sent, so every call may reconnect and retry, for at most ``retry_window`` seconds
+  (then :class:`~zlink_trio.errors.Unavailable`).
+* Deadlock / serialization failure: the statement was rolled back; every call retries.
+
+A lost connection starts an *outage*: the connection generation moves on, so every other
+connection is replaced before its next use too, and the first successful reconnect ends
+the outage and increments :attr:`PgConnections.recovery_epoch`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, Literal, final
+
+import asyncpg
+import trio
+
+from ..errors import StoreOutcomeUnknown, Unavailable
+from ._aiobridge import LoopThread
+
+__all__ = ["Method", "PgConnections"]
+
+Method = Literal["fetch", "fetchrow", "fetchval", "execute"]
+Then = tuple[Any, ...] | None
+"""``(sql, *args)`` of a follow-up ``fetchrow`` run when the first statement returned None."""
+
+ROLLED_BACK_SQLSTATES: Final = frozenset({"40001", "40P01"})
+"""serialization_failure, deadlock_detected: the statement surely did not commit."""
+
+_BACKOFF_INITIAL: Final = 0.01
+_BACKOFF_MAX: Final = 0.5
+
+
+class _NotSent(Exception):
+    """Loop side: the connection was already closed; the statement never left."""
+
+
+class _ConnectFailed(Exception):
+    """Trio side: (re)connecting failed; ``__cause__`` says why."""
+
+
+@final
+class _Slot:
+    """One dedicated connection. ``conn`` is an ``asyncpg.Connection`` only ever touched on
+    the loop thread; the Trio side only tests it for None (set to None by the loop side
+    when the connection was discarded)."""
+
+    __slots__ = ("conn", "generation")
+
+    def __init__(self) -> None:
+        self.conn: Any = None
+        self.generation = -1
+
+
+# ----- loop thread -----------------------------------------------------------------------
+async def _connect_into(slot: _Slot, kwargs: Mapping[str, Any], generation: int) -> None:
+    """Connect and install the connection in ``slot`` here, on the loop thread: a value
+    returned to a caller that was cancelled meanwhile would be dropped (and leak)."""
+    conn = await asyncpg.connect(**kwargs)
+    try:
+        if conn.get_server_version().major >= 14:
+            # A backend notices a vanished client within 1 s even mid-statement.
+            await conn.execute("SET client_connection_check_interval = '1s'")
+    except BaseException:
+        conn.terminate()
+        raise
+    slot.conn = conn
+    slot.generation = generation
+
+
+async def _close_gracefully(conn: Any, grace: float) -> None:
+    """Close a connection whose last statement may still be in flight.
+
+    asyncpg's ``close()`` first waits for an in-flight cancel request to be acknowledged
+    (or cancels the running statement itself), so once it returns the server has settled
+    the statement: committed or rolled back, never still running. After ``grace`` seconds,
+    or on any error, the socket is aborted instead.
+    """
+    try:
+        # Our own bound too: before asyncpg 0.32 (#1356) close() could wait for a cancel
+        # acknowledgement forever, outside its timeout.
+        async with asyncio.timeout(grace):
+            await conn.close(timeout=grace)
+    except (Exception, asyncio.CancelledError):
+        conn.terminate()
+
+
+async def _execute(
+    slot: _Slot, grace: float, method: Method, sql: str, args: tuple[Any, ...], then: Then
+) -> Any:
+    conn = slot.conn
+    if conn is None or conn.is_closed():
+        raise _NotSent
+    try:
+        result = await getattr(conn, method)(sql, *args)
+        if result is None and then is not None:
+            result = await conn.fetchrow(*then)
+        return result
+    except BaseException as exc:
+        task = asyncio.current_task()
+        cancelled = task is not None and task.cancelling() > 0
+        while task is not None and task.cancelling():
+            task.uncancel()  # let the graceful close below run its own timeout
+        severity = (
+            getattr(exc, "severity", None) if isinstance(exc, asyncpg.PostgresError) else None
+        )
+        if conn.is_closed() or severity in ("FATAL", "PANIC"):  # the server ended the session
+            slot.conn = None
+            conn.terminate()
+        elif cancelled or not isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+            # Cancelled (whatever asyncpg raised for it: trap 4), or failed in an unknown
+            # state: never reuse this connection.
+            slot.conn = None
+            await _close_gracefully(conn, grace)
+        raise
+
+
+# ----- Trio side ---------------------------------------------------------------------------
+@final
+class PgConnections:
+    """``size`` dedicated connections to one PostgreSQL database (see module docstring)."""
+
+    def __init__(
+        self,
+        bridge: LoopThread,
+        connect_kwargs: Mapping[str, Any],
+        size: int,
+        *,
+        cancel_grace: float,
+        retry_window: float,
+    ) -> None:
+        self._bridge = bridge
+        self._kwargs = dict(connect_kwargs)
+        self._slots = [_Slot() for _ in range(size)]
+        self._free = list(self._slots)
+        self._limiter = trio.Semaphore(size)
+        self._grace = cancel_grace
+        self._retry_window = retry_window
+        self._generation = 0
+        self._outage = False
+        self._closed = False
+        self.recovery_epoch = 0
+
+    async def open(self) -> None:
+        """Connect every slot; raises Unavailable when the server cannot be reached."""
+        failures: list[BaseException] = []
+
+        async def connect(slot: _Slot) -> None:
+            try:
+                await self._reconnect(slot)
+            except _ConnectFailed as exc:
+                failures.append(exc.__cause__ or exc)
+
+        async with trio.open_nursery() as nursery:
+            for slot in self._slots:
+                nursery.start_soon(connect, slot)
+        self._outage = False
+        if failures:
+            await self.aclose()
+            raise Unavailable(f"cannot connect to PostgreSQL: {failures[0]!r}") from failures[0]
+
+    async def aclose(self) -> None:
+        """Wait for calls in flight, then close every connection (not cancellable)."""
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            for _ in self._slots:
+                await self._limiter.acquire()
+            for slot in self._slots:
+                conn, slot.conn = slot.conn, None
+                if conn is not None:
+                    await self._bridge.run(_close_gracefully, conn, self._grace)
+
+    async def call(
+        self,
+        method: Method,
+        sql: str,
+        args: Sequence[object],
+        *,
+        idempotent: bool,
+        then: Then = None,
+    ) -> Any:
+        """Run one statement (and ``then`` when it returned None, on the same connection
+        in the same round of the bridge). Raises StoreOutcomeUnknown (non-idempotent call,
+        connection lost mid-flight), Unavailable (no connection for ``retry_window``), the
+        ``asyncpg.PostgresError`` the server reported, or ``trio.Cancelled``."""
+        if self._closed:
+            raise trio.ClosedResourceError("the PostgreSQL store is closed")
+        try:  # no extra schedule point when a connection is free (bridge.run checkpoints)
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            await self._limiter.acquire()
+        slot = self._free.pop()
+        try:
+            return await self._call_on(slot, method, sql, tuple(args), idempotent, then)
+        finally:
+            self._free.append(slot)
+            self._limiter.release()
+
+    async def _call_on(
+        self,
+        slot: _Slot,
+        method: Method,
+        sql: str,
+        args: tuple[Any, ...],
+        idempotent: bool,
+        then: Then,
+    ) -> Any:
+        first_failure: float | None = None
+        backoff = _BACKOFF_INITIAL
+        while True:
+            try:
+                if slot.conn is None or slot.generation != self._generation:
+                    await self._reconnect(slot)
+                return await self._bridge.run(_execute, slot, self._grace, method, sql, args, then)
+            except _NotSent as exc:  # found closed before sending: safe to retry
+                self._lost(slot)
+                failure: BaseException = exc
+            except _ConnectFailed as exc:
+                failure = exc.__cause__ or exc
+            except Exception as exc:
+                if slot.conn is not None:  # the server answered: the outcome is known
+                    if (
+                        isinstance(exc, asyncpg.PostgresError)
+                        and exc.sqlstate in ROLLED_BACK_SQLSTATES
+                    ):
+                        failure = exc
+                    else:
+                        raise
+                else:  # the connection broke while the statement was in flight
+                    self._lost(slot)
+                    if not idempotent:
+                        raise StoreOutcomeUnknown(
+                            f"PostgreSQL connection lost during a Store mutation ({exc!r}); "
+                            "it may or may not have committed: re-read before deciding"
+                        ) from exc
+                    failure = exc
+            now = trio.current_time()
+            if first_failure is None:  # the first retry goes at once (usually a reconnect)
+                first_failure = now
+                continue
+            if now - first_failure >= self._retry_window:
+                raise Unavailable(f"PostgreSQL store unavailable: {failure!r}") from failure
+            await trio.sleep(backoff)
+            backoff = min(backoff * 2, _BACKOFF_MAX)
+
+    async def _reconnect(self, slot: _Slot) -> None:
+        old, slot.conn = slot.conn, None
+        if old is not None:  # replaced after an outage elsewhere
+            await self._bridge.run(_close_gracefully, old, self._grace)
+        try:
+            await self._bridge.run(_connect_into, slot, self._kwargs, self._generation)
+        except Exception as exc:
+            if not self._outage:
+                self._generation += 1
+                self._outage = True
+            raise _ConnectFailed from exc
+        finally:
+            if slot.conn is not None and self._outage:  # (even if we were cancelled)
+                self._outage = False
+                self.recovery_epoch += 1
+
+    def _lost(self, slot: _Slot) -> None:
+        """A connection of the current generation broke: an outage starts (once)."""
+        if slot.generation == self._generation:
+            self._generation += 1
+            self._outage = True

@@ -1,0 +1,489 @@
+"""The PostgreSQL Location Store (asyncpg, bridged into Trio).
+
+``async with open_postgres_store(dsn, schema=..., connections=...) as store:`` starts an
+asyncio loop thread, applies pending schema migrations (idempotent, safe when several nodes
+start at once), opens ``connections`` dedicated connections and yields a
+:class:`PostgresLocationStore`. It keeps every rule of :mod:`zlink_trio.store.api`:
+
+* each method is ONE SQL statement (server-side functions for the multi-row mutations,
+  plain ``UPDATE``s for field updates), so every mutation is a single transaction and a CAS
+  on ``store_version``; a lost CAS returns ``Conflict`` with the current row, read with a
+  fresh snapshot inside that transaction (functions) or right after it on the same
+  connection (field updates);
+* ``store_version``, ObjectGeneration and OwnerLeaseGeneration come from database
+  sequences; leases and retention run on database time (``now()``) plus a shared,
+  database-stored test offset (:meth:`PostgresLocationStore._advance_clock_for_tests`);
+* interruptions (docs/decisions.md, "PostgreSQL store"): a mutation whose connection is
+  lost mid-statement raises ``StoreOutcomeUnknown``; a Trio cancellation propagates as
+  ``trio.Cancelled`` only after the statement was settled server-side, and the connection
+  is discarded. Reads and idempotent writes (``put_root``, ``delete_root``,
+  ``record_terminal``, ``renew_lease``) reconnect and retry; a statement that never left the
+  client is retried by every method, for at most ``retry_window`` seconds, then
+  ``Unavailable``;
+* ``recovery_epoch`` increments after every outage, when the first reconnect succeeds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Final, NoReturn, final
+
+import trio
+
+from ..errors import (
+    CapacityExceeded,
+    ConfigurationError,
+    DescriptorConflict,
+    InvalidOperation,
+    NotFound,
+    OwnerLeaseExpired,
+    Unavailable,
+    ZLinkError,
+)
+from ..ids import MeshName, NodeGeneration, NodeRid, OwnerLeaseGeneration, SpotId
+from . import _pgcodec as codec
+from ._aiobridge import open_loop_thread
+from ._pgadmin import (
+    _connect_kwargs,
+    _migrate_dsn,
+    _status_dsn,
+    application_name as application_name,
+    drop_schema as drop_schema,
+    migrate_schema as migrate_schema,
+    schema_status as schema_status,
+)
+from ._pgconn import Method, PgConnections, Then
+from ._pgmigrate import MigrationStatus, check_schema
+from ._pgsql import Statements
+from .api import (
+    ENTRY_SPOT_TYPE,
+    AuthorityRow,
+    CasResult,
+    ContentRef,
+    LocationStore,
+    Namespace,
+    NodeDescriptor,
+    NodeLease,
+    NodeRecord,
+    ObjectKey,
+    OperationKey,
+    OwnerFence,
+    RecoveryPointer,
+    RelocationMark,
+    Reservation,
+    TerminalRecord,
+)
+
+__all__ = [
+    "MigrationStatus",
+    "PostgresLocationStore",
+    "application_name",
+    "drop_schema",
+    "migrate_schema",
+    "open_postgres_store",
+    "schema_status",
+]
+
+_TYPED_ERRORS: Final[dict[str, type[ZLinkError]]] = {
+    "ZL001": OwnerLeaseExpired,
+    "ZL002": CapacityExceeded,
+    "ZL003": NotFound,
+    "ZL004": InvalidOperation,
+    "ZL005": DescriptorConflict,
+}
+_UNIQUE_VIOLATION: Final = "23505"
+
+
+def _check_retention(retain_for: float | None) -> float:
+    if retain_for is None:
+        return math.inf
+    if not retain_for >= 0:
+        raise ValueError(f"retain_for must be >= 0, got {retain_for!r}")
+    return float(retain_for)
+
+
+def _check_ttl(lease_ttl: float) -> float:
+    if not (lease_ttl > 0 and math.isfinite(lease_ttl)):
+        raise ValueError(f"lease_ttl must be finite and > 0, got {lease_ttl!r}")
+    return float(lease_ttl)
+
+
+def _raise_typed(exc: Exception, *, unique_is_conflict: bool = False) -> NoReturn:
+    """Translate a server-reported error into the protocol's typed errors."""
+    sqlstate = getattr(exc, "sqlstate", None)
+    message = getattr(exc, "message", str(exc))
+    typed = _TYPED_ERRORS.get(sqlstate or "")
+    if typed is None and unique_is_conflict and sqlstate == _UNIQUE_VIOLATION:
+        typed = DescriptorConflict  # a concurrent registration claimed it first
+    if typed is not None:
+        raise typed(message) from None
+    raise Unavailable(f"PostgreSQL store error {sqlstate}: {message}") from exc
+
+
+@final
+class PostgresLocationStore:
+    """:class:`~zlink_trio.store.api.LocationStore` on PostgreSQL. Made only by
+    :func:`open_postgres_store`, which owns its connections and loop thread."""
+
+    def __init__(self, conns: PgConnections, schema: str) -> None:
+        self._conns = conns
+        self._sql = Statements.for_schema(schema)
+        self.schema: Final = schema
+        self._next_sweep = -math.inf
+        self.sweep_interval = 60.0
+
+    # ----- plumbing ----------------------------------------------------------------------
+    async def _read(self, method: Method, sql: str, *args: object) -> Any:
+        try:
+            return await self._conns.call(method, sql, args, idempotent=True)
+        except ZLinkError:
+            raise
+        except Exception as exc:
+            if hasattr(exc, "sqlstate"):
+                _raise_typed(exc)
+            raise
+
+    async def _write(
+        self,
+        method: Method,
+        sql: str,
+        *args: object,
+        idempotent: bool = False,
+        unique_is_conflict: bool = False,
+        then: Then = None,
+    ) -> Any:
+        try:
+            return await self._conns.call(method, sql, args, idempotent=idempotent, then=then)
+        except ZLinkError:
+            raise
+        except Exception as exc:
+            if hasattr(exc, "sqlstate"):
+                _raise_typed(exc, unique_is_conflict=unique_is_conflict)
+            raise
+
+    async def _maybe_sweep(self) -> None:
+        """Delete expired terminals and roots, at most once per ``sweep_interval``."""
+        if trio.current_time() >= self._next_sweep:
+            self._next_sweep = trio.current_time() + self.sweep_interval
+            await self.sweep_expired()
+
+    async def sweep_expired(self) -> int:
+        """Delete up to 1,000 expired terminal records and 1,000 expired roots now;
+        returns how many rows went. Runs by itself from the mutations that create them."""
+        return int(await self._write("fetchval", self._sql.sweep, idempotent=True))
+
+    # ----- clock and test hooks ------------------------------------------------------------
+    @property
+    def recovery_epoch(self) -> int:
+        return self._conns.recovery_epoch
+
+    async def now(self) -> float:
+        return float(await self._read("fetchval", self._sql.now))
+
+    async def _advance_clock_for_tests(self, seconds: float) -> None:
+        """Move store time forward by ``seconds`` for every client of this schema (the
+        offset lives in the database, next to ``now()``). Test hook."""
+        if not (seconds >= 0 and math.isfinite(seconds)):
+            raise ValueError(f"store time only moves forward, got {seconds!r}")
+        await self._write("execute", self._sql.advance_clock, float(seconds))
+
+    # ----- authority rows ------------------------------------------------------------------
+    async def read(self, key: ObjectKey) -> AuthorityRow | None:
+        record = await self._read("fetchrow", self._sql.read, *codec.key_args(key))
+        return None if record is None else codec.decode_row(record)
+
+    async def scan_owned(self, node_rid: NodeRid) -> Sequence[AuthorityRow]:
+        records = await self._read("fetch", self._sql.scan_owned, node_rid.value)
+        return tuple(codec.decode_row(r) for r in records)
+
+    async def list_rows(
+        self, namespace: Namespace, *, after: str | None, limit: int
+    ) -> Sequence[AuthorityRow]:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
+            raise ValueError(f"limit must be in 1..1000, got {limit!r}")
+        if after is None:
+            records = await self._read("fetch", self._sql.list_first, namespace.value, limit)
+        else:
+            records = await self._read(
+                "fetch", self._sql.list_after, namespace.value, after.encode("utf-8"), limit
+            )
+        return tuple(codec.decode_row(r) for r in records)
+
+    async def reserve(self, reservation: Reservation) -> CasResult[AuthorityRow]:
+        args = codec.reservation_args(reservation)
+        return codec.decode_cas(await self._write("fetchrow", self._sql.reserve, *args))
+
+    async def commit_ready(
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        *,
+        terminal: TerminalRecord | None = None,
+        retain_for: float = 0.0,
+    ) -> CasResult[AuthorityRow]:
+        retain = _check_retention(retain_for)
+        if terminal is not None:
+            await self._maybe_sweep()
+        record = await self._write(
+            "fetchrow",
+            self._sql.commit_ready,
+            *codec.key_args(key),
+            expected_version,
+            *self._terminal_args(terminal),
+            retain,
+        )
+        return codec.decode_cas(record)
+
+    async def abort_creation(
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        *,
+        terminal: TerminalRecord | None = None,
+        retain_for: float = 0.0,
+    ) -> CasResult[None]:
+        retain = _check_retention(retain_for)
+        if terminal is not None:
+            await self._maybe_sweep()
+        record = await self._write(
+            "fetchrow",
+            self._sql.abort_creation,
+            *codec.key_args(key),
+            expected_version,
+            *self._terminal_args(terminal),
+            retain,
+        )
+        return codec.decode_cas_none(record)
+
+    @staticmethod
+    def _terminal_args(terminal: TerminalRecord | None) -> tuple[object, ...]:
+        if terminal is None:
+            return None, None, None, None
+        return (*codec.operation_args(terminal.key), bytes(terminal.result))
+
+    async def change_owner(
+        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+    ) -> CasResult[AuthorityRow]:
+        record = await self._write(
+            "fetchrow",
+            self._sql.change_owner,
+            *codec.key_args(key),
+            expected_version,
+            *codec.fence_args(new_owner),
+        )
+        return codec.decode_cas(record)
+
+    async def _field_cas(self, sql: str, key: ObjectKey, *args: object) -> CasResult[AuthorityRow]:
+        ns, oid = codec.key_args(key)
+        record = await self._write("fetchrow", sql, ns, oid, *args, then=(self._sql.lost, ns, oid))
+        return codec.decode_cas(record)
+
+    async def set_membership(
+        self, key: ObjectKey, expected_version: int, membership: SpotId | None
+    ) -> CasResult[AuthorityRow]:
+        value = None if membership is None else membership.value.encode("utf-8")
+        return await self._field_cas(self._sql.set_membership, key, expected_version, value)
+
+    async def set_recovery(
+        self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
+    ) -> CasResult[AuthorityRow]:
+        return await self._field_cas(
+            self._sql.set_recovery, key, expected_version, *codec.recovery_args(recovery)
+        )
+
+    async def set_relocation(
+        self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
+    ) -> CasResult[AuthorityRow]:
+        return await self._field_cas(
+            self._sql.set_relocation, key, expected_version, *codec.relocation_args(relocation)
+        )
+
+    async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
+        return await self._field_cas(self._sql.begin_closing, key, expected_version)
+
+    async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
+        record = await self._write(
+            "fetchrow", self._sql.release, *codec.key_args(key), expected_version
+        )
+        return codec.decode_cas_none(record)
+
+    # ----- nodes, descriptors, leases ------------------------------------------------------
+    async def register_node(
+        self,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        descriptors: Sequence[NodeDescriptor],
+        *,
+        capacity: int,
+        lease_ttl: float,
+    ) -> NodeLease:
+        batch = tuple(descriptors)
+        ttl = _check_ttl(lease_ttl)
+        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+        for d in batch:
+            if d.node_rid != node_rid or d.node_generation != node_generation:
+                raise ValueError("every descriptor must name the registering node lifecycle")
+        meshes = [d.mesh_name for d in batch]
+        if len(set(meshes)) != len(meshes):
+            raise DescriptorConflict("a mesh is published twice in one registration")
+        entries = [d.entry_spot_id for d in batch]
+        if len(set(entries)) != len(entries):
+            raise DescriptorConflict("an Entry Spot id is claimed twice in one registration")
+        record = await self._write(
+            "fetchrow",
+            self._sql.register_node,
+            node_rid.value,
+            node_generation.value,
+            [codec.descriptor_arg(d) for d in batch],
+            capacity,
+            ttl,
+            ENTRY_SPOT_TYPE.value.encode("utf-8"),
+            unique_is_conflict=True,
+        )
+        return NodeLease(node_rid, node_generation, OwnerLeaseGeneration(record[0]), record[1])
+
+    async def renew_lease(
+        self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
+    ) -> NodeLease:
+        ttl = _check_ttl(lease_ttl)
+        record = await self._write(
+            "fetchrow",
+            self._sql.renew_lease,
+            node_rid.value,
+            lease_generation.value,
+            ttl,
+            idempotent=True,
+        )
+        if record is None:
+            raise OwnerLeaseExpired(f"lease {lease_generation.value} of {node_rid} is gone")
+        return NodeLease(node_rid, NodeGeneration(record[0]), lease_generation, record[1])
+
+    async def remove_node(
+        self,
+        node_rid: NodeRid,
+        node_generation: NodeGeneration,
+        lease_generation: OwnerLeaseGeneration,
+    ) -> bool:
+        removed = await self._write(
+            "fetchval",
+            self._sql.remove_node,
+            node_rid.value,
+            node_generation.value,
+            lease_generation.value,
+        )
+        return bool(removed)
+
+    async def list_nodes(self, mesh_name: MeshName | None = None) -> Sequence[NodeRecord]:
+        if mesh_name is None:
+            records = await self._read("fetch", self._sql.list_nodes)
+        else:
+            records = await self._read(
+                "fetch", self._sql.list_nodes_in_mesh, mesh_name.value.encode("utf-8")
+            )
+        return tuple(codec.decode_node_record(r) for r in records)
+
+    # ----- durable operation terminals -------------------------------------------------------
+    async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
+        retain = _check_retention(retain_for)
+        await self._maybe_sweep()
+        stored = await self._write(
+            "fetchval",
+            self._sql.record_terminal,
+            *codec.operation_args(record.key),
+            bytes(record.result),
+            retain,
+            idempotent=True,
+        )
+        return record if stored == record.result else TerminalRecord(record.key, stored)
+
+    async def read_terminal(self, key: OperationKey) -> TerminalRecord | None:
+        result = await self._read("fetchval", self._sql.read_terminal, *codec.operation_args(key))
+        return None if result is None else TerminalRecord(key, result)
+
+    # ----- Relocation Store (immutable roots) --------------------------------------------------
+    async def put_root(self, data: bytes, *, retain_for: float | None = None) -> ContentRef:
+        retain = _check_retention(retain_for)
+        content = bytes(data)
+        ref = ContentRef.of(content)
+        await self._maybe_sweep()
+        await self._write(
+            "execute", self._sql.put_root, ref.sha256, ref.size, content, retain, idempotent=True
+        )
+        return ref
+
+    async def read_root(self, ref: ContentRef) -> bytes | None:
+        data = await self._read("fetchval", self._sql.read_root, ref.sha256)
+        if data is None or not ref.matches(data):
+            return None
+        return bytes(data)
+
+    async def delete_root(self, ref: ContentRef) -> bool:
+        live = await self._write("fetchval", self._sql.delete_root, ref.sha256, idempotent=True)
+        return bool(live)
+
+
+# ----- lifetime ------------------------------------------------------------------------------
+@asynccontextmanager
+async def open_postgres_store(
+    dsn: str,
+    *,
+    schema: str = "zlink",
+    connections: int = 8,
+    migrate: bool = True,
+    cancel_grace: float = 2.0,
+    retry_window: float = 5.0,
+) -> AsyncIterator[PostgresLocationStore]:
+    """Open a PostgreSQL Location Store for the body of the block.
+
+    Args:
+        dsn: libpq-style connection string.
+        schema: schema holding every table (a plain identifier; created if missing).
+        connections: dedicated connections (the store's concurrency).
+        migrate: apply pending migrations first; when False, a schema that is not up to
+            date raises ConfigurationError instead.
+        cancel_grace: how long an interrupted statement's connection may take to settle
+            server-side before its socket is aborted.
+        retry_window: how long calls keep reconnecting before raising Unavailable.
+
+    Raises:
+        Unavailable: the server cannot be reached at startup.
+        ConfigurationError: bad schema name, modified or missing migrations.
+    """
+    check_schema(schema)
+    if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
+        raise ConfigurationError(f"connections must be a positive int, got {connections!r}")
+    async with open_loop_thread(name=f"zlink-pg-{schema}") as bridge:
+        try:
+            if migrate:
+                await bridge.run(_migrate_dsn, dsn, schema)
+            else:
+                status: MigrationStatus = await bridge.run(_status_dsn, dsn, schema)
+                if not status.up_to_date:
+                    raise ConfigurationError(
+                        f"schema {schema} is not migrated: run `zlink-trio store migrate`"
+                    )
+        except ZLinkError:
+            raise
+        except Exception as exc:
+            raise Unavailable(f"cannot prepare PostgreSQL schema {schema}: {exc!r}") from exc
+        conns = PgConnections(
+            bridge,
+            _connect_kwargs(dsn, schema),
+            connections,
+            cancel_grace=cancel_grace,
+            retry_window=retry_window,
+        )
+        await conns.open()
+        try:
+            yield PostgresLocationStore(conns, schema)
+        finally:
+            await conns.aclose()
+
+
+if TYPE_CHECKING:
+
+    def _implements_protocol(store: PostgresLocationStore) -> LocationStore:
+        return store
