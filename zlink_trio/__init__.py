@@ -47,3 +47,4 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .server import Server as Server, open_server as open_server

@@ -7,6 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from ._version import __version__
+from .mesh.cli_node import add_node_parser, run as run_node
+from .store.cli import add_store_parser, run as run_store
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -15,7 +17,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Trio runtime for distributed Spots, Actors and STREAM sessions.",
     )
     parser.add_argument("--version", action="version", version=f"zlink-trio {__version__}")
-    parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    add_store_parser(commands)
+    add_node_parser(commands)
     return parser
 
 
@@ -25,6 +29,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "store":
+        return run_store(args)
+    if args.command == "node":
+        return run_node(args)
     return 0
 
 

@@ -15,19 +15,25 @@ protocol:
   to ``peer_send_timeout`` and then raises DeadlineExceeded). A peer that is not admitted
   raises :class:`PeerNotAdmitted` (an ``Unavailable``); nothing is queued for later.
 * ``request`` assigns a correlation, sends, and returns a :class:`PendingReply` whose
-  ``wait()`` yields the TerminalReply (command 20) with that correlation from that peer.
-  Replies are matched on (peer rid, correlation): a reply from another peer is dropped.
+  ``wait()`` yields the reply with that correlation from that peer: a TerminalReply
+  (command 20), or the 43 / 122 that answer a 42 / 121. Replies are matched on (peer rid,
+  correlation): a reply from another peer or with an unknown correlation is dropped and
+  counted. Reply records (20, 43, 122) never reach an ``on`` handler.
 * ``peer_state`` tells "transport blip" (CONNECTING: the intent is there, no admitted
   connection right now) from "peer gone for good" (GONE: the logical owner removed the
   connection intent AND no admitted connection is left). ``wait_peer_change`` wakes on
   any transition of that peer. Durable-operation replay consults exactly this transition
   and keeps no monitor of its own (spec 04 §8.1).
+* ``peers`` and ``wait_peers_change`` are the same states for every known peer at once
+  (placement, harnesses, operators).
+
+The decisions behind these rules are in docs/decisions.md ("MeshNode and transport").
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
@@ -98,12 +104,28 @@ InboundHandler = Callable[[PeerIdentity, Any], Awaitable[None]]
 
 
 class PendingReply(Protocol):
-    correlation: int
-    peer: PeerIdentity
+    """One request in flight. Wait for it exactly once (or discard it): a registration
+    lives until its reply arrives, a ``wait()`` is cancelled, or ``discard()``."""
+
+    @property
+    def correlation(self) -> int: ...
+
+    @property
+    def peer(self) -> PeerIdentity: ...
 
     async def wait(self) -> Any:
-        """The TerminalReply record. Raises LinkLost when the connection it was sent on
-        broke first (the caller decides: wait on with ``wait()`` again, or replay)."""
+        """The reply record (TerminalReply, or 43 / 122 for a 42 / 121).
+
+        Raises LinkLost (once) when the connection the request went out on broke before
+        the reply arrived; the request stays registered, so the caller may ``wait()``
+        again and still get a reply that arrives later over a new connection, or replay
+        (consulting ``peer_state``). Cancelling ``wait()`` abandons the request (a later
+        reply is dropped and counted). Only one task may wait at a time.
+        """
+        ...
+
+    def discard(self) -> None:
+        """Forget the request without waiting (idempotent)."""
         ...
 
 
@@ -112,10 +134,13 @@ class MeshNodeApi(Protocol):
     def identity(self) -> NodeIdentity: ...
 
     def owner_fence(self, mesh_name: MeshName) -> OwnerFence:
-        """This node as an owner in ``mesh_name`` (with the current lease generation)."""
+        """This node as an owner in ``mesh_name`` (with the current lease generation).
+        NotFound for a mesh this node is not in; Unavailable before registration."""
         ...
 
-    def entry_spot_id(self, mesh_name: MeshName) -> SpotId: ...
+    def entry_spot_id(self, mesh_name: MeshName) -> SpotId:
+        """The Entry Spot id this lifecycle published in ``mesh_name`` (NotFound if none)."""
+        ...
 
     @property
     def admitting(self) -> bool:
@@ -123,9 +148,21 @@ class MeshNodeApi(Protocol):
         owner admits no message and performs no location update."""
         ...
 
-    def on(self, command: int, handler: InboundHandler) -> None: ...
+    def on(self, command: int, handler: InboundHandler) -> None:
+        """Register the one handler of ``command``. Only before the node accepts
+        connections; InvalidOperation for a second handler, for a transport-owned command
+        (20, 43, 122, 100-105) or after start."""
+        ...
 
-    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity: ...
+    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity:
+        """Queue ``record`` on the admitted connection to ``peer``; return who it went to.
+
+        Raises:
+            PeerNotAdmitted: no admitted connection now (nothing is queued).
+            DeadlineExceeded: the writer lane stayed full for ``peer_send_timeout``.
+            ProtocolError: ``record`` cannot be encoded or exceeds ``max_frame_bytes``.
+        """
+        ...
 
     async def request(self, peer: PeerAddress, record: Any) -> PendingReply:
         """``record`` must have a ``correlation`` field; it is replaced by a fresh one."""
@@ -133,4 +170,14 @@ class MeshNodeApi(Protocol):
 
     def peer_state(self, peer: PeerAddress) -> PeerState: ...
 
-    async def wait_peer_change(self, peer: PeerAddress) -> PeerState: ...
+    async def wait_peer_change(self, peer: PeerAddress) -> PeerState:
+        """Wait for the next transition of ``peer``'s state; return the new state."""
+        ...
+
+    def peers(self) -> Mapping[PeerAddress, PeerState]:
+        """Every peer that is not GONE, with its state (a snapshot)."""
+        ...
+
+    async def wait_peers_change(self) -> None:
+        """Wait for the next transition of any peer's state."""
+        ...

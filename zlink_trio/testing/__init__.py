@@ -3,6 +3,23 @@
 Only re-exports live here; the implementation is in the submodules.
 """
 
+from ..mesh.faults import (
+    FaultEvent as FaultEvent,
+    FaultKind as FaultKind,
+    FaultPlan as FaultPlan,
+    FaultRule as FaultRule,
+)
+from ..mesh.tap import (
+    TapDirection as TapDirection,
+    TapEvent as TapEvent,
+    WireTap as WireTap,
+)
+from .cluster import (
+    Cluster as Cluster,
+    instrument as instrument,
+    node_of as node_of,
+    open_cluster as open_cluster,
+)
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,
     STORE_WRITE_METHODS as STORE_WRITE_METHODS,

@@ -1,0 +1,151 @@
+"""`zlink-trio node` processes on a shared PostgreSQL Location Store: one is SIGKILLed;
+the survivors see the link break (CONNECTING), then the peer GONE once its lease expired
+and their descriptor watchers dropped the intent; the Store shows the expired lease.
+
+Real processes, so real time: short leases (TTL 1 s), everything bounded by fail_after,
+and the test waits on the nodes' output lines, never on fixed sleeps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import pytest
+import trio
+
+from zlink_trio.ids import MeshName
+from zlink_trio.store.postgres import drop_schema, open_postgres_store
+
+pytestmark = [pytest.mark.process, pytest.mark.postgres, pytest.mark.slow]
+
+MESH = "faults"
+LEASE_TTL = 1.0
+
+
+class Node:
+    """One `zlink-trio node` process and the JSON lines it printed."""
+
+    def __init__(self, process: trio.Process) -> None:
+        self.process = process
+        self.lines: list[dict[str, Any]] = []
+        self._buffer = b""
+        self._changed = trio.Event()
+        self.ready: dict[str, Any] = {}
+
+    @property
+    def rid(self) -> str:
+        return str(self.ready["rid"])
+
+    async def pump(self) -> None:
+        assert self.process.stdout is not None
+        async for chunk in self.process.stdout:
+            self._buffer += chunk
+            while b"\n" in self._buffer:
+                line, self._buffer = self._buffer.split(b"\n", 1)
+                self.lines.append(json.loads(line))
+                changed, self._changed = self._changed, trio.Event()
+                changed.set()
+        changed, self._changed = self._changed, trio.Event()
+        changed.set()
+
+    async def wait_line(self, **match: Any) -> dict[str, Any]:
+        while True:
+            for line in self.lines:
+                if all(line.get(k) == v for k, v in match.items()):
+                    return line
+            if self.process.returncode is not None and not self._buffer:
+                await trio.lowlevel.checkpoint()
+                for line in self.lines:
+                    if all(line.get(k) == v for k, v in match.items()):
+                        return line
+                raise AssertionError(f"node exited without printing {match}: {self.lines}")
+            await self._changed.wait()
+
+    def peer_states(self, rid: str, since: int = 0) -> list[str]:
+        return [line["state"] for line in self.lines[since:] if line.get("rid") == rid]
+
+
+@asynccontextmanager
+async def nodes(dsn: str, schema: str, count: int) -> AsyncIterator[list[Node]]:
+    secret = secrets.token_hex(32)
+    command = [
+        sys.executable, "-m", "zlink_trio.cli", "node",
+        "--mesh", MESH, "--listen", "127.0.0.1:0", "--secret-hex", secret,
+        "--pg-dsn", dsn, "--pg-schema", schema, "--pg-connections", "2",
+        "--lease-ttl", str(LEASE_TTL), "--renew-interval", "0.25",
+        "--poll-interval", "0.1", "--hello-timeout", "1", "--report-peers",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    started: list[Node] = []
+    async with trio.open_nursery() as nursery:
+        try:
+            for _ in range(count):
+                process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
+                node = Node(process)
+                started.append(node)
+                nursery.start_soon(node.pump)
+            for node in started:
+                node.ready = await node.wait_line(event="ready")
+            yield started
+        finally:
+            with trio.CancelScope(shield=True):
+                for node in started:
+                    if node.process.returncode is None:
+                        node.process.kill()
+                    await node.process.wait()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+async def test_sigkilled_node_is_seen_gone_by_the_survivors(pg_dsn: str) -> None:
+    schema = f"zlink_faults_{uuid.uuid4().hex[:12]}"
+    try:
+        with trio.fail_after(60):
+            async with open_postgres_store(pg_dsn, schema=schema, connections=2) as store:
+                async with nodes(pg_dsn, schema, 3) as (victim, *survivors):
+                    for node in (victim, *survivors):
+                        for other in (victim, *survivors):
+                            if other is not node:
+                                await node.wait_line(event="peer", rid=other.rid, state="admitted")
+                    records = await store.list_nodes(MeshName(MESH))
+                    assert len(records) == 3 and all(r.live for r in records)
+
+                    marks = [len(node.lines) for node in survivors]
+                    for node in survivors:
+                        assert node.peer_states(victim.rid)[-1] == "admitted"
+                    victim.process.send_signal(signal.SIGKILL)
+                    assert await victim.process.wait() == -signal.SIGKILL
+
+                    for node, mark in zip(survivors, marks, strict=True):
+                        await node.wait_line(event="peer", rid=victim.rid, state="gone")
+                        # the link broke (CONNECTING: the intent stays), then the lease
+                        # expired and the watcher dropped the intent (GONE)
+                        assert node.peer_states(victim.rid, mark) == ["connecting", "gone"]
+                    by_rid = {r.descriptor.node_rid.hex: r for r in await store.list_nodes()}
+                    assert not by_rid[victim.rid].live  # the lease ran out; nobody removed it
+                    assert all(by_rid[node.rid].live for node in survivors)
+                    for a in survivors:
+                        for b in survivors:
+                            if a is not b:
+                                assert a.peer_states(b.rid)[-1] == "admitted"
+
+                    for node in survivors:
+                        node.process.send_signal(signal.SIGTERM)
+                    for node in survivors:
+                        assert await node.process.wait() == 0
+                        await node.wait_line(event="stopped", status=0)
+                remaining = await store.list_nodes()
+                # graceful exits removed their descriptors; the killed one only expired
+                assert [r.descriptor.node_rid.hex for r in remaining] == [victim.rid]
+                assert not remaining[0].live
+    finally:
+        with trio.CancelScope(shield=True):
+            await drop_schema(pg_dsn, schema)

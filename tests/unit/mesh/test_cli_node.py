@@ -1,0 +1,76 @@
+"""`zlink-trio node`: flags and a JSON file become one ServerConfig."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zlink_trio.cli import build_parser, main
+from zlink_trio.config import ObjectRole, PostgresStoreConfig
+from zlink_trio.mesh.cli_node import EXIT_CONFIGURATION, build_config
+
+SECRET = "00112233445566778899aabbccddeeff"
+
+
+def parse(*argv: str) -> object:
+    return build_config(build_parser().parse_args(["node", *argv]))
+
+
+def test_flags() -> None:
+    config = parse(
+        "--mesh", "world", "--mesh", "lobby=client", "--listen", "0.0.0.0:7001",
+        "--advertise", "10.0.0.5", "--secret-hex", SECRET, "--pg-dsn", "postgresql://x/y",
+        "--pg-schema", "s1", "--node-name", "edge", "--lease-ttl", "2", "--renew-interval",
+        "0.5", "--poll-interval", "0.2",
+    )  # fmt: skip
+    assert [(str(m.name), m.object_role) for m in config.meshes] == [  # type: ignore[attr-defined]
+        ("world", ObjectRole.SERVER),
+        ("lobby", ObjectRole.CLIENT),
+    ]
+    assert config.listen_host == "0.0.0.0" and config.listen_port == 7001  # type: ignore[attr-defined]
+    assert config.advertise_host == "10.0.0.5"  # type: ignore[attr-defined]
+    assert config.cluster_secret == bytes.fromhex(SECRET)  # type: ignore[attr-defined]
+    assert config.location_store == PostgresStoreConfig(dsn="postgresql://x/y", schema="s1")  # type: ignore[attr-defined]
+    assert config.owner_lease_ttl == 2.0  # type: ignore[attr-defined]
+    assert config.descriptor_poll_interval == 0.2  # type: ignore[attr-defined]
+
+
+def test_json_file_with_flags_overriding(tmp_path: Path) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(
+        json.dumps(
+            {
+                "meshes": [{"name": "world", "object_role": "client"}],
+                "listen": "127.0.0.1:0",
+                "secret_hex": SECRET,
+                "node_name": "from-file",
+                "peer_send_queue": 16,
+            }
+        )
+    )
+    config = parse("--config", str(path), "--node-name", "from-flag")
+    assert config.node_name == "from-flag"  # type: ignore[attr-defined]
+    assert config.peer_send_queue == 16  # type: ignore[attr-defined]
+    assert config.meshes[0].object_role is ObjectRole.CLIENT  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--mesh", "world"],  # no secret
+        ["--mesh", "world=boss", "--secret-hex", SECRET],
+        ["--listen", "nope"],
+        ["--secret-hex", "zz"],
+    ],
+)
+def test_configuration_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["node", *argv]) == EXIT_CONFIGURATION
+    assert "zlink-trio node:" in capsys.readouterr().err
+
+
+def test_unknown_file_keys_are_refused(tmp_path: Path) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"no_such_setting": 1}))
+    assert main(["node", "--config", str(path)]) == EXIT_CONFIGURATION

@@ -1,0 +1,73 @@
+"""Pending replies: matched on (peer rid, correlation); LinkLost once, then still wait."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from zlink_trio.errors import InvalidOperation
+from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
+from zlink_trio.mesh.api import LinkLost, PeerIdentity
+from zlink_trio.mesh.reasons import DropReason
+from zlink_trio.mesh.replies import ReplyRegistry
+
+PEER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
+OTHER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
+CONN = object()
+
+
+async def test_reply_goes_to_its_waiter_only_from_its_peer() -> None:
+    registry = ReplyRegistry()
+    first = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    second = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    assert second.correlation == first.correlation + 1
+    assert registry.deliver(OTHER, first.correlation, "forged") is DropReason.REPLY_WRONG_PEER
+    assert registry.deliver(PEER, 999, "late") is DropReason.UNKNOWN_CORRELATION
+    assert registry.deliver(PEER, first.correlation, "one") is None
+    assert await first.wait() == "one"
+    assert len(registry) == 1
+    second.discard()
+    assert len(registry) == 0
+    assert registry.deliver(PEER, second.correlation, "two") is DropReason.UNKNOWN_CORRELATION
+
+
+async def test_link_lost_once_then_a_later_reply_is_delivered() -> None:
+    registry = ReplyRegistry()
+    pending = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        got: list[object] = []
+
+        async def waiter() -> None:
+            with pytest.raises(LinkLost):
+                await pending.wait()
+            got.append(await pending.wait())
+
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        registry.connection_broke(CONN)  # type: ignore[arg-type]
+        await trio.testing.wait_all_tasks_blocked()
+        registry.connection_broke(CONN)  # type: ignore[arg-type]  # already reported
+        registry.deliver(PEER, pending.correlation, "after reconnect")
+    assert got == ["after reconnect"]
+
+
+async def test_cancelled_wait_abandons() -> None:
+    registry = ReplyRegistry()
+    pending = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    with trio.move_on_after(0.01):
+        await pending.wait()
+    assert len(registry) == 0
+    with pytest.raises(InvalidOperation):
+        await pending.wait()
+
+
+async def test_only_one_waiter() -> None:
+    registry = ReplyRegistry()
+    pending = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(pending.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(trio.BusyResourceError):
+            await pending.wait()
+        registry.deliver(PEER, pending.correlation, "done")

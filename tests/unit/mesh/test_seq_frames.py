@@ -1,0 +1,71 @@
+"""Sequenced peer frames: split anywhere, numbered 1, 2, 3..., a gap or a repeat fails."""
+
+from __future__ import annotations
+
+import pytest
+
+from zlink_trio.errors import ProtocolError
+from zlink_trio.mesh.frames import SEQ_BYTES, SequencedDecoder, SequenceGap, pack_frame
+
+
+def stream(bodies: list[bytes], first: int = 1) -> bytes:
+    return b"".join(pack_frame(first + i, body) for i, body in enumerate(bodies))
+
+
+@pytest.mark.parametrize("chunk", [1, 2, 3, 5, 7, 12, 13, 64, 10_000])
+def test_any_split_yields_the_same_bodies(chunk: int) -> None:
+    bodies = [b"a", b"bb" * 40, b"c" * 300, b"d"]
+    data = stream(bodies)
+    decoder = SequencedDecoder(1024)
+    out: list[bytes] = []
+    for i in range(0, len(data), chunk):
+        out += decoder.feed(data[i : i + chunk])
+    assert out == bodies
+    assert decoder.received == 4
+    assert decoder.buffered == 0
+    decoder.check_eof()
+
+
+def test_gap_is_reported_after_the_good_frames() -> None:
+    data = pack_frame(1, b"one") + pack_frame(3, b"three")
+    decoder = SequencedDecoder(1024)
+    assert decoder.feed(data) == [b"one"]
+    assert isinstance(decoder.failure, SequenceGap)
+    with pytest.raises(SequenceGap):
+        decoder.feed(b"")
+
+
+@pytest.mark.parametrize("seq", [0, 1, 3])
+def test_repeat_or_skip_fails(seq: int) -> None:
+    decoder = SequencedDecoder(1024)
+    decoder.feed(pack_frame(1, b"x"))
+    with pytest.raises(SequenceGap):
+        decoder.feed(pack_frame(seq, b"y"))
+
+
+def test_oversized_length_is_refused_before_its_body_arrives() -> None:
+    decoder = SequencedDecoder(16)
+    header = (17 + SEQ_BYTES).to_bytes(4, "big")
+    with pytest.raises(ProtocolError):
+        decoder.feed(header)
+    with pytest.raises(ProtocolError):  # stays failed
+        decoder.feed(pack_frame(1, b"x"))
+
+
+def test_frame_without_body_is_refused() -> None:
+    decoder = SequencedDecoder(16)
+    with pytest.raises(ProtocolError):
+        decoder.feed(SEQ_BYTES.to_bytes(4, "big") + (1).to_bytes(8, "big"))
+
+
+def test_eof_inside_a_frame_is_a_protocol_error() -> None:
+    decoder = SequencedDecoder(1024)
+    decoder.feed(pack_frame(1, b"hello")[:-1])
+    with pytest.raises(ProtocolError):
+        decoder.check_eof()
+
+
+def test_limit_can_be_raised_after_the_handshake() -> None:
+    decoder = SequencedDecoder(4)
+    decoder.max_body_bytes = 1000
+    assert decoder.feed(pack_frame(1, b"x" * 1000)) == [b"x" * 1000]

@@ -1,0 +1,222 @@
+"""``zlink-trio node``: run one MeshNode lifecycle (one server) until SIGTERM/SIGINT.
+
+::
+
+    zlink-trio node --mesh world --mesh lobby=client --listen 127.0.0.1:7001 \\
+        --secret-hex 00112233445566778899aabbccddeeff --pg-dsn postgresql://... --pg-schema zlink
+
+Flags override a JSON ``--config`` file whose keys are ServerConfig field names
+(scalars), plus ``meshes`` (``["world", "lobby=client"]`` or objects with ``name`` and
+``object_role``), ``listen`` (``HOST:PORT``), ``secret_hex``, ``pg_dsn``, ``pg_schema``,
+``pg_connections``. Without ``--pg-dsn`` the node uses a private in-memory Location Store
+(a single-node demo: processes cannot share one).
+
+Standard output carries one JSON object per line: ``{"event": "ready", "rid": ..., "generation":
+..., "host": ..., "port": ..., "entry_spot_ids": {mesh: id}}`` once the node is registered
+and accepting; with ``--report-peers`` a ``{"event": "peer", "mesh", "rid", "state"}`` line
+per peer state transition; ``{"event": "lease_lost", "reason"}`` when the owner lease is
+lost (the node is fail-stopped: it exits with status 3 so a supervisor starts a new
+lifecycle); ``{"event": "stopped"}`` after a graceful exit (descriptor removed).
+Exit status: 0 after SIGTERM/SIGINT, 2 for a configuration error, 3 after a lost lease.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Final
+
+import attrs
+import trio
+
+from ..config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
+from ..errors import ConfigurationError
+from .api import PeerState
+
+__all__ = ["EXIT_CONFIGURATION", "EXIT_LEASE_LOST", "add_node_parser", "build_config", "run"]
+
+EXIT_CONFIGURATION: Final = 2
+EXIT_LEASE_LOST: Final = 3
+
+_FLAG_FIELDS: Final = {
+    "node_name": "node_name",
+    "advertise": "advertise_host",
+    "lease_ttl": "owner_lease_ttl",
+    "renew_interval": "owner_lease_renew_interval",
+    "poll_interval": "descriptor_poll_interval",
+    "hello_timeout": "hello_timeout",
+}
+
+
+def add_node_parser(commands: Any) -> None:
+    """Add the ``node`` command to the ``zlink-trio`` sub-command parsers."""
+    node = commands.add_parser("node", help="run one MeshNode until SIGTERM/SIGINT")
+    node.add_argument("--config", type=Path, help="JSON file of settings (flags override)")
+    node.add_argument("--mesh", action="append", metavar="NAME[=ROLE]", help="repeatable")
+    node.add_argument("--listen", metavar="HOST:PORT")
+    node.add_argument("--advertise", metavar="HOST", help="host peers dial (default: listen)")
+    node.add_argument("--secret-hex", help="cluster secret, hex (at least 16 bytes)")
+    node.add_argument("--pg-dsn", help="PostgreSQL Location Store DSN")
+    node.add_argument("--pg-schema", help="PostgreSQL schema (default: zlink)")
+    node.add_argument("--pg-connections", type=int)
+    node.add_argument("--node-name")
+    node.add_argument("--lease-ttl", type=float, metavar="SECONDS")
+    node.add_argument("--renew-interval", type=float, metavar="SECONDS")
+    node.add_argument("--poll-interval", type=float, metavar="SECONDS")
+    node.add_argument("--hello-timeout", type=float, metavar="SECONDS")
+    node.add_argument("--report-peers", action="store_true", help="print peer transitions")
+
+
+def _mesh(spec: object) -> MeshConfig:
+    if isinstance(spec, Mapping):
+        return MeshConfig(
+            name=spec["name"], object_role=ObjectRole(spec.get("object_role", "server"))
+        )
+    if not isinstance(spec, str):
+        raise ConfigurationError(f"mesh: expected NAME[=ROLE], got {spec!r}")
+    name, _, role = spec.partition("=")
+    try:
+        return MeshConfig(name=name, object_role=ObjectRole(role or "server"))
+    except ValueError:
+        raise ConfigurationError(f"mesh {spec!r}: role must be none, client or server") from None
+
+
+def build_config(args: argparse.Namespace) -> ServerConfig:
+    """The ServerConfig of a ``node`` command line (file, then flags).
+
+    Raises:
+        ConfigurationError: unreadable file, unknown key, bad value.
+    """
+    settings: dict[str, Any] = {}
+    if args.config is not None:
+        try:
+            loaded = json.loads(args.config.read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigurationError(f"--config {args.config}: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigurationError("--config: expected a JSON object")
+        settings.update(loaded)
+    if args.mesh:
+        settings["meshes"] = list(args.mesh)
+    flags = {
+        "listen": args.listen,
+        "secret_hex": args.secret_hex,
+        "pg_dsn": args.pg_dsn,
+        "pg_schema": args.pg_schema,
+        "pg_connections": args.pg_connections,
+    }
+    settings.update({key: value for key, value in flags.items() if value is not None})
+    for flag, field in _FLAG_FIELDS.items():
+        value = getattr(args, flag)
+        if value is not None:
+            settings[field] = value
+
+    fields: dict[str, Any] = {}
+    fields["meshes"] = tuple(_mesh(m) for m in settings.pop("meshes", ()))
+    listen = settings.pop("listen", None)
+    if listen is not None:
+        host, sep, port = str(listen).rpartition(":")
+        if not sep or not port.isdigit():
+            raise ConfigurationError(f"listen: expected HOST:PORT, got {listen!r}")
+        fields["listen_host"], fields["listen_port"] = host.strip("[]"), int(port)
+    secret = settings.pop("secret_hex", None)
+    if secret is not None:
+        try:
+            fields["cluster_secret"] = bytes.fromhex(secret)
+        except ValueError:
+            raise ConfigurationError("secret_hex: not hex") from None
+    dsn = settings.pop("pg_dsn", None)
+    schema = settings.pop("pg_schema", None)
+    connections = settings.pop("pg_connections", None)
+    if dsn is not None:
+        pg: dict[str, Any] = {"dsn": dsn}
+        if schema is not None:
+            pg["schema"] = schema
+        if connections is not None:
+            pg["connections"] = connections
+        fields["location_store"] = PostgresStoreConfig(**pg)
+    known = {f.name for f in attrs.fields(ServerConfig)} - {"meshes", "location_store", "router"}
+    unknown = set(settings) - known
+    if unknown:
+        raise ConfigurationError(f"unknown settings: {', '.join(sorted(unknown))}")
+    fields.update(settings)
+    try:
+        return ServerConfig(**fields)
+    except TypeError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def _emit(event: str, **fields: object) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+async def _report_peers(node: Any) -> None:
+    known: dict[Any, PeerState] = {}
+    while True:
+        now = dict(node.peers())
+        for address in set(known) | set(now):
+            state = now.get(address, PeerState.GONE)
+            if known.get(address, PeerState.GONE) is not state:
+                _emit(
+                    "peer", mesh=str(address.mesh_name), rid=address.node_rid.hex, state=state.value
+                )
+        known = {a: s for a, s in now.items() if s is not PeerState.GONE}
+        await node.wait_peers_change()
+
+
+async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
+    """Run the node until SIGTERM/SIGINT (0) or a lost lease (3)."""
+    from ..server import open_server  # the server stack loads only when a node runs
+    from ..store.memory import MemoryLocationStore
+
+    if config.location_store is None and config.meshes:
+        config = attrs.evolve(config, location_store=MemoryLocationStore())
+    status = 0
+    with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async with open_server(config) as server:
+            endpoint = server.endpoint
+            _emit(
+                "ready",
+                rid=server.identity.node_rid.hex,
+                generation=server.identity.node_generation.value,
+                host=None if endpoint is None else endpoint.host,
+                port=None if endpoint is None else endpoint.port,
+                entry_spot_ids={
+                    str(m.name): server.node.entry_spot_id(m.name).value for m in config.meshes
+                },
+            )
+            async with trio.open_nursery() as nursery:
+
+                async def lease_watch() -> None:
+                    nonlocal status
+                    lost = await server.wait_lease_lost()
+                    _emit("lease_lost", reason=lost.reason)
+                    status = EXIT_LEASE_LOST
+                    nursery.cancel_scope.cancel()
+
+                if report_peers:
+                    nursery.start_soon(_report_peers, server.node)
+                nursery.start_soon(lease_watch)
+                async for _ in signals:
+                    break
+                nursery.cancel_scope.cancel()
+    _emit("stopped", status=status)
+    return status
+
+
+def run(args: argparse.Namespace) -> int:
+    """The ``node`` command."""
+    try:
+        config = build_config(args)
+    except ConfigurationError as exc:
+        print(f"zlink-trio node: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIGURATION
+    try:
+        return trio.run(lambda: serve(config, report_peers=args.report_peers))
+    except ConfigurationError as exc:
+        print(f"zlink-trio node: {exc.message}", file=sys.stderr)
+        return EXIT_CONFIGURATION

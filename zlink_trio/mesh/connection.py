@@ -1,0 +1,500 @@
+"""One admitted peer connection: a reader (this task), a writer lane drained by one
+writer task, and a keepalive task, all in one nursery that lives exactly as long as the
+connection.
+
+Writer lane: a bounded memory channel (``peer_send_queue``) of ``(record, body)`` items.
+The writer takes everything queued (up to :data:`BATCH_BYTES`), stamps sequence numbers
+and writes the batch with ONE ``send_all``. With a fault plan or reordered/delayed frames
+pending it takes the slower path that applies the plan (:mod:`.faults`).
+
+Corking: while a reader handles several frames that arrived in one read, sends made by
+the handlers (on any connection) are queued without yielding, so a burst of replies
+leaves in one write per connection.
+
+Direct write: when nothing is queued, nobody is writing and the node is not corked,
+:meth:`Connection.send` writes the frame itself if the kernel takes it at once, without
+waiting: if the kernel takes nothing the frame goes to the lane, and the rest of a
+partial write goes to the (empty) lane as its first item, so the caller never waits on
+the socket and never leaves half a frame behind. Order is kept: a direct write happens
+only while the lane and the writer are empty. This saves the writer's task switch on
+every frame of a request/reply exchange; under load the lane batches as described.
+
+Reader: decodes each frame once; replies go to their waiter, pings are answered, the rest
+goes through admission (node admitting, stamped source identity) to the command's
+handler, awaited here (backpressure on this connection only).
+
+Keepalive: a ping every ``keepalive_interval``; no inbound data at all for
+``keepalive_timeout`` closes the connection (a silently dead peer).
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+from ..errors import DeadlineExceeded, ErrorKind, ProtocolError
+from ..wire import (
+    GoodbyeReason,
+    PeerGoodbye,
+    PeerPing,
+    PeerPong,
+    TerminalReply,
+    decode,
+    encode,
+)
+from .api import PeerIdentity, PeerNotAdmitted
+from .faults import FaultKind
+from .frameio import YIELD_EVERY, FrameIO, PeerClosed
+from .frames import SEQ_BYTES, SequenceGap, pack_header
+from .ingress import ANSWERED_BY_20, HANDSHAKE_TYPES, REPLY_TYPES, SOURCE_OF
+from .reasons import CloseReason, DropReason
+
+if TYPE_CHECKING:
+    from .faults import FaultPlan
+    from .node import MeshNode
+
+__all__ = ["BATCH_BYTES", "Connection"]
+
+logger = logging.getLogger("zlink_trio.mesh")
+
+BATCH_BYTES: Final = 256 * 1024
+"""The writer stops adding queued frames to one ``send_all`` past this many bytes."""
+
+_Item = tuple[Any, bytes]
+_CLOSE: Final[_Item] = (None, b"")
+"""Lane marker: write what precedes, then close the connection (graceful goodbye)."""
+
+
+class _Rest:
+    """Lane marker record: the item's bytes are the unwritten rest of a direct write
+    (already numbered): written verbatim, first."""
+
+
+_REST: Final = _Rest()
+
+
+class _Stop(Exception):
+    """The writer closed the connection (cut, goodbye): stop writing."""
+
+
+@final
+class Connection:
+    """Made by the node once the handshake admitted ``peer``; :meth:`run` until it ends."""
+
+    __slots__ = (
+        "_busy",
+        "_delayed",
+        "_delayed_serial",
+        "_io",
+        "_lane_recv",
+        "_lane_send",
+        "_node",
+        "_queued",
+        "_reordered",
+        "_scope",
+        "address",
+        "close_reason",
+        "dialed",
+        "peer",
+        "preferred",
+    )
+
+    def __init__(self, node: MeshNode, peer: PeerIdentity, io: FrameIO, *, dialed: bool) -> None:
+        self._node = node
+        self.peer: Final = peer
+        self.address: Final = peer.address
+        self.dialed: Final = dialed
+        self.preferred: Final = dialed == (node.identity.node_rid.value < peer.node_rid.value)
+        """Dialed by the lower NodeRid: wins over a concurrent connection with the peer."""
+        self._io = io
+        io.decoder.max_body_bytes = node.config.max_frame_bytes
+        send, recv = trio.open_memory_channel[_Item](node.config.peer_send_queue)
+        self._lane_send = send
+        self._lane_recv = recv
+        self._scope: trio.CancelScope | None = None
+        self.close_reason: CloseReason | None = None
+        self._delayed: list[tuple[float, int, _Item]] = []
+        self._delayed_serial = 0
+        self._reordered: list[_Item] = []
+        self._queued = 0  # items put in the lane and not yet written
+        self._busy = False  # the writer is writing a batch
+
+    def __repr__(self) -> str:
+        return f"<Connection to {self.peer} {'dialed' if self.dialed else 'accepted'}>"
+
+    # --- lifetime ---------------------------------------------------------------------------
+    async def run(self) -> CloseReason:
+        """Run until the connection ends; return why. The stream is closed on return."""
+        node = self._node
+        try:
+            async with trio.open_nursery() as nursery:
+                self._scope = nursery.cancel_scope
+                if self.close_reason is not None:  # closed before it ran
+                    nursery.cancel_scope.cancel()
+                nursery.start_soon(self._writer, name=f"zlink_trio.mesh.writer {self.peer}")
+                nursery.start_soon(self._keepalive, name=f"zlink_trio.mesh.keepalive {self.peer}")
+                if not node._links.attach(self):
+                    self.close_reason = CloseReason.DUPLICATE
+                    self.say_goodbye(GoodbyeReason.DUPLICATE_CONNECTION)
+                    await trio.sleep_forever()  # until the writer wrote the goodbye
+                await self._reader()
+                nursery.cancel_scope.cancel()
+        finally:
+            if self.close_reason is None:
+                self.close_reason = CloseReason.SHUTDOWN
+            self._lane_send.close()
+            node._links.detach(self)
+            node._replies.connection_broke(self)
+            node._counters.closed(self.close_reason)
+            self._io.close()
+        return self.close_reason
+
+    def close(self, reason: CloseReason) -> None:
+        """End the connection (the first reason sticks)."""
+        if self.close_reason is None:
+            self.close_reason = reason
+        if self._scope is not None:
+            self._scope.cancel(reason=f"zlink_trio peer connection closed: {reason.value}")
+
+    def say_goodbye(self, reason: GoodbyeReason = GoodbyeReason.SHUTDOWN) -> None:
+        """Queue a 104 then close after it is written (close at once if the lane is full)."""
+        goodbye = PeerGoodbye(reason=reason)
+        try:
+            self._lane_send.send_nowait((goodbye, encode(goodbye)))
+            self._lane_send.send_nowait(_CLOSE)
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self.close(CloseReason.SHUTDOWN)
+
+    # --- sending ---------------------------------------------------------------------------
+    async def send(self, record: Any, body: bytes, *, checkpoint: bool = True) -> None:
+        """Write or queue one encoded record; wait up to ``peer_send_timeout`` for lane
+        space (DeadlineExceeded), PeerNotAdmitted if the connection is closed.
+
+        Always a cancellation point. After a direct write it yields only every
+        :data:`YIELD_EVERY` direct writes of this node (a loop of sends still lets other
+        tasks run, and a request/reply exchange skips a scheduler pass per frame);
+        ``checkpoint=False`` never yields there (the caller parks right after, e.g. a
+        request waiting for its reply)."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        corked = self._node._corked
+        if (
+            not corked
+            and not self._busy
+            and self._queued == 0
+            and self._node._faults is None
+            and not self._delayed
+            and not self._reordered
+            and self.close_reason is None
+            and await self._write_direct(record, body)
+        ):
+            if checkpoint:
+                node = self._node
+                node._send_streak += 1
+                if node._send_streak >= YIELD_EVERY:
+                    node._send_streak = 0
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+            return
+        item = (record, body)
+        self._queued += 1
+        try:
+            self._lane_send.send_nowait(item)
+        except trio.WouldBlock:
+            self._queued -= 1
+            await self._send_slow(item)
+            return
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._queued -= 1
+            raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
+        if not corked:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+
+    async def _send_slow(self, item: _Item) -> None:
+        timeout = self._node.config.peer_send_timeout
+        self._queued += 1
+        try:
+            with trio.move_on_after(timeout) as scope:
+                await self._lane_send.send(item)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            self._queued -= 1
+            raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
+        except BaseException:
+            self._queued -= 1
+            raise
+        if scope.cancelled_caught:
+            self._queued -= 1
+            raise DeadlineExceeded(f"the writer lane to {self.peer} stayed full for {timeout} s")
+
+    async def _write_direct(self, record: Any, body: bytes) -> bool:
+        """Write the frame now if the kernel takes (some of) it; False if it took nothing.
+        The sequence number is committed once the first byte is out; an unwritten rest
+        becomes the lane's first item."""
+        io = self._io
+        seq = io.sent + 1
+        data = pack_header(len(body) + SEQ_BYTES, seq) + body
+        try:
+            written = io.try_write(data)
+        except PeerClosed:
+            self.close(CloseReason.PEER_CLOSED)
+            raise PeerNotAdmitted(f"the connection to {self.peer} broke") from None
+        if not written:
+            return False
+        io.sent = seq
+        if written < len(data):
+            self._queued += 1
+            self._lane_send.send_nowait((_REST, data[written:]))  # the lane is empty
+        counters = self._node._counters
+        counters.frames_out += 1
+        counters.bytes_out += len(data)
+        tap = self._node._tap
+        if tap is not None:
+            tap._record(self._node._rid, True, self.peer, record)
+        return True
+
+    def send_nowait(self, record: Any) -> bool:
+        """Queue a control record if there is room (ping, pong, refusal); False if not."""
+        self._queued += 1
+        try:
+            self._lane_send.send_nowait((record, encode(record)))
+        except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._queued -= 1
+            return False
+        return True
+
+    # --- writer ---------------------------------------------------------------------------
+    async def _writer(self) -> None:
+        recv = self._lane_recv
+        node = self._node
+        try:
+            while True:
+                batch: list[_Item] = []
+                if self._delayed:
+                    with trio.move_on_at(self._delayed[0][0]):
+                        batch.append(await recv.receive())
+                else:
+                    batch.append(await recv.receive())
+                size = len(batch[0][1]) if batch else 0
+                while size < BATCH_BYTES:
+                    try:
+                        item = recv.receive_nowait()
+                    except trio.WouldBlock:
+                        break
+                    batch.append(item)
+                    size += len(item[1])
+                try:
+                    self._busy = True
+                    plan = node._faults
+                    if plan is None and not self._delayed and not self._reordered:
+                        await self._write_plain(batch)
+                    else:
+                        await self._write_faulty(batch, plan)
+                finally:
+                    self._queued -= len(batch)
+                    self._busy = False
+        except _Stop:
+            return
+        except (PeerClosed, trio.EndOfChannel):
+            self.close(CloseReason.PEER_CLOSED)
+        finally:
+            recv.close()
+
+    async def _write_plain(self, batch: list[_Item]) -> None:
+        parts: list[bytes] = []
+        seq = self._io.sent
+        closing = False
+        tap = self._node._tap
+        frames = 0
+        for record, body in batch:
+            if record is None:
+                closing = True
+                break
+            if record is _REST:
+                parts.append(body)
+                continue
+            frames += 1
+            seq += 1
+            parts.append(pack_header(len(body) + SEQ_BYTES, seq))
+            parts.append(body)
+            if tap is not None:
+                tap._record(self._node._rid, True, self.peer, record)
+        self._io.sent = seq
+        if parts:
+            await self._flush(parts, frames)
+        if closing:
+            self.close(CloseReason.SHUTDOWN)
+            raise _Stop
+
+    async def _flush(self, parts: list[bytes], frames: int) -> None:
+        data = b"".join(parts)
+        counters = self._node._counters
+        counters.frames_out += frames
+        counters.bytes_out += len(data)
+        await self._io.write_all(data)
+
+    async def _write_faulty(self, batch: list[_Item], plan: FaultPlan | None) -> None:
+        parts: list[bytes] = []
+        node = self._node
+        tap = node._tap
+        io = self._io
+        frames = 0
+
+        def emit(item: _Item) -> None:
+            nonlocal frames
+            record, body = item
+            frames += 1
+            io.sent += 1
+            parts.append(pack_header(len(body) + SEQ_BYTES, io.sent))
+            parts.append(body)
+            if tap is not None:
+                tap._record(node._rid, True, self.peer, record)
+
+        def emit_then_reordered(item: _Item) -> None:
+            emit(item)
+            while self._reordered:
+                emit(self._reordered.pop(0))
+
+        now = trio.current_time()
+        while self._delayed and self._delayed[0][0] <= now:
+            emit_then_reordered(heapq.heappop(self._delayed)[2])
+        for item in batch:
+            record = item[0]
+            if record is None:
+                if parts:
+                    await self._flush(parts, frames)
+                self.close(CloseReason.SHUTDOWN)
+                raise _Stop
+            if record is _REST:
+                parts.append(item[1])
+                continue
+            rule = None if plan is None else plan._decide(node._rid, self.peer, record.COMMAND)
+            if rule is None:
+                emit_then_reordered(item)
+            elif rule.kind is FaultKind.DROP:
+                io.sent += 1  # the number is used: the receiver will see the gap
+            elif rule.kind is FaultKind.DUPLICATE:
+                emit_then_reordered(item)
+                emit(item)
+            elif rule.kind is FaultKind.DELAY:
+                self._delayed_serial += 1
+                heapq.heappush(self._delayed, (now + rule.seconds, self._delayed_serial, item))
+            elif rule.kind is FaultKind.REORDER:
+                self._reordered.append(item)
+            else:  # CUT
+                if rule.deliver:
+                    emit(item)
+                if parts:
+                    await self._flush(parts, frames)
+                self.close(CloseReason.FAULT_CUT)
+                raise _Stop
+        if parts:
+            await self._flush(parts, frames)
+
+    # --- keepalive -------------------------------------------------------------------------
+    async def _keepalive(self) -> None:
+        interval, timeout = self._node._keepalive
+        io = self._io
+        token = 0
+        seen = io.chunks
+        silent = 0.0
+        while True:
+            await trio.sleep(interval)
+            if io.chunks == seen:
+                silent += interval
+                if silent >= timeout:
+                    self.close(CloseReason.KEEPALIVE_TIMEOUT)
+                    return
+            else:
+                seen = io.chunks
+                silent = 0.0
+            token += 1
+            self.send_nowait(PeerPing(token=token))
+
+    # --- reader ----------------------------------------------------------------------------
+    async def _reader(self) -> None:
+        io = self._io
+        counters = self._node._counters
+        node = self._node
+        bodies = io.take_buffered()
+        try:
+            while True:
+                # Several frames in one read (a burst): "cork" the node while handling
+                # them, so what the handlers send goes to the writer lanes without a
+                # yield each and leaves in one write per connection once we park.
+                corked = len(bodies) > 1
+                if corked:
+                    node._corked += 1
+                try:
+                    for body in bodies:
+                        counters.bytes_in += len(body) + SEQ_BYTES + 4
+                        await self._dispatch(decode(body))
+                        if self.close_reason is not None:
+                            return
+                finally:
+                    if corked:
+                        node._corked -= 1
+                bodies = await io.receive_some()
+        except SequenceGap as exc:
+            counters.drop(DropReason.SEQUENCE_GAP)
+            logger.warning("peer %s: %s; closing the connection", self.peer, exc)
+            self.close(CloseReason.SEQUENCE_GAP)
+        except ProtocolError as exc:
+            counters.drop(DropReason.PROTOCOL_ERROR)
+            logger.warning("peer %s: protocol error %s; closing the connection", self.peer, exc)
+            self.close(CloseReason.PROTOCOL_ERROR)
+        except PeerClosed:
+            self.close(CloseReason.PEER_CLOSED)
+
+    async def _dispatch(self, record: Any) -> None:
+        node = self._node
+        counters = node._counters
+        counters.frames_in += 1
+        tap = node._tap
+        if tap is not None:
+            tap._record(node._rid, False, self.peer, record)
+        kind = type(record)
+        if kind in REPLY_TYPES:
+            reason = node._replies.deliver(self.peer, record.correlation, record)
+            if reason is not None:
+                counters.drop(reason)
+            return
+        if kind is PeerPing:
+            if not self.send_nowait(PeerPong(token=record.token)):
+                counters.drop(DropReason.PONG_QUEUE_FULL)
+            return
+        if kind is PeerPong:
+            return
+        if kind is PeerGoodbye:
+            self.close(CloseReason.GOODBYE)
+            if record.reason is not GoodbyeReason.DUPLICATE_CONNECTION:
+                node._peer_left()
+            return
+        if kind in HANDSHAKE_TYPES:
+            raise ProtocolError(f"command {int(record.COMMAND)} after the handshake")
+        if not node._admitting_now():
+            counters.drop(DropReason.NOT_ADMITTING)
+            correlation = getattr(record, "correlation", 0)
+            if kind in ANSWERED_BY_20 and correlation:
+                self.send_nowait(
+                    TerminalReply.failed(
+                        correlation, ErrorKind.UNAVAILABLE, "the node is not admitting"
+                    )
+                )
+            return
+        source = SOURCE_OF.get(kind)
+        if source is not None:
+            rid, generation = source(record)
+            peer = self.peer
+            if rid.value != peer.node_rid.value or generation.value != peer.node_generation.value:
+                counters.drop(DropReason.SOURCE_MISMATCH)
+                return
+        handler = node._handlers.get(record.COMMAND)
+        if handler is None:
+            counters.drop(DropReason.NO_HANDLER)
+            return
+        try:
+            await handler(self.peer, record)
+        except Exception:
+            counters.drop(DropReason.HANDLER_FAILED)
+            logger.exception("inbound handler of command %d failed", int(record.COMMAND))

@@ -1,0 +1,483 @@
+"""MeshNode: one node process lifecycle on the mesh (implements :class:`.api.MeshNodeApi`).
+
+Lifecycle: :meth:`MeshNode.serve` (started with ``nursery.start``) binds the listener,
+registers one descriptor per mesh (with its Entry Spot claim) in ONE ``register_node``
+call, starts the lease renewer, polls descriptors once (intents for every live peer),
+starts accepting and reports started. :meth:`MeshNode.aclose` is the graceful exit:
+stop admitting, ``remove_node`` (fenced by lifecycle and lease generation), a goodbye on
+every connection, then cancel. Task tree::
+
+    serve                         the node's nursery
+    ├─ lease renewer              LeaseKeeper.run
+    └─ network                    cancelled as a whole when the lease is lost
+       ├─ descriptor watcher      the logical owner of connection intents
+       ├─ listener                one task per accepted connection (handshake, then Connection.run)
+       └─ dialers                 one per intent; dials while the peer is not admitted
+
+Without any configured mesh the node is *detached*: an identity, no listener, no Store
+registration, no peers (a STREAM-only server needs no MeshNode, spec 02 §3).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from typing import Any, Final, final
+
+import attrs
+import trio
+
+from ..app import ValidatedApp
+from ..config import ServerConfig
+from ..errors import InvalidOperation, NotFound, ProtocolError, Unavailable
+from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, new_entry_spot_id
+from ..store.api import Endpoint, LocationStore, OwnerFence
+from ..wire import Command, encode
+from .acceptor import serve_inbound
+from .api import (
+    InboundHandler,
+    NodeIdentity,
+    PeerAddress,
+    PeerIdentity,
+    PeerNotAdmitted,
+    PeerState,
+)
+from .descriptors import advertised_host, build_descriptors
+from .dialer import dial_loop
+from .faults import FaultPlan
+from .lease import LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
+from .links import Link, PeerTable
+from .reasons import CloseReason
+from .replies import Pending, ReplyRegistry
+from .stats import Counters, MeshNodeStatistics, NodePhase, frozen_counts
+from .tap import WireTap
+from .watcher import DescriptorView, DescriptorWatcher
+
+__all__ = ["TRANSPORT_COMMANDS", "MeshNode"]
+
+logger = logging.getLogger("zlink_trio.mesh")
+
+TRANSPORT_COMMANDS: Final = frozenset(
+    {
+        Command.TERMINAL_REPLY,
+        Command.SESSION_RELOCATION_SEALED,
+        Command.RELOCATION_RELAY_READY,
+        Command.PEER_HELLO,
+        Command.PEER_HELLO_ACK,
+        Command.PEER_PING,
+        Command.PEER_PONG,
+        Command.PEER_GOODBYE,
+        Command.PEER_HELLO_CONFIRM,
+    }
+)
+"""Commands the transport handles itself: no ``on`` handler may claim them."""
+
+KEEPALIVE_INTERVAL_SHARE: Final = 3
+"""A ping every ``hello_timeout / 3``; silence for ``hello_timeout`` closes the link."""
+
+
+@final
+class MeshNode:
+    """One MeshNode lifecycle. Made by ``open_server``; see the module docstring."""
+
+    def __init__(
+        self,
+        config: ServerConfig,
+        store: LocationStore | None,
+        app: ValidatedApp | None,
+        *,
+        fault_plan: FaultPlan | None = None,
+        tap: WireTap | None = None,
+    ) -> None:
+        self.config: Final = config
+        self._store = store
+        self._app = app
+        self._rid = NodeRid.new()
+        self._identity: Final = NodeIdentity(self._rid, NodeGeneration.new())
+        self._meshes: Final = frozenset(m.name for m in config.meshes)
+        self._entry_ids: Final[Mapping[MeshName, SpotId]] = {
+            m.name: new_entry_spot_id(config.node_name) for m in config.meshes
+        }
+        self._phase = NodePhase.CREATED
+        self._handlers: dict[int, InboundHandler] = {}
+        self._links = PeerTable()
+        self._replies = ReplyRegistry()
+        self._counters = Counters()
+        self._faults = fault_plan
+        self._tap = tap
+        self._keepalive: Final = (
+            config.hello_timeout / KEEPALIVE_INTERVAL_SHARE,
+            config.hello_timeout,
+        )
+        self._keeper: LeaseKeeper | None = None
+        self._watcher: DescriptorWatcher | None = None
+        self._endpoint: Endpoint | None = None
+        self._nursery: trio.Nursery | None = None
+        self._net: trio.Nursery | None = None
+        self._lease_lost = trio.Event()
+        self._corked = 0  # readers handling a burst of frames (see connection.py)
+        self._send_streak = 0  # direct writes since the last yield (see connection.py)
+        self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
+
+    def __repr__(self) -> str:
+        return f"<MeshNode {self._rid.hex[:12]} {self._phase.value}>"
+
+    # --- MeshNodeApi ------------------------------------------------------------------------
+    @property
+    def identity(self) -> NodeIdentity:
+        return self._identity
+
+    @property
+    def phase(self) -> NodePhase:
+        return self._phase
+
+    @property
+    def endpoint(self) -> Endpoint | None:
+        """Advertised host and bound port (None before start or without meshes)."""
+        return self._endpoint
+
+    @property
+    def meshes(self) -> frozenset[MeshName]:
+        return self._meshes
+
+    @property
+    def lease(self) -> LeaseState:
+        return NoLease() if self._keeper is None else self._keeper.state
+
+    def owner_fence(self, mesh_name: MeshName) -> OwnerFence:
+        if mesh_name not in self._meshes:
+            raise NotFound(f"this node is not in mesh {mesh_name}")
+        state = self.lease
+        if isinstance(state, NoLease):
+            raise Unavailable("the node is not registered yet")
+        return OwnerFence(
+            mesh_name, self._rid, self._identity.node_generation, state.lease_generation
+        )
+
+    def entry_spot_id(self, mesh_name: MeshName) -> SpotId:
+        try:
+            return self._entry_ids[mesh_name]
+        except KeyError:
+            raise NotFound(f"this node is not in mesh {mesh_name}") from None
+
+    @property
+    def entry_spot_ids(self) -> Mapping[MeshName, SpotId]:
+        return dict(self._entry_ids)
+
+    @property
+    def admitting(self) -> bool:
+        if not self._admitting_now():
+            return False
+        keeper = self._keeper
+        return keeper is None or keeper.check()
+
+    def on(self, command: int, handler: InboundHandler) -> None:
+        if self._phase is not NodePhase.CREATED:
+            raise InvalidOperation("handlers are registered before the node starts")
+        try:
+            number = Command(command)
+        except ValueError:
+            raise InvalidOperation(f"no such command {command!r}") from None
+        if number in TRANSPORT_COMMANDS:
+            raise InvalidOperation(f"command {int(number)} is handled by the transport")
+        if number in self._handlers:
+            raise InvalidOperation(f"command {int(number)} already has a handler")
+        self._handlers[int(number)] = handler
+
+    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity:
+        conn = self._links.admitted.get(peer)
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
+        await conn.send(record, self._encode(record))
+        return conn.peer
+
+    async def request(self, peer: PeerAddress, record: Any) -> Pending:
+        conn = self._links.admitted.get(peer)
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
+        if not hasattr(record, "correlation"):
+            raise InvalidOperation(f"{type(record).__name__} has no correlation: not a request")
+        pending = self._replies.register(conn.peer, conn)
+        try:
+            record = attrs.evolve(record, correlation=pending.correlation)
+            await conn.send(record, self._encode(record), checkpoint=False)
+        except BaseException:
+            pending.discard()
+            raise
+        return pending
+
+    def peer_state(self, peer: PeerAddress) -> PeerState:
+        return self._links.state(peer)
+
+    async def wait_peer_change(self, peer: PeerAddress) -> PeerState:
+        return await self._links.wait_change(peer)
+
+    def peers(self) -> Mapping[PeerAddress, PeerState]:
+        return self._links.snapshot()
+
+    async def wait_peers_change(self) -> None:
+        await self._links.wait_any_change()
+
+    # --- more than the protocol ---------------------------------------------------------------
+    async def wait_lease_lost(self) -> LeaseExpired:
+        """Wait until this lifecycle's owner lease is lost (it is then fail-stopped)."""
+        await self._lease_lost.wait()
+        state = self.lease
+        assert isinstance(state, LeaseExpired)  # terminal: nothing follows it
+        return state
+
+    def _abandon(self) -> None:
+        """Testing: make the coming exit look like a crash: no ``remove_node``, no
+        goodbye (sockets just close); the descriptor stays until its lease expires."""
+        self._abandoned = True
+
+    def instrument(
+        self, *, fault_plan: FaultPlan | None = None, tap: WireTap | None = None
+    ) -> None:
+        """Install (or with None, remove) a fault plan and a wire tap, at any time."""
+        self._faults = fault_plan
+        self._tap = tap
+
+    def statistics(self) -> MeshNodeStatistics:
+        counters = self._counters
+        keeper, watcher = self._keeper, self._watcher
+        return MeshNodeStatistics(
+            identity=self._identity,
+            phase=self._phase,
+            lease=self.lease,
+            admitting=self.admitting,
+            endpoint=self._endpoint,
+            peers_admitted=len(self._links.admitted),
+            peers_connecting=self._links.count(PeerState.CONNECTING),
+            frames_in=counters.frames_in,
+            frames_out=counters.frames_out,
+            bytes_in=counters.bytes_in,
+            bytes_out=counters.bytes_out,
+            frames_dropped=frozen_counts(counters.dropped),
+            connections_opened=counters.connections_opened,
+            connections_closed=frozen_counts(counters.closes),
+            requests_pending=len(self._replies),
+            lease_renewals=0 if keeper is None else keeper.renewals,
+            lease_renew_failures=0 if keeper is None else keeper.renew_failures,
+            descriptor_polls=0 if watcher is None else watcher.polls,
+            descriptor_poll_failures=0 if watcher is None else watcher.failures,
+        )
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Bind, register, renew, watch, accept; report started when admitting.
+
+        Raises:
+            ConfigurationError: DescriptorConflict (nothing is left registered or bound),
+                or no address to advertise.
+            OSError: the listen address cannot be bound.
+        """
+        if self._phase is not NodePhase.CREATED:
+            raise InvalidOperation("a MeshNode serves once")
+        if not self._meshes:
+            self._phase = NodePhase.RUNNING
+            task_status.started()
+            await trio.sleep_forever()
+        store = self._store
+        if store is None:
+            raise InvalidOperation("a MeshNode with meshes needs a Location Store")
+        config = self.config
+        host = advertised_host(config)
+        listeners = await self._open_listeners()
+        try:
+            self._endpoint = Endpoint(host, listeners[0].socket.getsockname()[1])
+            descriptors = build_descriptors(
+                config,
+                self._app,
+                self._rid,
+                self._identity.node_generation,
+                self._endpoint,
+                self._entry_ids,
+            )
+            sent = trio.current_time()
+            lease = await store.register_node(
+                self._rid,
+                self._identity.node_generation,
+                descriptors,
+                capacity=config.node_capacity,
+                lease_ttl=config.owner_lease_ttl,
+            )
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+            raise
+        self._keeper = LeaseKeeper(
+            store,
+            self._rid,
+            LeaseHeld(
+                lease.lease_generation, sent + config.owner_lease_ttl, lease.expires_at, sent
+            ),
+            ttl=config.owner_lease_ttl,
+            interval=config.owner_lease_renew_interval,
+            on_expired=self._lease_expired,
+        )
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                nursery.start_soon(self._keeper.run, name="zlink_trio.mesh.lease")
+                await nursery.start(self._run_network, listeners, name="zlink_trio.mesh.network")
+                if self._phase is NodePhase.CREATED:
+                    self._phase = NodePhase.RUNNING
+                task_status.started()
+                await trio.sleep_forever()  # a lost lease leaves the node fail-stopped here
+        finally:
+            if not self._abandoned and isinstance(self._keeper.state, LeaseHeld):
+                with trio.CancelScope(shield=True), trio.move_on_after(config.hello_timeout):
+                    await self._release()
+
+    async def aclose(self) -> None:
+        """Graceful exit (idempotent): stop admitting, remove the registration, say
+        goodbye on every connection, wait (up to ``drain_timeout``) for them to close,
+        then cancel the node's tasks. Runs shielded: call it from a ``finally``."""
+        if self._phase in (NodePhase.CLOSING, NodePhase.CLOSED):
+            return
+        self._phase = NodePhase.CLOSING
+        with trio.CancelScope(shield=True):
+            if self._nursery is not None and not self._abandoned:
+                with trio.move_on_after(self.config.drain_timeout):
+                    await self._release()
+                    for conn in self._links.connections():
+                        conn.say_goodbye()
+                    while self._links.admitted:
+                        await self._links.wait_any_change()
+            if self._nursery is not None:
+                self._nursery.cancel_scope.cancel(reason="zlink_trio MeshNode closed")
+        self._phase = NodePhase.CLOSED
+
+    async def _open_listeners(self) -> list[trio.SocketListener]:
+        config = self.config
+        host = None if config.listen_host in ("", "*") else config.listen_host
+        listeners = await trio.open_tcp_listeners(config.listen_port, host=host)
+        # A port-0 bind on a host with several addresses gets a different port per
+        # address: keep one listener so the advertised port is the only one.
+        for extra in listeners[1:]:
+            await trio.aclose_forcefully(extra)
+        return listeners[:1]
+
+    async def _run_network(
+        self,
+        listeners: list[trio.SocketListener],
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        assert self._store is not None
+        try:
+            async with trio.open_nursery() as net:
+                self._net = net
+                self._watcher = DescriptorWatcher(
+                    self._store,
+                    self._meshes,
+                    self._rid,
+                    self.config.descriptor_poll_interval,
+                    self._apply_view,
+                    lambda: self._links.serial,
+                )
+                await net.start(self._watcher.run, name="zlink_trio.mesh.watcher")
+                await net.start(
+                    functools.partial(
+                        trio.serve_listeners,
+                        functools.partial(serve_inbound, self),
+                        listeners,
+                        handler_nursery=net,
+                    ),
+                    name="zlink_trio.mesh.listener",
+                )
+                task_status.started()
+        finally:
+            with trio.CancelScope(shield=True):
+                for listener in listeners:
+                    await trio.aclose_forcefully(listener)
+
+    async def _release(self) -> None:
+        keeper, store = self._keeper, self._store
+        if keeper is None or store is None:
+            return
+        state = keeper.state
+        if not isinstance(state, LeaseHeld):
+            return  # an expired node makes no Store call at all, cleanup included
+        try:
+            removed = await store.remove_node(
+                self._rid, self._identity.node_generation, state.lease_generation
+            )
+        except Exception:
+            logger.exception("removing the node registration failed")
+            removed = False
+        keeper.release(removed)
+
+    # --- lease loss ---------------------------------------------------------------------------
+    def _admitting_now(self) -> bool:
+        # The lease task flips the phase at the local deadline (it sleeps until then,
+        # and a renewal in flight is cancelled at it), so the hot path reads one field.
+        return self._phase is NodePhase.RUNNING
+
+    def _lease_expired(self, expired: LeaseExpired) -> None:
+        """Fail-stop: no admission, no connection, no intent, no Store update."""
+        if self._phase is NodePhase.RUNNING or self._phase is NodePhase.CREATED:
+            self._phase = NodePhase.EXPIRED
+        for conn in self._links.connections():
+            conn.close(CloseReason.LEASE_LOST)
+        for link in self._links.links():
+            self._links.remove_intent(link.address)
+        if self._net is not None:
+            self._net.cancel_scope.cancel(reason="zlink_trio owner lease lost")
+        self._lease_lost.set()
+
+    # --- intents and dialing --------------------------------------------------------------------
+    def _apply_view(self, view: DescriptorView, mark: int) -> None:
+        if self._phase is not NodePhase.RUNNING and self._phase is not NodePhase.CREATED:
+            return
+        for (mesh, rid), descriptor in view.items():
+            address = PeerAddress(mesh, rid)
+            existing = self._links.link(address)
+            if (
+                existing is not None
+                and existing.intent is not None
+                and existing.intent.node_generation != descriptor.node_generation
+            ):
+                self._links.remove_intent(address)
+            link = self._links.add_intent(descriptor)
+            if link.dialer is None:
+                self._start_dialer(link)
+        for link in self._links.links():
+            intent = link.intent
+            if (
+                intent is not None
+                and (intent.mesh_name, intent.node_rid) not in view
+                and link.intent_since <= mark
+            ):
+                self._links.remove_intent(link.address)
+
+    def _start_dialer(self, link: Link) -> None:
+        assert self._net is not None
+        scope = trio.CancelScope()
+        link.dialer = scope
+        self._net.start_soon(
+            dial_loop, self, link, scope, name=f"zlink_trio.mesh.dialer {link.address}"
+        )
+
+    # --- used by connections ----------------------------------------------------------------------
+    def _peer_left(self) -> None:
+        if self._watcher is not None:
+            self._watcher.kick()
+
+    def _observe_handshake(self, sent: bool, peer: PeerIdentity | None, record: object) -> None:
+        tap = self._tap
+        if tap is not None:
+            tap._record(self._rid, sent, peer, record)
+
+    def _encode(self, record: Any) -> bytes:
+        body = encode(record)
+        if len(body) > self.config.max_frame_bytes:
+            raise ProtocolError(
+                f"command {int(record.COMMAND)}: {len(body)} bytes exceed max_frame_bytes"
+            )
+        return body

@@ -1,0 +1,143 @@
+"""Requests in flight: correlations, waiters, and the routing of inbound replies.
+
+A correlation is a u64 unique per node lifecycle (a counter from 1). A request is
+registered under its correlation *before* it is sent; an inbound reply (20, 43, 122) is
+delivered only when its correlation is registered AND it came from the node the request
+went to (same NodeRid). The waiter is one task, woken directly (no Event: one request =
+one small object).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Final, final
+
+import trio
+
+from ..errors import InvalidOperation
+from .api import LinkLost, PeerIdentity
+from .reasons import DropReason
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["Pending", "ReplyRegistry"]
+
+_U64_MAX: Final = (1 << 64) - 1
+
+
+@final
+class Pending:
+    """A request in flight (implements :class:`~zlink_trio.mesh.api.PendingReply`)."""
+
+    __slots__ = (
+        "_conn",
+        "_correlation",
+        "_lost",
+        "_peer",
+        "_registry",
+        "_reply",
+        "_task",
+    )
+
+    def __init__(
+        self, registry: ReplyRegistry, correlation: int, peer: PeerIdentity, conn: Connection
+    ) -> None:
+        self._registry: ReplyRegistry | None = registry
+        self._correlation = correlation
+        self._peer = peer
+        self._conn: Connection | None = conn
+        self._reply: Any = None
+        self._lost = False  # the connection it went out on broke; not yet reported
+        self._task: trio.lowlevel.Task | None = None
+
+    @property
+    def correlation(self) -> int:
+        return self._correlation
+
+    @property
+    def peer(self) -> PeerIdentity:
+        return self._peer
+
+    async def wait(self) -> Any:
+        if self._reply is None and not self._lost:
+            if self._registry is None:
+                raise InvalidOperation("this request was discarded or abandoned")
+            if self._task is not None:
+                raise trio.BusyResourceError("another task waits for this reply")
+            self._task = trio.lowlevel.current_task()
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                self._task = None
+                self.discard()
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
+        else:
+            await trio.lowlevel.checkpoint()
+        if self._reply is not None:
+            return self._reply
+        self._lost = False
+        raise LinkLost(f"the connection to {self._peer} broke before the reply")
+
+    def discard(self) -> None:
+        registry, self._registry = self._registry, None
+        if registry is not None:
+            registry._forget(self._correlation)
+
+    # --- driven by the registry -----------------------------------------------------------
+    def _deliver(self, reply: Any) -> None:
+        self._reply = reply
+        self._registry = None
+        self._conn = None
+        self._wake()
+
+    def _link_broke(self) -> None:
+        self._conn = None
+        self._lost = True
+        self._wake()
+
+    def _wake(self) -> None:
+        task, self._task = self._task, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)
+
+
+@final
+class ReplyRegistry:
+    __slots__ = ("_last", "_waiting")
+
+    def __init__(self) -> None:
+        self._last = 0
+        self._waiting: dict[int, Pending] = {}
+
+    def __len__(self) -> int:
+        return len(self._waiting)
+
+    def register(self, peer: PeerIdentity, conn: Connection) -> Pending:
+        """A new correlation, registered for a request to ``peer`` over ``conn``."""
+        if self._last == _U64_MAX:  # pragma: no cover - 2**64 requests
+            raise InvalidOperation("correlations of this lifecycle are exhausted")
+        self._last += 1
+        pending = Pending(self, self._last, peer, conn)
+        self._waiting[self._last] = pending
+        return pending
+
+    def deliver(self, sender: PeerIdentity, correlation: int, reply: Any) -> DropReason | None:
+        """Route an inbound reply; a DropReason when nobody may have it."""
+        pending = self._waiting.get(correlation)
+        if pending is None:
+            return DropReason.UNKNOWN_CORRELATION
+        if pending._peer.node_rid != sender.node_rid:
+            return DropReason.REPLY_WRONG_PEER
+        del self._waiting[correlation]
+        pending._deliver(reply)
+        return None
+
+    def connection_broke(self, conn: Connection) -> None:
+        """Every request that went out on ``conn`` learns it (LinkLost on its wait)."""
+        for pending in self._waiting.values():
+            if pending._conn is conn:
+                pending._link_broke()
+
+    def _forget(self, correlation: int) -> None:
+        self._waiting.pop(correlation, None)

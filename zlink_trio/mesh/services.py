@@ -1,0 +1,59 @@
+"""The hook through which runtime services (Actor owner, Spot owner, sessions, ...) plug
+into ``open_server``.
+
+A service is an async function ``serve(context, *, task_status)``. ``open_server`` starts
+each one with ``await nursery.start(service, context)`` in the server's nursery, in
+order, AFTER the Store and the engine are open and BEFORE the MeshNode binds, registers
+or accepts anything. A service:
+
+1. registers its inbound commands with ``context.node.on(command, handler)`` (only
+   possible before the node starts);
+2. opens its own child nursery for its tasks (so they live exactly as long as the
+   service) and calls ``task_status.started(...)``;
+3. runs until cancelled. ``open_server`` closes the node first (no admission, descriptor
+   removed, goodbyes), then cancels the services, then closes the engine and the Store.
+
+Example::
+
+    async def serve_echo(context: ServiceContext, *, task_status=trio.TASK_STATUS_IGNORED):
+        async with trio.open_nursery() as nursery:
+            async def on_send(peer, record):
+                await lane.submit(record)            # admit only; never run app code inline
+            context.node.on(Command.ACTOR_SEND, on_send)
+            task_status.started()
+            await trio.sleep_forever()
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Protocol
+
+import attrs
+import trio
+
+from ..app import ValidatedApp
+from ..config import ServerConfig
+from ..store.api import LocationStore
+
+if TYPE_CHECKING:
+    from ..engine import Engine
+    from .node import MeshNode
+
+__all__ = ["RuntimeService", "ServiceContext"]
+
+
+@attrs.frozen
+class ServiceContext:
+    """What a runtime service gets from the server."""
+
+    config: ServerConfig
+    app: ValidatedApp | None
+    store: LocationStore | None
+    engine: Engine
+    node: MeshNode
+
+
+class RuntimeService(Protocol):
+    async def __call__(
+        self, context: ServiceContext, *, task_status: trio.TaskStatus[None] = ...
+    ) -> None: ...
