@@ -4,6 +4,32 @@ Only re-exports live here; the implementation is in the subpackages.
 """
 
 from ._version import __version__ as __version__
+from .actors.approval import (
+    ActorCreateEvent as ActorCreateEvent,
+    Approve as Approve,
+    CreateDecision as CreateDecision,
+    Reject as Reject,
+)
+from .actors.context import ActorContext as ActorContext, BoundSession as BoundSession
+from .actors.handlers import (
+    MessageKind as MessageKind,
+    on_request as on_request,
+    on_send as on_send,
+)
+from .actors.policy import (
+    ActorRelocationAdapter as ActorRelocationAdapter,
+    DisableRelocation as DisableRelocation,
+    PreserveStateWith as PreserveStateWith,
+    RecreateOnRelocation as RecreateOnRelocation,
+    RelocationPolicy as RelocationPolicy,
+)
+from .actors.results import (
+    ActorCreateResult as ActorCreateResult,
+    Created as Created,
+    Existing as Existing,
+    Rejected as Rejected,
+)
+from .app import App as App
 from .config import (
     MeshConfig as MeshConfig,
     ObjectRole as ObjectRole,

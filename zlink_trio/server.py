@@ -35,11 +35,14 @@ from typing import Any, Final, cast, final
 import attrs
 import trio
 
+from .actors.manager import ActorManager
+from .actors.runtime import ActorRuntime, serve_actors
+from .actors.stats import ActorRuntimeStatistics
 from .app import App, ValidatedApp
 from .config import PostgresStoreConfig, ServerConfig
 from .engine import Engine, EngineStatistics, open_engine
 from .engine._construct import NoPublicConstructor
-from .errors import ConfigurationError
+from .errors import ConfigurationError, NotConfigured
 from .mesh.api import MeshNodeApi, NodeIdentity
 from .mesh.descriptors import advertised_host
 from .mesh.faults import FaultPlan
@@ -65,6 +68,8 @@ class ServerStatistics:
 
     node: MeshNodeStatistics
     engine: EngineStatistics
+    actors: ActorRuntimeStatistics | None
+    """None when Actor dispatch is not enabled."""
 
 
 @final
@@ -78,12 +83,14 @@ class Server(metaclass=NoPublicConstructor):
         store: LocationStore | None,
         engine: Engine,
         node: MeshNode,
+        actors: ActorRuntime | None,
     ) -> None:
         self._config = config
         self._app = app
         self._store = store
         self._engine = engine
         self._node = node
+        self._actors = actors
 
     def __repr__(self) -> str:
         return f"<Server {self._node.identity.node_rid.hex[:12]} {self._node.phase.value}>"
@@ -114,12 +121,27 @@ class Server(metaclass=NoPublicConstructor):
         return self._node.identity
 
     @property
+    def actors(self) -> ActorManager:
+        """The Actor manager: create, get_or_create, find, destroy, send, request.
+
+        Raises:
+            NotConfigured: the app did not enable Actor dispatch.
+        """
+        if self._actors is None:
+            raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
+        return self._actors.manager
+
+    @property
     def endpoint(self) -> Endpoint | None:
         """Advertised host and bound port of the mesh listener (None without meshes)."""
         return self._node.endpoint
 
     def statistics(self) -> ServerStatistics:
-        return ServerStatistics(node=self._node.statistics(), engine=self._engine.statistics())
+        return ServerStatistics(
+            node=self._node.statistics(),
+            engine=self._engine.statistics(),
+            actors=None if self._actors is None else self._actors.statistics(),
+        )
 
     async def wait_lease_lost(self) -> LeaseExpired:
         """Wait until the owner lease is lost. The node is then fail-stopped (no peer
@@ -196,10 +218,13 @@ async def _open_server(
             node = MeshNode(config, store, validated, fault_plan=fault_plan, tap=tap)
             try:
                 context = ServiceContext(config, validated, store, engine, node)
+                actors: ActorRuntime | None = await nursery.start(
+                    serve_actors, context, name="zlink_trio.actors"
+                )
                 for service in services:
                     await nursery.start(service, context)
                 await nursery.start(node.serve, name="zlink_trio.mesh.node")
-                yield Server._create(config, validated, store, engine, node)
+                yield Server._create(config, validated, store, engine, node, actors)
             finally:
                 await node.aclose()
                 nursery.cancel_scope.cancel(reason="zlink_trio server closed")

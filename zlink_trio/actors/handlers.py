@@ -6,26 +6,19 @@ twice is a startup configuration error.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 import attrs
 
 from ..ids import StableType, check_text_id
+from ..wire.enums import MessageKind
 
 __all__ = ["HandlerKey", "MessageKind", "on_request", "on_send"]
 
 HANDLER_MARK: Final = "__zlink_handler__"
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
-
-
-class MessageKind(enum.IntEnum):
-    """Wire values of ActorSend.message_kind."""
-
-    SEND = 1
-    REQUEST = 2
 
 
 @attrs.frozen

@@ -181,3 +181,9 @@ class MeshNodeApi(Protocol):
     async def wait_peers_change(self) -> None:
         """Wait for the next transition of any peer's state."""
         ...
+
+    async def refresh_peers(self) -> None:
+        """Re-read the peer descriptors from the Store now (the logical owner's view is
+        polled every ``descriptor_poll_interval``): a node just placed from the Store may
+        not have an intent yet, and reads GONE until this or the next poll."""
+        ...

@@ -134,6 +134,10 @@ class Connection:
                 self._scope = nursery.cancel_scope
                 if self.close_reason is not None:  # closed before it ran
                     nursery.cancel_scope.cancel()
+                plan = node._faults
+                if plan is not None and plan._partitioned(node._rid, self.peer):
+                    self.close_reason = CloseReason.FAULT_CUT
+                    return self.close_reason
                 nursery.start_soon(self._writer, name=f"zlink_trio.mesh.writer {self.peer}")
                 nursery.start_soon(self._keepalive, name=f"zlink_trio.mesh.keepalive {self.peer}")
                 if not node._links.attach(self):
@@ -368,6 +372,11 @@ class Connection:
             if record is _REST:
                 parts.append(item[1])
                 continue
+            if plan is not None and plan._partitioned(node._rid, self.peer):
+                if parts:
+                    await self._flush(parts, frames)
+                self.close(CloseReason.FAULT_CUT)
+                raise _Stop
             rule = None if plan is None else plan._decide(node._rid, self.peer, record.COMMAND)
             if rule is None:
                 emit_then_reordered(item)

@@ -52,6 +52,8 @@ class FaultKind(enum.Enum):
     DUPLICATE = "duplicate"
     REORDER = "reorder"
     CUT = "cut"
+    PARTITION = "partition"
+    """A connection refused or cut because its two nodes are partitioned."""
 
 
 @attrs.frozen(slots=True)
@@ -198,6 +200,7 @@ class FaultPlan:
         self._numbers = 0
         self._events: deque[FaultEvent] = deque(maxlen=EVENT_LOG_LIMIT)
         self._fired: Counter[FaultKind] = Counter()
+        self._partitions: set[frozenset[NodeRid]] = set()
 
     # --- building ------------------------------------------------------------------------
     def _add(self, kind: FaultKind, **options: object) -> FaultRule:
@@ -294,6 +297,17 @@ class FaultPlan:
             count=count, probability=probability, deliver=deliver,
         )  # fmt: skip
 
+    def partition(self, a: NodeRid, b: NodeRid) -> None:
+        """Partition nodes ``a`` and ``b``: no connection between them is admitted (the
+        handshake completes but the connection is closed before it is attached, so each
+        side sees the peer CONNECTING), and a live connection between them is cut at its
+        next frame. Lasts until :meth:`heal` or :meth:`clear`."""
+        self._partitions.add(frozenset((a, b)))
+
+    def heal(self, a: NodeRid, b: NodeRid) -> None:
+        """End the partition between ``a`` and ``b`` (idempotent)."""
+        self._partitions.discard(frozenset((a, b)))
+
     def remove(self, rule: FaultRule) -> None:
         """Stop a rule (idempotent); its counters stay readable."""
         rule.removed = True
@@ -301,10 +315,11 @@ class FaultPlan:
             self._rules.remove(rule)
 
     def clear(self) -> None:
-        """Remove every rule (counters and events stay)."""
+        """Remove every rule and heal every partition (counters and events stay)."""
         for rule in self._rules:
             rule.removed = True
         self._rules.clear()
+        self._partitions.clear()
 
     # --- reporting -----------------------------------------------------------------------
     @property
@@ -323,6 +338,17 @@ class FaultPlan:
         return self._fired[kind]
 
     # --- used by the transport -------------------------------------------------------------
+    def _partitioned(self, sender: NodeRid, peer: PeerIdentity) -> bool:
+        """True (and counted as a PARTITION firing) when ``sender`` and ``peer`` are
+        partitioned."""
+        if not self._partitions or frozenset((sender, peer.node_rid)) not in self._partitions:
+            return False
+        self._fired[FaultKind.PARTITION] += 1
+        self._events.append(
+            FaultEvent(FaultKind.PARTITION, 0, sender, peer, 0, trio.current_time())
+        )
+        return True
+
     def _decide(self, sender: NodeRid, peer: PeerIdentity, command: int) -> FaultRule | None:
         for rule in self._rules:
             if rule.active and rule._matches(sender, peer, command) and rule._try():

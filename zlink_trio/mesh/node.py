@@ -221,6 +221,15 @@ class MeshNode:
     async def wait_peers_change(self) -> None:
         await self._links.wait_any_change()
 
+    async def refresh_peers(self) -> None:
+        """Re-read the peer descriptors now and apply them (intents added or removed),
+        instead of waiting for the next poll; concurrent callers share one read."""
+        watcher = self._watcher
+        if watcher is None:
+            await trio.lowlevel.checkpoint()
+            return
+        await watcher.refresh()
+
     # --- more than the protocol ---------------------------------------------------------------
     async def wait_lease_lost(self) -> LeaseExpired:
         """Wait until this lifecycle's owner lease is lost (it is then fail-stopped)."""

@@ -14,12 +14,14 @@ from ..mesh.tap import (
     TapEvent as TapEvent,
     WireTap as WireTap,
 )
+from .actors import entry_spot_statistics as entry_spot_statistics
 from .cluster import (
     Cluster as Cluster,
     instrument as instrument,
     node_of as node_of,
     open_cluster as open_cluster,
 )
+from .postgres import open_private_postgres as open_private_postgres
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,
     STORE_WRITE_METHODS as STORE_WRITE_METHODS,

@@ -1,0 +1,258 @@
+"""Actor messaging and scale, each against a raw trio baseline measured in the same run.
+
+Usage: python benchmarks/bench_actors.py [--seconds S] [--actors N]
+
+* local send: one-way sends to a local Actor (``await actors.send(...)``: admission only)
+  vs a raw trio memory channel ``await send`` loop with a consumer task.
+* local request: request/reply to a local Actor vs a raw ping-pong over two memory channels.
+* cross-node request: request/reply to an Actor on another node over loopback TCP (both
+  nodes in this process) with 1 and 16 concurrent callers, vs a raw trio TCP length-
+  prefixed ping-pong (same topology, same caller counts).
+* scale: N Actors created on one node (creations/s), then idle; framework memory per idle
+  Actor measured with tracemalloc, Location Store rows excluded (they are the Store's,
+  reported separately). Goal: < 2 KB per idle Actor (no parked task per Actor).
+
+Every line ends with the ratio ours / baseline (for memory: bytes per Actor, and the
+ratio to a parked trio task + memory channel per Actor).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import struct
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from zlink_trio import App, MeshConfig, ServerConfig
+from zlink_trio.actors.handlers import on_request, on_send
+from zlink_trio.actors.policy import DisableRelocation
+from zlink_trio.store.memory import MemoryLocationStore
+from zlink_trio.testing import open_cluster
+
+
+class Sink:
+    def __init__(self, context: Any) -> None:
+        self.context = context
+        self.count = 0
+
+    @on_send("tell")
+    async def tell(self, payload: bytes) -> None:
+        self.count += 1
+
+    @on_request("ask")
+    async def ask(self, payload: bytes) -> bytes:
+        return payload
+
+
+def make_app() -> App:
+    app = App()
+    app.enable_actor_dispatch()
+    app.register_actor("sink", Sink, relocation=DisableRelocation())
+    return app
+
+
+async def timed(seconds: float, step: Callable[[], Awaitable[None]], callers: int = 1) -> float:
+    """Run ``step`` in ``callers`` loops for ``seconds``; operations per second."""
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            for _ in range(64):
+                await step()
+            done += 64
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for _ in range(callers):
+            nursery.start_soon(loop)
+    return done / (time.perf_counter() - start)
+
+
+# ----- raw baselines -----------------------------------------------------------------------
+async def raw_channel_send(seconds: float) -> float:
+    send, receive = trio.open_memory_channel[int](1024)
+
+    async def consumer() -> None:
+        async for _ in receive:
+            pass
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(consumer)
+        async with send:
+            rate = await timed(seconds, lambda: send.send(1))
+    return rate
+
+
+async def raw_channel_pingpong(seconds: float) -> float:
+    ping_s, ping_r = trio.open_memory_channel[int](0)
+    pong_s, pong_r = trio.open_memory_channel[int](0)
+
+    async def echo() -> None:
+        async for item in ping_r:
+            await pong_s.send(item)
+
+    async def step() -> None:
+        await ping_s.send(1)
+        await pong_r.receive()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(echo)
+        rate = await timed(seconds, step)
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+async def _read_exact(stream: trio.SocketStream, buf: bytearray, n: int) -> bytes:
+    while len(buf) < n:
+        chunk = await stream.receive_some(65536)
+        if not chunk:
+            raise EOFError
+        buf += chunk
+    out = bytes(buf[:n])
+    del buf[:n]
+    return out
+
+
+async def raw_tcp_pingpong(seconds: float, callers: int) -> float:
+    """Length-prefixed request/reply over loopback TCP, one connection per caller."""
+
+    async def serve(stream: trio.SocketStream) -> None:
+        buf = bytearray()
+        try:
+            while True:
+                (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
+                body = await _read_exact(stream, buf, n)
+                await stream.send_all(struct.pack(">I", len(body)) + body)
+        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+            return
+
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(trio.serve_tcp, serve, 0, "127.0.0.1")
+        port = listeners[0].socket.getsockname()[1]
+        streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(callers)]
+        payload = b"x" * 100
+        frame = struct.pack(">I", len(payload)) + payload
+        done = 0
+        deadline = time.perf_counter() + seconds
+
+        async def loop(stream: trio.SocketStream) -> None:
+            nonlocal done
+            buf = bytearray()
+            while time.perf_counter() < deadline:
+                await stream.send_all(frame)
+                (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
+                await _read_exact(stream, buf, n)
+                done += 1
+
+        start = time.perf_counter()
+        async with trio.open_nursery() as inner:
+            for s in streams:
+                inner.start_soon(loop, s)
+        rate = done / (time.perf_counter() - start)
+        for s in streams:
+            await s.aclose()
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+# ----- ours -----------------------------------------------------------------------------------
+async def messaging(seconds: float) -> list[tuple[str, float, float]]:
+    app = make_app()
+    client = App()
+    client.enable_actor_dispatch()
+    apps = [app, client]
+    rows: list[tuple[str, float, float]] = []
+    async with open_cluster(2, app=lambda i: apps[i]) as cluster:
+        await cluster.wait_all_admitted()
+        local = cluster.servers[0].actors
+        remote = cluster.servers[1].actors
+        await local.create("target", "sink")
+        ours = await timed(seconds, lambda: local.send("target", "tell", b"x").submit())
+        rows.append(("local send", ours, await raw_channel_send(seconds)))
+        ours = await timed(seconds, lambda: local.request("target", "ask", b"x").submit())
+        rows.append(("local request", ours, await raw_channel_pingpong(seconds)))
+        payload = b"x" * 100
+        for callers in (1, 16):
+            ours = await timed(
+                seconds, lambda: remote.request("target", "ask", payload).submit(), callers
+            )
+            base = await raw_tcp_pingpong(seconds, callers)
+            rows.append((f"cross-node request, {callers} caller(s)", ours, base))
+    return rows
+
+
+async def scale(n: int) -> tuple[float, float, float]:
+    """(creations/s, framework bytes per idle Actor, store bytes per Actor)."""
+    store = MemoryLocationStore()
+    config = ServerConfig(meshes=[MeshConfig(name="scale")], cluster_secret=b"s" * 32,
+                          location_store=store)  # fmt: skip
+    async with open_cluster(1, store=store, app=make_app(), config=config) as cluster:
+        actors = cluster.servers[0].actors
+        gc.collect()
+        tracemalloc.start()
+        base_snapshot = tracemalloc.take_snapshot()
+        start = time.perf_counter()
+        for i in range(n):
+            await actors.create(f"a{i}", "sink")
+        elapsed = time.perf_counter() - start
+        await cluster.servers[0].engine.wait_idle()
+        gc.collect()
+        snapshot = tracemalloc.take_snapshot()
+        tracemalloc.stop()
+        stats = snapshot.compare_to(base_snapshot, "filename")
+        store_bytes = sum(s.size_diff for s in stats if "store" in s.traceback[0].filename)
+        total = sum(s.size_diff for s in stats)
+        framework = total - store_bytes
+        return n / elapsed, framework / n, store_bytes / n
+
+
+async def parked_task_bytes(n: int = 5000) -> float:
+    gc.collect()
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    async with trio.open_nursery() as nursery:
+        channels = []
+        for _ in range(n):
+            s, r = trio.open_memory_channel[int](0)
+            channels.append(s)
+
+            async def park(r: Any = r) -> None:
+                async for _ in r:
+                    pass
+
+            nursery.start_soon(park)
+        await trio.testing.wait_all_tasks_blocked()
+        used = tracemalloc.get_traced_memory()[0] - before
+        nursery.cancel_scope.cancel()
+    tracemalloc.stop()
+    return used / n
+
+
+async def main(seconds: float, n: int) -> None:
+    for name, ours, base in await messaging(seconds):
+        print(f"{name:38s} {ours:12,.0f}/s  raw {base:12,.0f}/s  ratio {ours / base:5.2f}")
+    rate, per_actor, store_per_actor = await scale(n)
+    parked = await parked_task_bytes()
+    print(f"{'create ' + format(n, ',') + ' actors on one node':38s} {rate:12,.0f}/s")
+    print(f"{'store bytes per actor (memory store)':38s} {store_per_actor:12,.0f} B")
+    print(
+        f"{'framework bytes per idle actor':38s} {per_actor:12,.0f} B  "
+        f"parked task+channel {parked:8,.0f} B  ratio {per_actor / parked:5.2f}"
+    )
+
+
+if __name__ == "__main__":
+    import trio.testing
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--actors", type=int, default=100_000)
+    args = parser.parse_args()
+    trio.run(main, args.seconds, args.actors)

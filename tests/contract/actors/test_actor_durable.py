@@ -1,0 +1,224 @@
+"""Durable lifecycle operations: replay under one OperationId, deadline kinds, target
+lifecycle end, wrappers (spec 04 §8.1; checklist A04-22 … A04-25)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+from actor_kit import Recorder, blackout, client_app, make_app
+
+from zlink_trio import ApplicationError, DeadlineExceeded, Unavailable
+from zlink_trio.actors.approval import ActorCreateEvent, CreateDecision
+from zlink_trio.actors.results import Created
+from zlink_trio.testing import CountingStore, FaultKind, FaultPlan, WireTap, open_cluster
+from zlink_trio.testing.cluster import Cluster
+from zlink_trio.wire.commands import Command
+
+
+def _caller_and_host(rec: Recorder, **kwargs: object) -> object:
+    apps = [client_app(), make_app(rec, **kwargs)]  # type: ignore[arg-type]
+    return lambda i: apps[i]
+
+
+def _ops(tap: WireTap, cluster: Cluster) -> list[object]:
+    me = cluster.servers[0].identity.node_rid
+    return [e.record.operation_id for e in tap.select(node=me, command=Command.ACTOR_CREATE)]
+
+
+async def test_a04_22_durable_create_replays_under_one_operation_id(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-22: a create whose reply is lost (and one whose first attempt finds no route)
+    is replayed with the SAME OperationId and gets its original terminal; the factory runs
+    once. An application request under the same fault is sent exactly once."""
+    rec = Recorder()
+    plan = FaultPlan(seed=22)
+    tap = WireTap()
+    async with open_cluster(
+        2, store=store, app=_caller_and_host(rec), fault_plan=plan, tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        host = cluster.servers[1].identity.node_rid
+        # 1. the terminal reply is lost once
+        lost = plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=1)
+        created = await cluster.servers[0].actors.create("durable", "player").timeout(30)
+        assert isinstance(created, Created)
+        assert lost.fired == 1
+        ops = _ops(tap, cluster)
+        assert len(ops) >= 2 and len(set(ops)) == 1
+        assert rec.runs("durable") == 1 and rec.on_create_calls == 1
+        # 2. no route at first: every frame to the host is lost until the rule goes away
+        tap.clear()
+        await blackout(cluster, plan, 0, 1)
+        result: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def create() -> None:
+                result.append(
+                    await cluster.servers[0].actors.create("late-route", "player").timeout(60)
+                )
+
+            nursery.start_soon(create)
+            await trio.testing.wait_all_tasks_blocked()
+            assert _ops(tap, cluster) == []  # no route yet: nothing could be sent
+            plan.clear()
+        (late,) = result
+        assert isinstance(late, Created)
+        assert rec.runs("late-route") == 1
+        ops = _ops(tap, cluster)
+        assert ops and len(set(ops)) == 1
+        assert plan.fired(FaultKind.PARTITION) >= 1
+        # 3. an application request whose reply is lost is NOT re-sent
+        tap.clear()
+        me = cluster.servers[0].identity.node_rid
+        plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=None)
+        try:
+            await cluster.servers[0].actors.request("durable", "echo", b"x").timeout(5)
+            raise AssertionError("the reply was dropped: the request must time out")
+        except DeadlineExceeded:
+            pass
+        assert tap.count(node=me, command=Command.ACTOR_SEND) == 1
+        assert [h[3] for h in rec.handled] == [b"x"]  # it ran exactly once
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_a04_23_deadline_kind_depends_on_admission(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-23: never admitted until the deadline → Unavailable AT the deadline; admitted
+    but no reply → DeadlineExceeded AT the deadline; a non-transient failure (the
+    target's factory raising) ends at once after exactly one attempt."""
+    rec = Recorder()
+    plan = FaultPlan(seed=23)
+    tap = WireTap()
+
+    class Boom(Exception):
+        pass
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        raise Boom("refuse by failing")
+
+    apps = [
+        client_app(),
+        make_app(rec),
+        make_app(Recorder(), types=("fragile",), on_create=on_create),
+    ]
+    async with open_cluster(
+        3, store=store, app=lambda i: apps[i], fault_plan=plan, tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0].actors
+        host = cluster.servers[1].identity.node_rid
+        me = cluster.servers[0].identity.node_rid
+        # never admitted: the connection to the host is dead from the start
+        await blackout(cluster, plan, 0, 1)
+        start = trio.current_time()
+        try:
+            await caller.create("never", "player").timeout(7)
+            raise AssertionError("must fail")
+        except DeadlineExceeded:
+            raise AssertionError(
+                "never admitted must be Unavailable, not DeadlineExceeded"
+            ) from None
+        except Unavailable:
+            assert trio.current_time() - start == 7.0
+        plan.clear()
+        await cluster.wait_all_admitted()
+        # admitted, every reply lost: DeadlineExceeded exactly at the deadline
+        plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=None)
+        start = trio.current_time()
+        try:
+            await caller.create("mute", "player").timeout(7)
+            raise AssertionError("must fail")
+        except DeadlineExceeded:
+            assert trio.current_time() - start == 7.0
+        plan.clear()
+        await cluster.wait_all_admitted()
+        # non-transient: one attempt, immediate typed failure
+        tap.clear()
+        start = trio.current_time()
+        try:
+            await caller.create("fragile-1", "fragile").timeout(60)
+            raise AssertionError("must fail")
+        except ApplicationError:
+            pass
+        assert trio.current_time() - start < 1.0
+        assert tap.count(node=me, command=Command.ACTOR_CREATE) == 1
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_a04_24_target_lifecycle_end_stops_the_replay(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-24: when the target's connection intent is removed and no admitted peer is
+    left, a replaying durable operation ends Unavailable well before its deadline; a
+    transport break alone does not end it: after the reconnect the replay goes on under
+    the same OperationId and gets the original terminal."""
+    rec = Recorder()
+    plan = FaultPlan(seed=24)
+    tap = WireTap()
+    async with open_cluster(
+        2, store=store, app=_caller_and_host(rec), fault_plan=plan, tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        host = cluster.servers[1].identity.node_rid
+        # transport break only: the create is delivered, then the connection is cut
+        cut = plan.cut(command=Command.ACTOR_CREATE, to=host, deliver=True, count=1)
+        created = await cluster.servers[0].actors.create("survivor", "player").timeout(60)
+        assert isinstance(created, Created) and cut.fired == 1
+        ops = _ops(tap, cluster)
+        assert len(ops) >= 2 and len(set(ops)) == 1
+        assert rec.runs("survivor") == 1
+        # lifecycle end: the host is unreachable, then leaves the cluster for good
+        await blackout(cluster, plan, 0, 1)
+        outcome: list[object] = []
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+
+            async def create() -> None:
+                try:
+                    await cluster.servers[0].actors.create("orphan", "player").timeout(600)
+                except Unavailable as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(create)
+            await trio.testing.wait_all_tasks_blocked()
+            await cluster.stop(1)
+        assert len(outcome) == 1
+        assert trio.current_time() - start < 60
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_a04_25_wrappers_end_with_the_wrapped_operation(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-25: the public create/get_or_create calls wrap the durable operation: they end
+    with the same kind at the same instant as the operation (its one deadline), and never
+    raise a timeout of their own while waiting for admission."""
+    rec = Recorder()
+    plan = FaultPlan(seed=25)
+    async with open_cluster(2, store=store, app=_caller_and_host(rec), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        host = cluster.servers[1].identity.node_rid
+        await blackout(cluster, plan, 0, 1)
+        for call in (
+            cluster.servers[0].actors.create("wrapped-1", "player"),
+            cluster.servers[0].actors.get_or_create("wrapped-2", "player").in_mesh("test"),
+        ):
+            start = trio.current_time()
+            try:
+                await call.timeout(12.5)
+                raise AssertionError("must fail")
+            except Unavailable as exc:
+                assert not isinstance(exc, DeadlineExceeded)
+                assert trio.current_time() - start == 12.5
+        plan.clear()
+        await cluster.wait_all_admitted()
+        plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=None)
+        start = trio.current_time()
+        try:
+            await cluster.servers[0].actors.get_or_create("wrapped-3", "player").timeout(3.25)
+            raise AssertionError("must fail")
+        except DeadlineExceeded:
+            assert trio.current_time() - start == 3.25

@@ -1,0 +1,95 @@
+"""The Actor Context: what a factory receives and an Actor exposes unchanged."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, final
+
+from ..errors import SessionNotBound
+from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
+
+if TYPE_CHECKING:
+    from .client import ActorClient
+
+__all__ = ["ActorContext", "BoundSession"]
+
+
+@final
+class BoundSession:
+    """The Actor's bound-session capability: one-way push and close to the CURRENT bound
+    session only. Without a binding both raise SessionNotBound (an InvalidOperation:
+    bind first, then the same call succeeds)."""
+
+    __slots__ = ()
+
+    @property
+    def bound(self) -> bool:
+        return False
+
+    async def push(self, packet: str, payload: bytes) -> None:
+        raise SessionNotBound("the Actor has no bound session")
+
+    async def close(self) -> None:
+        raise SessionNotBound("the Actor has no bound session")
+
+
+_UNBOUND = BoundSession()
+
+
+@final
+class ActorContext:
+    """Identity of one Actor activation plus the capabilities its handlers use.
+
+    Built by the framework BEFORE the factory runs; the factory receives only this object
+    and the Actor must expose it as ``actor.context`` unchanged, otherwise the staging
+    Actor is never published Ready. The fields are read-only for the application.
+    """
+
+    __slots__ = ("_actor_id", "_client", "_generation", "_mesh_name", "_spot_id")
+
+    def __init__(
+        self,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+        mesh_name: MeshName,
+        spot_id: SpotId | None,
+        client: ActorClient,
+    ) -> None:
+        self._actor_id = actor_id
+        self._generation = object_generation
+        self._mesh_name = mesh_name
+        self._spot_id = spot_id
+        self._client = client
+
+    @property
+    def actor_id(self) -> ActorId:
+        return self._actor_id
+
+    @property
+    def object_generation(self) -> ObjectGeneration:
+        return self._generation
+
+    @property
+    def mesh_name(self) -> MeshName:
+        """The mesh of the Actor's current owner."""
+        return self._mesh_name
+
+    @property
+    def spot_id(self) -> SpotId | None:
+        """The Actor's current Spot (its Entry Spot or a User Spot), None while moving."""
+        return self._spot_id
+
+    @property
+    def session(self) -> BoundSession:
+        """The bound-session capability (push / close to the current binding)."""
+        return _UNBOUND
+
+    @property
+    def actors(self) -> ActorClient:
+        """Send to / request other Actors by ActorId (Actor-to-Actor calls)."""
+        return self._client
+
+    def __repr__(self) -> str:
+        return (
+            f"ActorContext({self._actor_id.value!r}, gen={self._generation.value}, "
+            f"mesh={self._mesh_name.value!r}, spot={self._spot_id and self._spot_id.value!r})"
+        )

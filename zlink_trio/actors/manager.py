@@ -1,0 +1,193 @@
+"""``server.actors``: the Actor manager (spec 04 §6) and messaging entry points."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Self, final
+
+import trio
+
+from ..config import ServerConfig
+from ..errors import InvalidOperation, Unavailable
+from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
+from ..mesh.api import MeshNodeApi, PeerAddress
+from ..store.api import AuthorityState, LocationStore, ObjectKey
+from ..wire.records import ActorDestroy
+from ..wire.tails import DestroyTail
+from .calls import FluentCall
+from .client import ActorClient, RequestCall, SendCall
+from .create_source import CreateSource
+from .durable import remaining_ms
+from .placement import choose_mesh
+from .results import ActorCreateResult
+from .sinks import raise_for_failure
+
+if TYPE_CHECKING:
+    from .destroy import Destroyer
+
+__all__ = ["ActorManager", "CreateCall"]
+
+
+@final
+class CreateCall(FluentCall[ActorCreateResult]):
+    """``create(...)`` / ``get_or_create(...)``: options ``in_mesh``, ``request``,
+    ``timeout`` and ``operation_id``, each at most once, then one ``submit()``."""
+
+    __slots__ = ("_mesh", "_operation", "_request")
+
+    def __init__(self, run: object, default_timeout: float) -> None:
+        super().__init__(run, default_timeout)  # type: ignore[arg-type]
+        self._mesh: MeshName | None = None
+        self._request: bytes | None = None
+        self._operation: OperationId | None = None
+
+    def in_mesh(self, mesh_name: str | MeshName) -> Self:
+        """The mesh where the Actor is first placed (not part of its identity)."""
+        self._option("in_mesh")
+        self._mesh = MeshName.parse(mesh_name)
+        return self
+
+    def request(self, request: bytes) -> Self:
+        """The encoded creation request (<= max_request_bytes, 1 MiB by default) given to
+        the Entry Spot's OnCreateActor."""
+        self._option("request")
+        if not isinstance(request, bytes | bytearray | memoryview):
+            raise InvalidOperation(f"request must be bytes, got {type(request).__name__}")
+        self._request = bytes(request)
+        return self
+
+    def operation_id(self, operation_id: OperationId) -> Self:
+        """Re-submit an earlier operation: while its terminal record is retained (its
+        deadline + 5 min) the result is that terminal, and nothing runs again."""
+        self._option("operation_id")
+        if not isinstance(operation_id, OperationId):
+            raise InvalidOperation("operation_id must be an OperationId")
+        self._operation = operation_id
+        return self
+
+
+@final
+class ActorManager:
+    """Create, GetOrCreate, Find and Destroy Actors; send to and request them by ActorId."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        node: MeshNodeApi,
+        store: LocationStore,
+        source: CreateSource,
+        destroyer: Destroyer,
+        client: ActorClient,
+    ) -> None:
+        self._config = config
+        self._node = node
+        self._store = store
+        self._source = source
+        self._destroyer = destroyer
+        self._client = client
+
+    # --- lifecycle --------------------------------------------------------------------
+    def create(self, actor_id: str | ActorId, stable_type: str | StableType) -> CreateCall:
+        """Exclusive create: AlreadyExists if a Ready Actor of that type exists,
+        TypeMismatch for another type. Result: Created or Rejected."""
+        return self._create_call(actor_id, stable_type, exclusive=True)
+
+    def get_or_create(self, actor_id: str | ActorId, stable_type: str | StableType) -> CreateCall:
+        """Existing (no factory, no callback) when a Ready Actor of that type exists,
+        otherwise like create. Concurrent calls converge on one factory run."""
+        return self._create_call(actor_id, stable_type, exclusive=False)
+
+    def _create_call(
+        self, actor_id: str | ActorId, stable_type: str | StableType, *, exclusive: bool
+    ) -> CreateCall:
+        target = ActorId.parse(actor_id)
+        st = StableType.parse(stable_type)
+        source = self._source
+        config = self._config
+
+        async def run(call: CreateCall, deadline: float) -> ActorCreateResult:
+            request = call._request
+            if request is not None and len(request) > config.max_request_bytes:
+                raise InvalidOperation(
+                    f"creation request of {len(request)} bytes exceeds {config.max_request_bytes}"
+                )
+            mesh = choose_mesh(config, call._mesh)
+            return await source.run(
+                target,
+                st,
+                mesh,
+                request,
+                deadline,
+                exclusive=exclusive,
+                operation_id=call._operation,
+            )
+
+        return CreateCall(run, config.default_create_timeout)
+
+    async def find(self, actor_id: str | ActorId) -> ActorRef | None:
+        """The ActorRef of the current Ready incarnation, or None. Starts no creation."""
+        target = ActorId.parse(actor_id)
+        row = await self._store.read(ObjectKey.actor(target.value))
+        if row is None or row.state is not AuthorityState.READY:
+            return None
+        return ActorRef(target, row.object_generation, row.owner.mesh_name, row.owner.node_rid)
+
+    async def destroy(self, actor: ActorRef) -> bool:
+        """Destroy exactly the incarnation ``actor`` names.
+
+        Returns False when that incarnation is already gone. Raises InvalidOperation when
+        another generation of the id is current (it is never destroyed instead), and
+        Unavailable while the Actor is sealed for a move or its owner is unreachable.
+        """
+        if not isinstance(actor, ActorRef):
+            raise InvalidOperation("destroy takes the ActorRef of the incarnation to destroy")
+        row = await self._store.read(ObjectKey.actor(actor.actor_id.value))
+        if row is None:
+            return False
+        if row.object_generation != actor.object_generation:
+            raise InvalidOperation(
+                f"actor {actor.actor_id.value!r} is generation {row.object_generation.value}, "
+                f"not {actor.object_generation.value}"
+            )
+        if row.relocation is not None and row.relocation.sealed:
+            raise Unavailable(f"actor {actor.actor_id.value!r} is sealed for a move")
+        if row.state is AuthorityState.CREATING:
+            return False
+        me = self._node.identity
+        if row.owner.node_rid == me.node_rid:
+            return await self._destroyer.destroy(actor.actor_id, actor.object_generation)
+        deadline = trio.current_time() + self._config.default_request_timeout
+        with trio.move_on_at(deadline):
+            pending = await self._node.request(
+                PeerAddress(row.owner.mesh_name, row.owner.node_rid),
+                ActorDestroy(
+                    correlation=0,
+                    operation_id=OperationId.new(),
+                    source_rid=me.node_rid,
+                    source_generation=me.node_generation,
+                    actor_id=actor.actor_id,
+                    object_generation=actor.object_generation,
+                    target_rid=row.owner.node_rid,
+                    target_generation=row.owner.node_generation,
+                    timeout_ms=remaining_ms(deadline),
+                ),
+            )
+            reply = raise_for_failure(await pending.wait())
+            tail = reply.tail
+            if not isinstance(tail, DestroyTail):
+                raise Unavailable("the destroy terminal carries no destroy tail")
+            return tail.destroyed
+        raise Unavailable(f"the owner of {actor.actor_id.value!r} did not answer the destroy")
+
+    # --- messaging ----------------------------------------------------------------------
+    def send(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> SendCall:
+        """One-way send to the current Ready incarnation of ``actor_id``."""
+        return self._client.send(actor_id, packet, payload)
+
+    def request(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> RequestCall:
+        """Request to the current Ready incarnation of ``actor_id``."""
+        return self._client.request(actor_id, packet, payload)
+
+    @property
+    def client(self) -> ActorClient:
+        return self._client

@@ -1,0 +1,59 @@
+"""Dispatch counters and the Actor owner's observable state (spec 04 §8.2).
+
+ActorId is never a label: counters are per node (and per stable type in snapshots).
+"""
+
+from __future__ import annotations
+
+from typing import final
+
+import attrs
+
+__all__ = ["ActorRuntimeStatistics", "ActorTypeStatistics", "DispatchStats"]
+
+
+@final
+class DispatchStats:
+    """Mutable counters, one instance per stable type (shared by that type's Actors)."""
+
+    __slots__ = ("dropped", "expired", "failed", "no_handler", "ok")
+
+    def __init__(self) -> None:
+        self.ok = 0
+        self.failed = 0
+        self.no_handler = 0
+        self.expired = 0
+        self.dropped = 0
+
+
+@attrs.frozen
+class ActorTypeStatistics:
+    stable_type: str
+    mesh_names: tuple[str, ...]
+    ready: int
+    destroying: int
+    application_backlog: int
+    control_backlog: int
+    dispatch_ok: int
+    dispatch_failed: int
+    dispatch_no_handler: int
+    dispatch_expired: int
+    dispatch_dropped: int
+
+
+@attrs.frozen
+class ActorRuntimeStatistics:
+    hosted: int
+    staging: int
+    creates_in_flight: int
+    types: tuple[ActorTypeStatistics, ...]
+    route_cache_entries: int
+    route_cache_hits: int
+    route_cache_misses: int
+    route_cache_invalidations: int
+    stale_route_ingress: int
+    stale_route_results: int
+    creates: int
+    create_replays: int
+    rejected: int
+    failed_creates: int

@@ -1,0 +1,1 @@
+"""Route cache and Message Follow (implementation package)."""

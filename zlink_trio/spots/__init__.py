@@ -1,0 +1,1 @@
+"""Spots: Entry, User and Instance Spots (implementation package)."""

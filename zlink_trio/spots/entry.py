@@ -1,0 +1,109 @@
+"""The Entry Spot of one (node, mesh): the default Spot every created Actor joins.
+
+An Entry Spot is a Spot lane on the engine. Its lifecycle queue receives only lifecycle
+control (Actor creation approval now; join, leave and relocation later) and never an Actor's
+application payload: those go straight to the Actor's own queue (spec 04 §3, §4). Creating an
+Actor runs the factory and the application's ``OnCreateActor`` in one lifecycle turn here, so
+a node's Entry Spot approves one staging Actor at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, final
+
+import attrs
+
+from ..actors.approval import ActorCreateEvent, Approve, CreateDecision, OnCreateActor, Reject
+from ..engine.engine import Engine
+from ..engine.lane import Lane
+from ..engine.lanes import SpotLane
+from ..engine.oneshot import OneShot
+from ..ids import MeshName, SpotId
+
+__all__ = ["EntrySpot", "EntrySpotStatistics", "StagingStep"]
+
+logger = logging.getLogger("zlink_trio.spots")
+
+StagingStep = Callable[[], Awaitable[ActorCreateEvent]]
+"""Builds the staging Actor (runs the factory) and returns the event OnCreateActor sees."""
+
+
+@attrs.frozen
+class EntrySpotStatistics:
+    spot_id: str
+    mesh_name: str
+    lifecycle_turns: int
+    application_turns: int
+    """Always 0: an Entry Spot has no application queue use for Actor payloads."""
+    on_create_actor_calls: int
+    queued_lifecycle: int
+
+
+@final
+class _Approval:
+    __slots__ = ("result", "step")
+
+    def __init__(self, step: StagingStep) -> None:
+        self.step = step
+        self.result: OneShot[tuple[ActorCreateEvent, CreateDecision]] = OneShot()
+
+
+@final
+class EntrySpot:
+    __slots__ = ("_calls", "_lane", "_lifecycle_turns", "_on_create", "mesh_name", "spot_id")
+
+    def __init__(
+        self, engine: Engine, spot_id: SpotId, mesh_name: MeshName, on_create: OnCreateActor | None
+    ) -> None:
+        self.spot_id = spot_id
+        self.mesh_name = mesh_name
+        self._on_create = on_create
+        self._calls = 0
+        self._lifecycle_turns = 0
+        self._lane: Lane[SpotLane, _Approval] = engine.new_lane(
+            SpotLane(), self._turn, on_drop=self._dropped
+        )
+
+    async def approve(self, step: StagingStep) -> tuple[ActorCreateEvent, CreateDecision]:
+        """Run ``step`` (the factory) and OnCreateActor in one lifecycle turn of this Spot.
+
+        Exceptions from either propagate to the caller (the creation attempt fails)."""
+        item = _Approval(step)
+        await self._lane.submit(item, lifecycle=True)
+        return await item.result.wait()
+
+    async def _turn(self, item: _Approval) -> None:
+        self._lifecycle_turns += 1
+        try:
+            event = await item.step()
+            decision: Any = Approve()
+            if self._on_create is not None:
+                self._calls += 1
+                decision = await self._on_create(event)
+            if not isinstance(decision, Approve | Reject):
+                raise TypeError(f"OnCreateActor must return Approve or Reject, got {decision!r}")
+        except Exception as exc:
+            item.result.fail(exc)
+            return
+        item.result.set((event, decision))
+
+    def _dropped(self, item: _Approval) -> None:
+        from ..errors import ShuttingDown
+
+        item.result.fail(ShuttingDown("the Entry Spot closed"))
+
+    def close(self) -> None:
+        self._lane.close()
+
+    def statistics(self) -> EntrySpotStatistics:
+        lane = self._lane.statistics()
+        return EntrySpotStatistics(
+            spot_id=self.spot_id.value,
+            mesh_name=self.mesh_name.value,
+            lifecycle_turns=self._lifecycle_turns,
+            application_turns=0,
+            on_create_actor_calls=self._calls,
+            queued_lifecycle=lane.lifecycle,
+        )
