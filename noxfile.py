@@ -36,6 +36,7 @@ def bench(session: nox.Session) -> None:
     session.install("-e", ".[test,bench]")
     for script in (
         "bench_engine.py",
+        "bench_wire.py",
         "bench_mesh.py",
         "bench_actors.py",
         "bench_store_cas.py",

@@ -7,8 +7,9 @@ server never starts.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, final
+from typing import Any, cast, final
 
 import attrs
 
@@ -51,7 +52,14 @@ class ValidatedApp:
     packet_handlers: Mapping[str, PacketHandler]
 
 
-def _method_handler(name: str) -> ActorHandler:
+def _method_handler(cls: type, name: str) -> ActorHandler:
+    """The handler for method ``name`` of Actor class ``cls``: the class's own function
+    when it is a plain function (called as ``fn(actor, payload)``, no extra frame per
+    message), else a wrapper that looks the method up on the Actor at call time."""
+    fn = inspect.getattr_static(cls, name, None)
+    if inspect.isfunction(fn) and inspect.iscoroutinefunction(fn):
+        return cast(ActorHandler, fn)
+
     async def call(actor: Any, payload: bytes) -> bytes | None:
         result: bytes | None = await getattr(actor, name)(payload)
         return result
@@ -94,7 +102,9 @@ class App:
         self._actor_types.append((stable_type, factory, relocation))
         if isinstance(factory, type):
             for kind, packet, name in declared_handlers(factory):
-                self._actor_handlers.append((stable_type, kind, packet, _method_handler(name)))
+                self._actor_handlers.append(
+                    (stable_type, kind, packet, _method_handler(factory, name))
+                )
 
     def register_actor_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler

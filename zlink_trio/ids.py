@@ -1,7 +1,9 @@
 """Identity values: ids, stable type names, node identities, generations, refs.
 
 All are frozen attrs classes with a trivial ``__init__`` and a validator; build them from
-untrusted input with the ``parse`` class methods, which also accept UTF-8 ``bytes``.
+untrusted input with the ``parse`` class methods, which also accept UTF-8 ``bytes``. The
+private ``_trusted`` class methods skip the validator for a value that was already checked
+(the wire decoder's fast path); they never replace validation.
 
 Text ids (ActorId, SpotId, StableType, MeshName) are UTF-8 of 1..255 bytes, compared
 case-sensitively as-is: no Unicode normalization, no case folding. Invalid UTF-8 (including
@@ -14,7 +16,7 @@ from __future__ import annotations
 import re
 import secrets
 import uuid
-from typing import Any, Final, Self
+from typing import Any, Final, Self, TypeVar
 
 import attrs
 
@@ -86,11 +88,35 @@ def _text_validator(what: str) -> Any:
     return validate
 
 
+_T = TypeVar("_T")
+_OBJECT_NEW: Final = object.__new__
+_OBJECT_SETATTR: Final = object.__setattr__
+_HASH_CACHE_SLOT: Final = "_attrs_cached_hash"
+"""The slot in which attrs' ``cache_hash=True`` keeps the hash (None until computed)."""
+
+
+def _trusted_value(cls: type[_T], value: object, *, cached_hash: bool) -> _T:
+    """An instance of a one-field (``value``) frozen slots class built without running its
+    ``__init__``: the same slot values the generated ``__init__`` sets, minus the
+    validator. Only for values the caller has already validated (the wire decoder);
+    ``tests/unit/wire/test_wire_trusted.py`` proves the result indistinguishable."""
+    self = _OBJECT_NEW(cls)
+    _OBJECT_SETATTR(self, "value", value)
+    if cached_hash:
+        _OBJECT_SETATTR(self, _HASH_CACHE_SLOT, None)
+    return self
+
+
 @attrs.frozen(slots=True, cache_hash=True, order=True)
 class ActorId:
     """Global logical Actor identity (the only Actor message target)."""
 
     value: str = attrs.field(validator=_text_validator("ActorId"))
+
+    @classmethod
+    def _trusted(cls, value: str) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
 
     @classmethod
     def parse(cls, value: object) -> Self:
@@ -107,6 +133,11 @@ class SpotId:
     """Global Spot identity (Entry, User or Instance Spot)."""
 
     value: str = attrs.field(validator=_text_validator("SpotId"))
+
+    @classmethod
+    def _trusted(cls, value: str) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
 
     @classmethod
     def parse(cls, value: object) -> Self:
@@ -130,6 +161,11 @@ class StableType:
     value: str = attrs.field(validator=_text_validator("stable type"))
 
     @classmethod
+    def _trusted(cls, value: str) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
+
+    @classmethod
     def parse(cls, value: object) -> Self:
         if isinstance(value, cls):
             return value
@@ -144,6 +180,11 @@ class MeshName:
     """Name of one RouteMesh (a physical connection group). Placement only, not identity."""
 
     value: str = attrs.field(validator=_text_validator("MeshName"))
+
+    @classmethod
+    def _trusted(cls, value: str) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
 
     @classmethod
     def parse(cls, value: object) -> Self:
@@ -187,6 +228,11 @@ class NodeRid:
 
     value: bytes = attrs.field()
 
+    @classmethod
+    def _trusted(cls, value: bytes) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
+
     @value.validator
     def _check(self, _attr: object, value: object) -> None:
         if not isinstance(value, bytes) or len(value) != NODE_RID_BYTES:
@@ -226,6 +272,11 @@ class ObjectGeneration:
 
     value: int = attrs.field(validator=_u63_validator("ObjectGeneration"))
 
+    @classmethod
+    def _trusted(cls, value: int) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=False)
+
     def to_json(self) -> str:
         return str(self.value)
 
@@ -245,6 +296,11 @@ class AuthorityOwnerGeneration:
 
     value: int = attrs.field(validator=_u63_validator("AuthorityOwnerGeneration"))
 
+    @classmethod
+    def _trusted(cls, value: int) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=False)
+
     def next(self) -> AuthorityOwnerGeneration:
         return AuthorityOwnerGeneration(self.value + 1)
 
@@ -254,6 +310,11 @@ class NodeGeneration:
     """Identifies one node process lifecycle (fresh per process start)."""
 
     value: int = attrs.field(validator=_u63_validator("NodeGeneration"))
+
+    @classmethod
+    def _trusted(cls, value: int) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=False)
 
     @classmethod
     def new(cls) -> Self:
@@ -266,12 +327,22 @@ class OwnerLeaseGeneration:
 
     value: int = attrs.field(validator=_u63_validator("OwnerLeaseGeneration"))
 
+    @classmethod
+    def _trusted(cls, value: int) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=False)
+
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)
 class OperationId:
     """Non-zero 128-bit id of a durable operation (create, join, bind)."""
 
     value: int = attrs.field()
+
+    @classmethod
+    def _trusted(cls, value: int) -> Self:
+        """``value`` already validated by the caller (see ``_trusted_value``)."""
+        return _trusted_value(cls, value, cached_hash=True)
 
     @value.validator
     def _check(self, _attr: object, value: object) -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 from typing import Any
 
+import attrs
 import cbor2
 import pytest
 from hypothesis import assume, example, given, strategies as st
@@ -19,6 +20,7 @@ from zlink_trio.wire import (
     codec as codec_module,
     decode,
     encode,
+    evolve,
 )
 from zlink_trio.wire.codec import scan_structure
 from zlink_trio.wire.nested import Nested
@@ -96,10 +98,62 @@ def test_records_round_trip_exactly(record: WireRecord) -> None:
     assert encode(decode(body)) == body
 
 
+_MISSING = object()
+
+
+def assert_indistinguishable(built: Any, reference: Any) -> None:
+    """``built`` (the decoder's trusted construction: no ``__init__``) cannot be told apart
+    from ``reference`` (built by ``__init__``): exact type, every slot set to an
+    indistinguishable value (recursively: parts, ids, tuples), ==, hash, repr, frozen."""
+    assert type(built) is type(reference)
+    if isinstance(built, tuple):
+        for a, b in zip(built, reference, strict=True):
+            assert_indistinguishable(a, b)
+        return
+    if not attrs.has(type(built)):
+        assert built == reference
+        return
+    for cls in type(built).__mro__:
+        for name in cls.__dict__.get("__slots__", ()):
+            if name == "__weakref__":
+                continue
+            got = getattr(built, name, _MISSING)
+            assert got is not _MISSING, f"{type(built).__name__}.{name} left unset"
+            if name == "_attrs_cached_hash":
+                assert got is None or got == hash(built)
+            else:
+                assert_indistinguishable(got, getattr(reference, name))
+    assert built == reference
+    assert (built != reference) is False
+    assert hash(built) == hash(reference)
+    assert repr(built) == repr(reference)
+    for f in attrs.fields(type(built)):
+        with pytest.raises(attrs.exceptions.FrozenInstanceError):
+            setattr(built, f.name, getattr(built, f.name))
+
+
+@given(records)
+def test_decoded_records_are_indistinguishable_from_constructed_ones(record: WireRecord) -> None:
+    """decode(encode(r)) == r, and the trusted fast construction leaves nothing that tells
+    it from ``r`` (built by the classes' ``__init__``): same hash, frozen, every slot."""
+    decoded = decode(encode(record))
+    assert decoded == record
+    assert_indistinguishable(decoded, record)
+
+
+@given(records, st.integers(1, (1 << 64) - 1))
+def test_evolve_matches_attrs_evolve(record: WireRecord, correlation: int) -> None:
+    changes: dict[str, Any] = {}
+    if getattr(record, "correlation", 0) != 0:
+        changes["correlation"] = correlation
+    assert_indistinguishable(evolve(record, **changes), attrs.evolve(record, **changes))
+
+
 @given(mutated_bodies())
 def test_fast_path_never_accepts_what_the_checked_path_rejects(body: bytes) -> None:
     """The generated decoder is an optimisation: whenever it accepts a body, the generic
-    per-field decoder accepts it too and builds the same record."""
+    per-field decoder (which builds with the classes' ``__init__``) accepts it too and
+    builds an indistinguishable record."""
     try:
         items = cbor2.loads(body)
     except Exception:
@@ -113,7 +167,7 @@ def test_fast_path_never_accepts_what_the_checked_path_rejects(body: bytes) -> N
         fast = nested._fast_decode(items)
     except Exception:
         return
-    assert nested.decode_checked(items) == fast
+    assert_indistinguishable(fast, nested.decode_checked(items))
 
 
 @given(st.one_of(mutated_bodies(), st.binary(max_size=200)), st.binary(max_size=3))

@@ -1,12 +1,16 @@
 """Submit-once fluent calls (spec 04 §6.2): options may be set once, the terminal submit
 runs once; doing either twice raises InvalidOperation. ``await call`` is ``await
-call.submit()``."""
+call.submit()``: the one end-to-end deadline is fixed at that moment.
+
+A call is a small slotted object holding its arguments (no closure); ``__await__`` runs
+the operation's coroutine directly, without an extra coroutine frame.
+"""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Generic, Self, TypeVar
+from collections.abc import Coroutine, Generator
+from typing import Any, Final, Generic, Self, TypeVar
 
 import trio
 
@@ -16,6 +20,9 @@ from ..ids import InvalidId
 __all__ = ["FluentCall", "check_timeout"]
 
 R = TypeVar("R")
+
+_OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8}
+"""The bit of each fluent option in a call's option mask."""
 
 
 def check_timeout(seconds: float) -> float:
@@ -28,22 +35,23 @@ def check_timeout(seconds: float) -> float:
 
 
 class FluentCall(Generic[R]):
-    """Base of the fluent calls: option bookkeeping and the one submit."""
+    """Base of the fluent calls: option bookkeeping and the one submit. Subclasses hold
+    their arguments and implement :meth:`_run`."""
 
-    __slots__ = ("_options", "_run", "_submitted", "_timeout")
+    __slots__ = ("_options", "_submitted", "_timeout")
 
-    def __init__(self, run: Callable[[Any, float], Awaitable[R]], default_timeout: float) -> None:
-        self._run = run
+    def __init__(self, default_timeout: float) -> None:
         self._timeout = default_timeout
-        self._options: set[str] = set()
+        self._options = 0
         self._submitted = False
 
     def _option(self, name: str) -> None:
         if self._submitted:
             raise InvalidOperation(f"{name}() after submit")
-        if name in self._options:
+        bit = _OPTIONS[name]
+        if self._options & bit:
             raise InvalidOperation(f"{name}() set twice")
-        self._options.add(name)
+        self._options |= bit
 
     def timeout(self, seconds: float) -> Self:
         """The operation's one end-to-end deadline, counted from submit."""
@@ -51,13 +59,20 @@ class FluentCall(Generic[R]):
         self._timeout = check_timeout(seconds)
         return self
 
-    async def submit(self) -> R:
-        """Run the call (once). The deadline is fixed now: submit time + timeout."""
+    def _begin(self) -> float:
+        """Mark the call submitted (once) and fix its deadline: now + timeout."""
         if self._submitted:
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
-        deadline = trio.current_time() + self._timeout
-        return await self._run(self, deadline)
+        return trio.current_time() + self._timeout
+
+    def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
+        """The operation, bounded by ``deadline`` (trio time)."""
+        raise NotImplementedError
+
+    async def submit(self) -> R:
+        """Run the call (once). The deadline is fixed now: submit time + timeout."""
+        return await self._run(self._begin())
 
     def __await__(self) -> Generator[Any, None, R]:
-        return self.submit().__await__()
+        return self._run(self._begin()).__await__()

@@ -5,11 +5,11 @@ Used by ``server.actors`` and by Actor handlers through ``context.actors``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, final
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Final, final
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
-from ..wire.enums import MessageKind
 from .calls import FluentCall
 
 if TYPE_CHECKING:
@@ -17,56 +17,116 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
 
+_PARSED_MAX: Final = 4096
+"""Validated ActorIds and packet names remembered per client (cleared when full): a
+hot loop of calls to the same Actor validates its id once, not per message."""
+
 
 @final
 class SendCall(FluentCall[None]):
     """A one-way send: completes once the payload was admitted (locally, or queued to the
     owner's connection)."""
 
-    __slots__ = ()
+    __slots__ = ("_messenger", "_packet", "_payload", "_target")
+
+    def __init__(
+        self,
+        messenger: Messenger,
+        target: ActorId,
+        packet: str,
+        payload: bytes,
+        default_timeout: float,
+    ) -> None:
+        super().__init__(default_timeout)
+        self._messenger = messenger
+        self._target = target
+        self._packet = packet
+        self._payload = payload
+
+    def _run(self, deadline: float) -> Coroutine[Any, Any, None]:
+        return self._messenger.send(self._target, self._packet, self._payload, deadline)
 
 
 @final
 class RequestCall(FluentCall[bytes | None]):
     """A request: completes once with the handler's reply or a typed error."""
 
-    __slots__ = ()
+    __slots__ = ("_messenger", "_packet", "_payload", "_target")
+
+    def __init__(
+        self,
+        messenger: Messenger,
+        target: ActorId,
+        packet: str,
+        payload: bytes,
+        default_timeout: float,
+    ) -> None:
+        super().__init__(default_timeout)
+        self._messenger = messenger
+        self._target = target
+        self._packet = packet
+        self._payload = payload
+
+    def _run(self, deadline: float) -> Coroutine[Any, Any, bytes | None]:
+        return self._messenger.request(self._target, self._packet, self._payload, deadline)
 
 
 @final
 class ActorClient:
-    __slots__ = ("_default_timeout", "_max_request", "_messenger")
+    __slots__ = ("_default_timeout", "_ids", "_max_request", "_messenger", "_packets")
 
     def __init__(self, messenger: Messenger, *, max_request: int, default_timeout: float) -> None:
         self._messenger = messenger
         self._max_request = max_request
         self._default_timeout = default_timeout
+        self._ids: dict[str, ActorId] = {}
+        self._packets: set[str] = set()
 
-    def _check(self, actor_id: object, packet: str, payload: bytes) -> tuple[ActorId, str, bytes]:
-        target = ActorId.parse(actor_id)
-        check_text_id(packet, "packet name")
-        if not isinstance(payload, bytes | bytearray | memoryview):
-            raise InvalidOperation(f"payload must be bytes, got {type(payload).__name__}")
+    def _target(self, actor_id: object) -> ActorId:
+        if type(actor_id) is not str:
+            return ActorId.parse(actor_id)
+        target = self._ids.get(actor_id)
+        if target is None:
+            target = ActorId.parse(actor_id)
+            if len(self._ids) >= _PARSED_MAX:
+                self._ids.clear()
+            self._ids[actor_id] = target
+        return target
+
+    def _packet(self, packet: object) -> str:
+        if type(packet) is str and packet in self._packets:
+            return packet
+        name = check_text_id(packet, "packet name")
+        if len(self._packets) >= _PARSED_MAX:
+            self._packets.clear()
+        self._packets.add(name)
+        return name
+
+    def _payload(self, payload: object) -> bytes:
+        if type(payload) is not bytes:
+            if not isinstance(payload, bytearray | memoryview):
+                raise InvalidOperation(f"payload must be bytes, got {type(payload).__name__}")
+            payload = bytes(payload)
         if len(payload) > self._max_request:
             raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {self._max_request}")
-        return target, packet, bytes(payload)
+        return payload
 
     def send(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``. Await it (or ``.submit()``)."""
-        target, name, data = self._check(actor_id, packet, payload)
-        messenger = self._messenger
-
-        async def run(_call: SendCall, deadline: float) -> None:
-            await messenger.deliver(target, MessageKind.SEND, name, data, deadline)
-
-        return SendCall(run, self._default_timeout)
+        return SendCall(
+            self._messenger,
+            self._target(actor_id),
+            self._packet(packet),
+            self._payload(payload),
+            self._default_timeout,
+        )
 
     def request(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> RequestCall:
         """Request ``packet`` of the Actor ``actor_id``; the reply bytes (or None)."""
-        target, name, data = self._check(actor_id, packet, payload)
-        messenger = self._messenger
-
-        async def run(_call: RequestCall, deadline: float) -> bytes | None:
-            return await messenger.deliver(target, MessageKind.REQUEST, name, data, deadline)
-
-        return RequestCall(run, self._default_timeout)
+        return RequestCall(
+            self._messenger,
+            self._target(actor_id),
+            self._packet(packet),
+            self._payload(payload),
+            self._default_timeout,
+        )

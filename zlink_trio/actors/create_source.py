@@ -22,6 +22,7 @@ from ..errors import (
     CapacityExceeded,
     DeadlineExceeded,
     OwnerLeaseExpired,
+    StoreOutcomeUnknown,
     TypeMismatch,
     Unavailable,
 )
@@ -127,6 +128,12 @@ class CreateSource:
                         if exclusive:
                             raise AlreadyExists(f"actor {actor_id.value!r} already exists")
                         return Existing(_ref(row))
+                    if row.state is AuthorityState.CREATING and row.operation == key:
+                        # Our own reservation, made by a reserve whose outcome was unknown
+                        # (connection lost after the commit): drive it, never orphan it.
+                        self.creates += 1
+                        reserved = row
+                        break
                     # Creating or Closing: wait for the authority to settle (bounded backoff).
                     await trio.sleep(backoff * (0.5 + self._rng.random()))
                     backoff = min(backoff * 2, self._config.create_backoff_max)
@@ -182,6 +189,11 @@ class CreateSource:
             logger.debug("reservation on %s refused (%r); choosing again", descriptor.node_rid, exc)
             await trio.sleep(self._config.create_backoff_initial)
             return None
+        except StoreOutcomeUnknown as exc:
+            # It may have committed: the caller's next read finds our reservation (its
+            # operation is ``key``) or Missing, and goes on from there.
+            logger.info("reservation of %r has an unknown outcome (%r); re-reading", actor_id, exc)
+            return None
         if isinstance(result, Applied):
             self.creates += 1
             return result.row
@@ -190,12 +202,24 @@ class CreateSource:
     async def _give_back(self, row: AuthorityRow) -> None:
         """The operation ended without a terminal: if the reservation it made is still
         untouched (the target never started committing it), abort it so the id and the
-        pending capacity are free again. A target that got there first wins the CAS."""
+        pending capacity are free again. A target that got there first wins the CAS. An
+        abort with an unknown outcome is retried while the row is still that reservation."""
         with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
-            try:
-                await self._store.abort_creation(row.key, row.store_version)
-            except (Unavailable, OSError) as exc:
-                logger.info("could not give back the reservation of %r: %r", row.key, exc)
+            unknown = False
+            while True:
+                try:
+                    if unknown:  # the last abort may or may not have happened: still ours?
+                        current = await self._store.read(row.key)
+                        if current is None or current.store_version != row.store_version:
+                            return
+                    await self._store.abort_creation(row.key, row.store_version)
+                    return
+                except StoreOutcomeUnknown as exc:
+                    logger.info("giving back the reservation of %r: %r", row.key, exc)
+                    unknown = True
+                except (Unavailable, OSError) as exc:
+                    logger.info("could not give back the reservation of %r: %r", row.key, exc)
+                    return
 
     async def _drive(
         self, key: OperationKey, row: AuthorityRow, deadline: float

@@ -224,7 +224,7 @@ class CreateTarget:
             decision: Any = None
             with trio.move_on_at(deadline) as scope:
                 try:
-                    _event, decision = await entry.approve(stage)
+                    _event, decision = await entry.approve(stage, deadline)
                 except ZLinkError as exc:
                     return await abort(exc, CreateState.FAILED)
                 except Exception as exc:
@@ -249,16 +249,13 @@ class CreateTarget:
                     Unavailable("the Ready commit was refused (lease or reservation changed)"),
                     CreateState.FAILED,
                 )
-            hosted = HostedActor(
+            kind = self._host.kind(
                 actor_type,
-                context,
-                built[0],
-                committed.owner_generation,
-                committed.store_version,
                 me.node_rid,
                 self._stats_for(actor_type.stable_type),
                 self._config.max_reply_bytes,
             )
+            hosted = HostedActor(kind, context, built[0], committed.owner_generation)
             self._host.publish(hosted)
             return created
         finally:

@@ -11,6 +11,7 @@ Destroy is not a membership move: no leave callback runs.
 
 from __future__ import annotations
 
+import logging
 from typing import final
 
 import trio
@@ -24,6 +25,8 @@ from .host import ActorHost
 from .hosted import Barrier, Destroying, HostedActor
 
 __all__ = ["Destroyer"]
+
+logger = logging.getLogger("zlink_trio.actors")
 
 _MAX_CAS_ROUNDS = 16
 
@@ -86,16 +89,21 @@ class Destroyer:
         key = ObjectKey.actor(hosted.actor_id.value)
         with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
             for _ in range(_MAX_CAS_ROUNDS):
-                row = await self._store.read(key)
-                if row is None or row.object_generation != hosted.generation:
-                    break
-                if row.state is AuthorityState.READY:
-                    closing = await self._store.begin_closing(key, row.store_version)
-                    if not isinstance(closing, Applied):
-                        continue
-                    row = closing.row
-                released = await self._store.release(key, row.store_version)
-                if isinstance(released, Applied):
-                    break
+                try:
+                    row = await self._store.read(key)
+                    if row is None or row.object_generation != hosted.generation:
+                        break
+                    if row.state is AuthorityState.READY:
+                        closing = await self._store.begin_closing(key, row.store_version)
+                        if not isinstance(closing, Applied):
+                            continue
+                        row = closing.row
+                    released = await self._store.release(key, row.store_version)
+                    if isinstance(released, Applied):
+                        break
+                except Unavailable as exc:
+                    # StoreOutcomeUnknown (or the Store unreachable): the next round's
+                    # read settles what happened; never leave the row Closing here.
+                    logger.info("destroy of %r: %r; re-reading", hosted.actor_id, exc)
         host.retire(hosted)
         await hosted.fail_orphans()

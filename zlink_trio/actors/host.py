@@ -8,27 +8,31 @@ session relay, Actor-to-Actor): so every ingress kind is ordered by the same que
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 
 from ..engine.engine import Engine
-from ..engine.lanes import ActorDeliveryLane
-from ..errors import StaleRoute, Unavailable
-from ..ids import ActorId
-from .hosted import DESTROYING, Deliver, Destroying, HostedActor, Ready
+from ..errors import CapacityExceeded, StaleRoute, Unavailable
+from ..ids import ActorId, NodeRid, StableType
+from .hosted import ACTOR_LANE, DESTROYING, READY, Deliver, HostedActor, HostedKind
+
+if TYPE_CHECKING:
+    from ..app import ActorType
+    from .stats import DispatchStats
 
 __all__ = ["ActorHost"]
 
 
 @final
 class ActorHost:
-    __slots__ = ("_actors", "_engine", "_staging")
+    __slots__ = ("_actors", "_engine", "_kinds", "_staging")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._actors: dict[ActorId, HostedActor] = {}
         self._staging: dict[ActorId, trio.Event] = {}
+        self._kinds: dict[StableType, HostedKind] = {}
 
     # --- registry ---------------------------------------------------------------------
     def get(self, actor_id: ActorId) -> HostedActor | None:
@@ -44,6 +48,17 @@ class ActorHost:
     def staging_count(self) -> int:
         return len(self._staging)
 
+    def kind(
+        self, actor_type: ActorType, node_rid: NodeRid, stats: DispatchStats, max_reply: int
+    ) -> HostedKind:
+        """The shared part of every hosted Actor of ``actor_type`` (made once)."""
+        kind = self._kinds.get(actor_type.stable_type)
+        if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
+            kind = self._kinds[actor_type.stable_type] = HostedKind(
+                actor_type, node_rid, stats, max_reply
+            )
+        return kind
+
     def begin_staging(self, actor_id: ActorId) -> None:
         """A creation attempt for ``actor_id`` is about to commit here: ingress that races
         the commit waits for :meth:`end_staging` instead of seeing a stale route."""
@@ -55,25 +70,35 @@ class ActorHost:
             event.set()
 
     def publish(self, hosted: HostedActor) -> None:
-        """Make ``hosted`` reachable (after its Ready commit)."""
-        hosted.lane = self._engine.new_lane(
-            ActorDeliveryLane(), hosted.turn, on_drop=hosted.dropped
-        )
+        """Make ``hosted`` reachable (after its Ready commit). The activation itself is
+        its lane's handler; the lane is retired (not closed) by its owner, so it needs no
+        drop callback."""
+        hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         self._actors[hosted.actor_id] = hosted
 
     def retire(self, hosted: HostedActor) -> None:
         """Unpublish ``hosted`` (destroy: after its location ownership is gone)."""
         if self._actors.get(hosted.actor_id) is hosted:
             del self._actors[hosted.actor_id]
-        if hosted.lane is not None:
-            hosted.lane.close()
+        hosted.retire_lane()
 
     def close_admission(self, hosted: HostedActor) -> None:
         hosted.state = DESTROYING
 
     # --- admission --------------------------------------------------------------------------
+    def ready(self, actor_id: ActorId) -> HostedActor | None:
+        """The published Ready activation of ``actor_id``, or None."""
+        hosted = self._actors.get(actor_id)
+        if hosted is not None and hosted.state is READY:
+            return hosted
+        return None
+
     async def admit(self, actor_id: ActorId, item: Deliver) -> HostedActor:
-        """Put ``item`` on the current Ready Actor's application queue (waiting for space).
+        """Put ``item`` on the current Ready Actor's application queue.
+
+        Waits only while the Actor is being committed here (staging) or its queue is full
+        (backpressure); otherwise it returns without a schedule point (the caller decides
+        where it yields: a remote frame's reader goes on with the next frame).
 
         Raises:
             StaleRoute: the Actor is not hosted here (the route that led here is stale).
@@ -87,12 +112,12 @@ class ActorHost:
                 hosted = self._actors.get(actor_id)
             if hosted is None:
                 raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
-        match hosted.state:
-            case Ready():
-                pass
-            case Destroying():
-                raise Unavailable(f"actor {actor_id.value!r} is being destroyed")
+        if hosted.state is not READY:
+            raise Unavailable(f"actor {actor_id.value!r} is being destroyed")
         lane = hosted.lane
         assert lane is not None
-        await lane.submit(item)
+        try:
+            lane.submit_nowait(item)
+        except CapacityExceeded:
+            await lane.submit(item)
         return hosted

@@ -1,12 +1,16 @@
 """One hosted Actor activation: its lane, its state and what a turn does.
 
 An idle hosted Actor is a handful of slots (this object, its Context, its lane and lane
-core, and the application's own object): no task, no channel, no queue.
+core, and the application's own object): no task, no channel, no queue, no per-Actor
+callback object (the activation itself is its lane's handler). What every Actor of one
+stable type shares on this node (type, handlers, counters, limits) lives once in its
+:class:`HostedKind`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
@@ -14,18 +18,26 @@ import trio
 
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
+from ..engine.oneshot import OneShot
 from ..errors import ApplicationError, NotFound, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
 from ..wire.enums import MessageKind
-from ..wire.tails import ReplyPayloadTail
 from .context import ActorContext
-from .sinks import TerminalSink, failure, ok
+from .sinks import LocalReply, ReplySink, public_error
 
 if TYPE_CHECKING:
-    from ..app import ActorType
+    from ..app import ActorHandler, ActorType
     from .stats import DispatchStats
 
-__all__ = ["ActorState", "Deliver", "Destroying", "HostedActor", "Ready"]
+__all__ = [
+    "ACTOR_LANE",
+    "ActorState",
+    "Deliver",
+    "Destroying",
+    "HostedActor",
+    "HostedKind",
+    "Ready",
+]
 
 logger = logging.getLogger("zlink_trio.actors")
 
@@ -43,12 +55,16 @@ class Destroying:
 ActorState: TypeAlias = Ready | Destroying
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
+ACTOR_LANE: Final = ActorDeliveryLane()
+"""The policy value of every Actor lane (it carries no state, so one instance serves all)."""
 
 
 @final
 class Deliver:
     """An application payload accepted by the Actor queue (send, request, relay, Actor-to-
-    Actor: every ingress kind becomes this, in acceptance order)."""
+    Actor: every ingress kind becomes this, in acceptance order). ``sink`` is None for a
+    one-way send, a :data:`LocalReply` slot for a local request, a :class:`ReplySink`
+    for a remote one."""
 
     __slots__ = ("deadline", "kind", "packet", "payload", "sink")
 
@@ -57,7 +73,7 @@ class Deliver:
         kind: MessageKind,
         packet: str,
         payload: bytes,
-        sink: TerminalSink | None,
+        sink: LocalReply | ReplySink | None,
         deadline: float,
     ) -> None:
         self.kind = kind
@@ -69,7 +85,11 @@ class Deliver:
 
 @final
 class Barrier:
-    """A lifecycle item that only marks "every turn before me has finished"."""
+    """A lifecycle item that marks "every turn before me has finished". Run on an Actor
+    whose admission is closed (destroy), it also retires the lane: no payload accepted
+    before the close runs after it (each one fails with Unavailable instead, see
+    :meth:`HostedActor.fail_orphans`), so nothing runs while, or after, the location
+    ownership is removed."""
 
     __slots__ = ("done",)
 
@@ -81,45 +101,52 @@ ActorItem: TypeAlias = Deliver | Barrier
 
 
 @final
-class HostedActor:
-    __slots__ = (
-        "actor_type",
-        "context",
-        "instance",
-        "lane",
-        "max_reply",
-        "mesh_name",
-        "node_rid",
-        "orphans",
-        "owner_generation",
-        "state",
-        "stats",
-        "store_version",
-    )
+class HostedKind:
+    """What the hosted Actors of one stable type on this node share."""
+
+    __slots__ = ("actor_type", "handlers", "max_reply", "node_rid", "stats")
 
     def __init__(
-        self,
-        actor_type: ActorType,
-        context: ActorContext,
-        instance: Any,
-        owner_generation: AuthorityOwnerGeneration,
-        store_version: int,
-        node_rid: NodeRid,
-        stats: DispatchStats,
-        max_reply: int,
+        self, actor_type: ActorType, node_rid: NodeRid, stats: DispatchStats, max_reply: int
     ) -> None:
         self.actor_type = actor_type
-        self.context = context
-        self.instance = instance
-        self.owner_generation = owner_generation
-        self.store_version = store_version
-        self.mesh_name: MeshName = context.mesh_name
+        self.handlers: Mapping[tuple[MessageKind, str], ActorHandler] = actor_type.handlers
         self.node_rid = node_rid
         self.stats = stats
         self.max_reply = max_reply
+
+
+async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
+    if type(sink) is OneShot:
+        sink.fail(public_error(error))
+    else:
+        await sink.fail(error)
+
+
+@final
+class HostedActor:
+    """A published Actor activation. Calling it runs one turn of its lane."""
+
+    __slots__ = ("context", "instance", "kind", "lane", "orphans", "owner_generation", "state")
+
+    def __init__(
+        self,
+        kind: HostedKind,
+        context: ActorContext,
+        instance: Any,
+        owner_generation: AuthorityOwnerGeneration,
+    ) -> None:
+        self.kind = kind
+        self.context = context
+        self.instance = instance
+        self.owner_generation = owner_generation
         self.state: ActorState = READY
         self.lane: Lane[ActorDeliveryLane, ActorItem] | None = None
         self.orphans: list[Deliver] | None = None
+
+    @property
+    def actor_type(self) -> ActorType:
+        return self.kind.actor_type
 
     @property
     def actor_id(self) -> ActorId:
@@ -129,30 +156,41 @@ class HostedActor:
     def generation(self) -> ObjectGeneration:
         return self.context.object_generation
 
-    def ref(self) -> ActorRef:
-        return ActorRef(self.actor_id, self.generation, self.mesh_name, self.node_rid)
+    @property
+    def mesh_name(self) -> MeshName:
+        return self.context.mesh_name
 
-    async def turn(self, item: ActorItem) -> None:
+    def ref(self) -> ActorRef:
+        context = self.context
+        return ActorRef(
+            context.actor_id, context.object_generation, context.mesh_name, self.kind.node_rid
+        )
+
+    async def __call__(self, item: ActorItem) -> None:
         """One turn of this Actor's lane."""
-        if type(item) is Barrier:
+        if type(item) is not Deliver:
+            assert type(item) is Barrier
+            lane = self.lane
+            if self.state is DESTROYING and lane is not None:
+                self._orphan(lane.retire())  # queued payloads fail (fail_orphans)
             item.done.set()
             return
-        assert type(item) is Deliver
-        stats = self.stats
-        sink = item.sink
+        kind = self.kind
+        stats = kind.stats
         if item.deadline <= trio.current_time():
             # The caller's deadline passed while the payload waited: it is not run.
             stats.expired += 1
             return
-        handler = self.actor_type.handlers.get((item.kind, item.packet))
+        sink = item.sink
+        handler = kind.handlers.get((item.kind, item.packet))
         if handler is None:
             stats.no_handler += 1
             error = NotFound(
-                f"actor type {self.actor_type.stable_type.value!r} has no "
+                f"actor type {kind.actor_type.stable_type.value!r} has no "
                 f"{item.kind.name.lower()} handler for {item.packet!r}"
             )
             if sink is not None:
-                await sink.deliver(failure(error))
+                await _fail(sink, error)
             else:
                 logger.warning("%s", error.message)
             return
@@ -161,7 +199,7 @@ class HostedActor:
         except ZLinkError as exc:
             stats.failed += 1
             if sink is not None:
-                await sink.deliver(failure(exc))
+                await _fail(sink, exc)
             else:
                 logger.warning("send handler %r of %r raised %r", item.packet, self.context, exc)
             return
@@ -169,43 +207,57 @@ class HostedActor:
             stats.failed += 1
             logger.exception("handler %r of %r raised", item.packet, self.context)
             if sink is not None:
-                await sink.deliver(failure(ApplicationError(f"{type(exc).__name__}: {exc}")))
+                await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
             return
         stats.ok += 1
         if sink is None:
             return
-        if result is None:
-            await sink.deliver(ok())
-        elif not isinstance(result, bytes | bytearray | memoryview):
-            await sink.deliver(
-                failure(
-                    ApplicationError(
-                        f"handler {item.packet!r} returned {type(result).__name__}, not bytes"
+        if result is not None:
+            if type(result) is not bytes:
+                if not isinstance(result, bytearray | memoryview):
+                    await _fail(
+                        sink,
+                        ApplicationError(
+                            f"handler {item.packet!r} returned {type(result).__name__}, not bytes"
+                        ),
                     )
+                    return
+                result = bytes(result)
+            if len(result) > kind.max_reply:
+                await _fail(
+                    sink,
+                    ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
-            )
-        elif len(result) > self.max_reply:
-            await sink.deliver(
-                failure(ApplicationError(f"reply of {len(result)} bytes exceeds {self.max_reply}"))
-            )
+                return
+        if type(sink) is OneShot:
+            sink.set(result)
         else:
-            await sink.deliver(ok(ReplyPayloadTail(payload=bytes(result))))
+            # More work queued behind this turn: its replies leave in one write.
+            lane = self.lane
+            await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
-    def dropped(self, item: ActorItem) -> None:
-        """An accepted item the lane will not run (the Actor was destroyed): kept in
-        ``orphans`` so the destroyer can fail each one's terminal (see :meth:`fail_orphans`)."""
-        if type(item) is Barrier:
-            item.done.set()
-            return
-        assert type(item) is Deliver
-        self.stats.dropped += 1
-        if self.orphans is None:
-            self.orphans = []
-        self.orphans.append(item)
+    def _orphan(self, items: tuple[ActorItem, ...]) -> None:
+        """Accepted items the lane will not run (the Actor is being destroyed): kept in
+        ``orphans`` so the destroyer can fail each one's terminal (see
+        :meth:`fail_orphans`)."""
+        for item in items:
+            if type(item) is Barrier:
+                item.done.set()
+                continue
+            assert type(item) is Deliver
+            self.kind.stats.dropped += 1
+            if self.orphans is None:
+                self.orphans = []
+            self.orphans.append(item)
+
+    def retire_lane(self) -> None:
+        """Close the lane for good; whatever it still held becomes an orphan."""
+        if self.lane is not None:
+            self._orphan(self.lane.retire())
 
     async def fail_orphans(self) -> None:
         orphans, self.orphans = self.orphans or [], None
-        error = failure(Unavailable("the Actor was destroyed before this payload ran"))
+        error = Unavailable("the Actor was destroyed before this payload ran")
         for item in orphans:
             if item.sink is not None:
-                await item.sink.deliver(error)
+                await _fail(item.sink, error)

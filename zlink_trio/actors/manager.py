@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Self, final
+from collections.abc import Coroutine
+from typing import TYPE_CHECKING, Any, Self, final
 
 import trio
 
@@ -32,10 +33,22 @@ class CreateCall(FluentCall[ActorCreateResult]):
     """``create(...)`` / ``get_or_create(...)``: options ``in_mesh``, ``request``,
     ``timeout`` and ``operation_id``, each at most once, then one ``submit()``."""
 
-    __slots__ = ("_mesh", "_operation", "_request")
+    __slots__ = ("_actor_id", "_exclusive", "_manager", "_mesh", "_operation", "_request", "_type")
 
-    def __init__(self, run: object, default_timeout: float) -> None:
-        super().__init__(run, default_timeout)  # type: ignore[arg-type]
+    def __init__(
+        self,
+        manager: ActorManager,
+        actor_id: ActorId,
+        stable_type: StableType,
+        *,
+        exclusive: bool,
+        default_timeout: float,
+    ) -> None:
+        super().__init__(default_timeout)
+        self._manager = manager
+        self._actor_id = actor_id
+        self._type = stable_type
+        self._exclusive = exclusive
         self._mesh: MeshName | None = None
         self._request: bytes | None = None
         self._operation: OperationId | None = None
@@ -63,6 +76,9 @@ class CreateCall(FluentCall[ActorCreateResult]):
             raise InvalidOperation("operation_id must be an OperationId")
         self._operation = operation_id
         return self
+
+    def _run(self, deadline: float) -> Coroutine[Any, Any, ActorCreateResult]:
+        return self._manager._run_create(self, deadline)
 
 
 @final
@@ -100,29 +116,31 @@ class ActorManager:
     def _create_call(
         self, actor_id: str | ActorId, stable_type: str | StableType, *, exclusive: bool
     ) -> CreateCall:
-        target = ActorId.parse(actor_id)
-        st = StableType.parse(stable_type)
-        source = self._source
+        return CreateCall(
+            self,
+            ActorId.parse(actor_id),
+            StableType.parse(stable_type),
+            exclusive=exclusive,
+            default_timeout=self._config.default_create_timeout,
+        )
+
+    async def _run_create(self, call: CreateCall, deadline: float) -> ActorCreateResult:
         config = self._config
-
-        async def run(call: CreateCall, deadline: float) -> ActorCreateResult:
-            request = call._request
-            if request is not None and len(request) > config.max_request_bytes:
-                raise InvalidOperation(
-                    f"creation request of {len(request)} bytes exceeds {config.max_request_bytes}"
-                )
-            mesh = choose_mesh(config, call._mesh)
-            return await source.run(
-                target,
-                st,
-                mesh,
-                request,
-                deadline,
-                exclusive=exclusive,
-                operation_id=call._operation,
+        request = call._request
+        if request is not None and len(request) > config.max_request_bytes:
+            raise InvalidOperation(
+                f"creation request of {len(request)} bytes exceeds {config.max_request_bytes}"
             )
-
-        return CreateCall(run, config.default_create_timeout)
+        mesh = choose_mesh(config, call._mesh)
+        return await self._source.run(
+            call._actor_id,
+            call._type,
+            mesh,
+            request,
+            deadline,
+            exclusive=call._exclusive,
+            operation_id=call._operation,
+        )
 
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
         """The ActorRef of the current Ready incarnation, or None. Starts no creation."""

@@ -28,6 +28,8 @@ from ..wire.tails import DestroyTail
 from .client import ActorClient
 from .create_source import CreateSource
 from .create_target import CreateTarget
+from .deadlines import ReplyDeadlines
+from .dedupe import IngressDedupe
 from .destroy import Destroyer
 from .host import ActorHost
 from .hosted import Deliver, Destroying, Ready
@@ -69,8 +71,14 @@ class ActorRuntime:
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
+        self.deadlines = ReplyDeadlines()
         self.messenger = Messenger(
-            config=config, node=node, store=store, host=self.host, cache=cache
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            cache=cache,
+            deadlines=self.deadlines,
         )
         self.client = ActorClient(
             self.messenger,
@@ -106,6 +114,7 @@ class ActorRuntime:
             client=self.client,
         )
         self._nursery = nursery
+        self._dedupe = IngressDedupe()
         self.stale_ingress = 0
 
     def _stats_for(self, stable_type: StableType) -> DispatchStats:
@@ -123,6 +132,13 @@ class ActorRuntime:
         return rid == me.node_rid and generation == me.node_generation
 
     async def _on_actor_send(self, peer: PeerIdentity, record: ActorSend) -> None:
+        message_id = record.operation_id
+        if message_id is not None and not self._dedupe.first(
+            record.source_rid, record.source_generation, message_id.value
+        ):
+            # A repeated frame: the first arrival was (or is being) handled; an application
+            # message never runs twice, and the original answers a request.
+            return
         sink = (
             RemoteSink(self._node, peer.address, record.correlation)
             if record.message_kind is MessageKind.REQUEST
@@ -150,7 +166,7 @@ class ActorRuntime:
             if isinstance(error, StaleRoute):
                 self.stale_ingress += 1
             if sink is not None:
-                await sink.deliver(failure(error))
+                await sink.fail(error)
             else:
                 logger.info("send to %r not admitted: %r", record.actor_id, error)
 
@@ -233,6 +249,7 @@ class ActorRuntime:
             route_cache_invalidations=cache.invalidations,
             stale_route_ingress=self.stale_ingress,
             stale_route_results=self.messenger.stale_routes,
+            repeated_ingress=self._dedupe.repeats,
             creates=self.source.creates,
             create_replays=self.source.replays,
             rejected=self.target.rejected,
@@ -262,6 +279,7 @@ async def serve_actors(
             nursery=nursery,
         )
         runtime.register()
+        await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")
         task_status.started(runtime)
         try:
             await trio.sleep_forever()

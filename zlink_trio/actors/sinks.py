@@ -1,15 +1,18 @@
 """Terminal sinks: where the one terminal of a request goes.
 
-Local and remote callers get the SAME terminal value, a command-20 ``TerminalReply``:
-locally it is handed over in memory (correlation 0), remotely it is sent to the requesting
-peer with the request's correlation. Either way the first delivery wins and later ones are
-no-ops (terminal once).
+Local and remote callers get the SAME outcome. Remotely the terminal is a command-20
+``TerminalReply`` sent to the requesting peer with the request's correlation; the caller
+raises the error its kind names (:func:`raise_for_failure`). Locally a create's terminal is
+handed over in memory as the same record (:class:`LocalSink`), and an Actor message's
+reply skips the record altogether: a :class:`LocalReply` slot gets the reply bytes, or the
+error exactly as a remote caller would rebuild it (:func:`public_error`). Either way the
+first delivery wins and later ones are no-ops (terminal once).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Protocol, final
+from typing import Protocol, TypeAlias, final
 
 import attrs
 
@@ -19,16 +22,19 @@ from ..mesh.api import MeshNodeApi, PeerAddress
 from ..wire.codec import decode, encode
 from ..wire.enums import TerminalResult
 from ..wire.records import TerminalReply
-from ..wire.tails import CreateTail, Tail
+from ..wire.tails import CreateTail, ReplyPayloadTail, Tail
 
 __all__ = [
+    "LocalReply",
     "LocalSink",
     "RemoteSink",
+    "ReplySink",
     "TerminalSink",
     "decode_terminal",
     "encode_terminal",
     "failure",
     "ok",
+    "public_error",
     "raise_for_failure",
 ]
 
@@ -40,18 +46,46 @@ def failure(error: ZLinkError, tail: CreateTail | None = None) -> TerminalReply:
     return TerminalReply.failed(0, error.kind, error.message, tail)
 
 
+def _error_of(reply: TerminalReply) -> ZLinkError:
+    kind = reply.failure_code if reply.failure_code is not None else ErrorKind.UNAVAILABLE
+    return error_from_kind(kind, reply.failure_message or "")
+
+
 def raise_for_failure(reply: TerminalReply) -> TerminalReply:
     """Return an OK terminal; raise the public error a FAILED one carries."""
     if reply.terminal_result is TerminalResult.OK:
         return reply
-    kind = reply.failure_code if reply.failure_code is not None else ErrorKind.UNAVAILABLE
-    raise error_from_kind(kind, reply.failure_message or "")
+    raise _error_of(reply)
+
+
+def public_error(error: ZLinkError) -> ZLinkError:
+    """``error`` as a caller receives it through a terminal: the public class of its kind
+    and its (possibly truncated) message; what a remote caller would raise."""
+    return _error_of(failure(error))
 
 
 class TerminalSink(Protocol):
     async def deliver(self, reply: TerminalReply) -> None:
         """Deliver the terminal (its correlation is replaced by the sink's own)."""
         ...
+
+
+class ReplySink(Protocol):
+    """The remote side of an Actor request's terminal (a local request uses a
+    :data:`LocalReply` slot directly, without awaiting)."""
+
+    async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
+        """The handler's reply (OK). ``flush=False``: more replies follow at once (the
+        Actor's queue is not empty), let them leave together."""
+        ...
+
+    async def fail(self, error: ZLinkError) -> None:
+        """A typed failure (FAILED with ``error``'s kind and message)."""
+        ...
+
+
+LocalReply: TypeAlias = OneShot[bytes | None]
+"""A local request's terminal slot: ``set(reply)``, or ``fail(public_error(error))``."""
 
 
 @final
@@ -92,16 +126,31 @@ class RemoteSink:
     async def deliver(self, reply: TerminalReply) -> None:
         if self._done:
             return
-        self._done = True
-        wire_reply = TerminalReply(
-            correlation=self._correlation,
-            terminal_result=reply.terminal_result,
-            failure_code=reply.failure_code,
-            tail=reply.tail,
-            failure_message=reply.failure_message,
+        await self._send(
+            TerminalReply(
+                correlation=self._correlation,
+                terminal_result=reply.terminal_result,
+                failure_code=reply.failure_code,
+                tail=reply.tail,
+                failure_message=reply.failure_message,
+            )
         )
+
+    async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
+        if self._done:
+            return
+        tail = None if payload is None else ReplyPayloadTail(payload=payload)
+        await self._send(TerminalReply.ok(self._correlation, tail), flush=flush)
+
+    async def fail(self, error: ZLinkError) -> None:
+        if self._done:
+            return
+        await self._send(TerminalReply.failed(self._correlation, error.kind, error.message))
+
+    async def _send(self, wire_reply: TerminalReply, *, flush: bool = True) -> None:
+        self._done = True
         try:
-            await self._node.send(self._peer, wire_reply)
+            await self._node.send(self._peer, wire_reply, flush=flush)
         except ZLinkError as exc:
             # The requester owns the outcome (its deadline); a lost reply is never resent
             # by the application path. Durable operations replay from the source.

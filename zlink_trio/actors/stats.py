@@ -53,6 +53,8 @@ class ActorRuntimeStatistics:
     route_cache_invalidations: int
     stale_route_ingress: int
     stale_route_results: int
+    repeated_ingress: int
+    """Command 24 frames dropped as repeats of a message already accepted."""
     creates: int
     create_replays: int
     rejected: int

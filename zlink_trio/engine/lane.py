@@ -110,6 +110,12 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         """The shared gate, or ``None`` when the lane is its own gate."""
         return self._gate
 
+    @property
+    def backlog(self) -> int:
+        """Items queued and not held (lifecycle + application): cheap, for hot paths."""
+        core = self._core
+        return core.lifecycle_count + core.application_count
+
     def statistics(self) -> LaneStatistics:
         core = self._core
         return LaneStatistics(
@@ -243,6 +249,15 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         dropped = self._core.close()
         self._wake_space(everyone=True)
         self._report(dropped)
+
+    def retire(self) -> tuple[T, ...]:
+        """Retire the lane like :meth:`close`, but hand everything not run back to the
+        caller (in queue order: lifecycle, application, held) instead of reporting it
+        through ``on_drop``: for owners that close their lanes themselves and need no
+        per-lane callback object. Idempotent (later calls return nothing)."""
+        dropped = self._core.close()
+        self._wake_space(everyone=True)
+        return dropped
 
     async def wait_idle(self) -> None:
         """Wait until no turn of this lane runs and none is about to: its queues are

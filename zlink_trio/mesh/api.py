@@ -128,6 +128,13 @@ class PendingReply(Protocol):
         """Forget the request without waiting (idempotent)."""
         ...
 
+    def expire(self, error: BaseException) -> None:
+        """End the request now unless its reply already arrived: ``wait()`` raises
+        ``error`` (at once if a task waits) and the request is forgotten (a late reply is
+        dropped and counted). For a caller that owns the deadline without a cancel scope
+        around ``wait()``. Idempotent."""
+        ...
+
 
 class MeshNodeApi(Protocol):
     @property
@@ -154,18 +161,35 @@ class MeshNodeApi(Protocol):
         (20, 43, 122, 100-105) or after start."""
         ...
 
-    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity:
+    async def send(
+        self, peer: PeerAddress, record: Any, *, flush: bool = True, wait: bool = True
+    ) -> PeerIdentity:
         """Queue ``record`` on the admitted connection to ``peer``; return who it went to.
+
+        ``flush=False``: the caller expects to send more right away (a burst of replies),
+        so the frame is never written directly: it waits in the connection's writer lane
+        and leaves with whatever else is queued before the writer runs, in one write.
+        ``wait=False``: never wait for lane space (``trio.WouldBlock`` instead, nothing
+        queued), for callers that own a deadline without a cancel scope around the call.
 
         Raises:
             PeerNotAdmitted: no admitted connection now (nothing is queued).
             DeadlineExceeded: the writer lane stayed full for ``peer_send_timeout``.
+            trio.WouldBlock: ``wait=False`` and the writer lane is full.
             ProtocolError: ``record`` cannot be encoded or exceeds ``max_frame_bytes``.
         """
         ...
 
     async def request(self, peer: PeerAddress, record: Any) -> PendingReply:
         """``record`` must have a ``correlation`` field; it is replaced by a fresh one."""
+        ...
+
+    async def request_with(
+        self, peer: PeerAddress, build: Callable[[int], Any], *, wait: bool = True
+    ) -> PendingReply:
+        """Like :meth:`request`, for a record built by ``build(correlation)`` with the fresh
+        correlation (no copy of a record built only to be re-stamped); ``wait`` as for
+        :meth:`send`."""
         ...
 
     def peer_state(self, peer: PeerAddress) -> PeerState: ...

@@ -173,7 +173,15 @@ class Connection:
             self.close(CloseReason.SHUTDOWN)
 
     # --- sending ---------------------------------------------------------------------------
-    async def send(self, record: Any, body: bytes, *, checkpoint: bool = True) -> None:
+    async def send(
+        self,
+        record: Any,
+        body: bytes,
+        *,
+        checkpoint: bool = True,
+        flush: bool = True,
+        wait: bool = True,
+    ) -> None:
         """Write or queue one encoded record; wait up to ``peer_send_timeout`` for lane
         space (DeadlineExceeded), PeerNotAdmitted if the connection is closed.
 
@@ -181,9 +189,12 @@ class Connection:
         :data:`YIELD_EVERY` direct writes of this node (a loop of sends still lets other
         tasks run, and a request/reply exchange skips a scheduler pass per frame);
         ``checkpoint=False`` never yields there (the caller parks right after, e.g. a
-        request waiting for its reply)."""
+        request waiting for its reply). ``flush=False`` queues the frame like a corked
+        node does (no direct write, no yield): more frames follow at once, and the writer
+        sends them all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing
+        queued) instead of waiting for lane space."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        corked = self._node._corked
+        corked = self._node._corked or not flush
         if (
             not corked
             and not self._busy
@@ -207,6 +218,8 @@ class Connection:
             self._lane_send.send_nowait(item)
         except trio.WouldBlock:
             self._queued -= 1
+            if not wait:
+                raise
             await self._send_slow(item)
             return
         except (trio.BrokenResourceError, trio.ClosedResourceError):

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
 import attrs
@@ -185,12 +185,14 @@ class MeshNode:
             raise InvalidOperation(f"command {int(number)} already has a handler")
         self._handlers[int(number)] = handler
 
-    async def send(self, peer: PeerAddress, record: Any) -> PeerIdentity:
+    async def send(
+        self, peer: PeerAddress, record: Any, *, flush: bool = True, wait: bool = True
+    ) -> PeerIdentity:
         conn = self._links.admitted.get(peer)
         if conn is None:
             await trio.lowlevel.checkpoint()
             raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
-        await conn.send(record, self._encode(record))
+        await conn.send(record, self._encode(record), flush=flush, wait=wait)
         return conn.peer
 
     async def request(self, peer: PeerAddress, record: Any) -> Pending:
@@ -204,6 +206,22 @@ class MeshNode:
         try:
             record = attrs.evolve(record, correlation=pending.correlation)
             await conn.send(record, self._encode(record), checkpoint=False)
+        except BaseException:
+            pending.discard()
+            raise
+        return pending
+
+    async def request_with(
+        self, peer: PeerAddress, build: Callable[[int], Any], *, wait: bool = True
+    ) -> Pending:
+        conn = self._links.admitted.get(peer)
+        if conn is None:
+            await trio.lowlevel.checkpoint()
+            raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
+        pending = self._replies.register(conn.peer, conn)
+        try:
+            record = build(pending.correlation)
+            await conn.send(record, self._encode(record), checkpoint=False, wait=wait)
         except BaseException:
             pending.discard()
             raise

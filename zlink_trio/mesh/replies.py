@@ -32,6 +32,7 @@ class Pending:
     __slots__ = (
         "_conn",
         "_correlation",
+        "_error",
         "_lost",
         "_peer",
         "_registry",
@@ -48,6 +49,7 @@ class Pending:
         self._conn: Connection | None = conn
         self._reply: Any = None
         self._lost = False  # the connection it went out on broke; not yet reported
+        self._error: BaseException | None = None  # set by expire(): raised by wait()
         self._task: trio.lowlevel.Task | None = None
 
     @property
@@ -59,7 +61,7 @@ class Pending:
         return self._peer
 
     async def wait(self) -> Any:
-        if self._reply is None and not self._lost:
+        if self._reply is None and not self._lost and self._error is None:
             if self._registry is None:
                 raise InvalidOperation("this request was discarded or abandoned")
             if self._task is not None:
@@ -76,6 +78,8 @@ class Pending:
             await trio.lowlevel.checkpoint()
         if self._reply is not None:
             return self._reply
+        if self._error is not None:
+            raise self._error
         self._lost = False
         raise LinkLost(f"the connection to {self._peer} broke before the reply")
 
@@ -83,6 +87,13 @@ class Pending:
         registry, self._registry = self._registry, None
         if registry is not None:
             registry._forget(self._correlation)
+
+    def expire(self, error: BaseException) -> None:
+        if self._reply is not None or self._error is not None:
+            return
+        self._error = error
+        self.discard()
+        self._wake()
 
     # --- driven by the registry -----------------------------------------------------------
     def _deliver(self, reply: Any) -> None:

@@ -10,7 +10,6 @@ event (the store's ``recovery_epoch`` moved). ``max_age == 0`` disables the cach
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Final, Generic, TypeVar, final
 
 import attrs
@@ -65,7 +64,9 @@ class _Entry:
 
 @final
 class RouteCache(Generic[K]):
-    """Bounded LRU of positive routes, keyed by ActorId or SpotId."""
+    """Bounded map of positive routes, keyed by ActorId or SpotId. When full, the entry
+    stored longest ago goes first (insertion order; a hit does not reorder, which keeps a
+    hit to one dict lookup: every entry expires within ``max_age`` anyway)."""
 
     __slots__ = (
         "_entries",
@@ -83,7 +84,7 @@ class RouteCache(Generic[K]):
         self._max_age = max_age
         self._lease_bound = lease_bound
         self._max = max_entries
-        self._entries: OrderedDict[K, _Entry] = OrderedDict()
+        self._entries: dict[K, _Entry] = {}
         self._hits = self._misses = self._invalidations = 0
 
     @property
@@ -101,7 +102,6 @@ class RouteCache(Generic[K]):
             self._invalidations += 1
             self._misses += 1
             return None
-        self._entries.move_to_end(key)
         self._hits += 1
         return entry.route
 
@@ -116,10 +116,12 @@ class RouteCache(Generic[K]):
         if current is not None and current.route.store_version > route.store_version:
             return
         expires_at = read_at + min(self._max_age, self._lease_bound)
-        self._entries[key] = _Entry(route, expires_at, epoch)
-        self._entries.move_to_end(key)
-        while len(self._entries) > self._max:
-            self._entries.popitem(last=False)
+        entries = self._entries
+        if current is not None:
+            del entries[key]  # re-inserted last
+        entries[key] = _Entry(route, expires_at, epoch)
+        while len(entries) > self._max:
+            del entries[next(iter(entries))]
 
     def observe_version(self, key: K, store_version: int) -> None:
         """A read or reply showed ``store_version`` for ``key``: a larger one than the

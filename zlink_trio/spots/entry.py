@@ -14,12 +14,14 @@ from collections.abc import Awaitable, Callable
 from typing import Any, final
 
 import attrs
+import trio
 
 from ..actors.approval import ActorCreateEvent, Approve, CreateDecision, OnCreateActor, Reject
 from ..engine.engine import Engine
 from ..engine.lane import Lane
 from ..engine.lanes import SpotLane
 from ..engine.oneshot import OneShot
+from ..errors import DeadlineExceeded, ShuttingDown
 from ..ids import MeshName, SpotId
 
 __all__ = ["EntrySpot", "EntrySpotStatistics", "StagingStep"]
@@ -43,10 +45,11 @@ class EntrySpotStatistics:
 
 @final
 class _Approval:
-    __slots__ = ("result", "step")
+    __slots__ = ("deadline", "result", "step")
 
-    def __init__(self, step: StagingStep) -> None:
+    def __init__(self, step: StagingStep, deadline: float) -> None:
         self.step = step
+        self.deadline = deadline
         self.result: OneShot[tuple[ActorCreateEvent, CreateDecision]] = OneShot()
 
 
@@ -66,32 +69,44 @@ class EntrySpot:
             SpotLane(), self._turn, on_drop=self._dropped
         )
 
-    async def approve(self, step: StagingStep) -> tuple[ActorCreateEvent, CreateDecision]:
-        """Run ``step`` (the factory) and OnCreateActor in one lifecycle turn of this Spot.
+    async def approve(
+        self, step: StagingStep, deadline: float
+    ) -> tuple[ActorCreateEvent, CreateDecision]:
+        """Run ``step`` (the factory) and OnCreateActor in one lifecycle turn of this Spot,
+        bounded by the creation's ``deadline`` (trio time).
 
-        Exceptions from either propagate to the caller (the creation attempt fails)."""
-        item = _Approval(step)
+        Exceptions from either propagate to the caller (the creation attempt fails); a turn
+        that reaches the deadline is cancelled and fails with DeadlineExceeded, so a slow
+        OnCreateActor never holds the Entry Spot past the attempt it serves, and an attempt
+        whose deadline passed while it was queued runs no factory at all."""
+        item = _Approval(step, deadline)
         await self._lane.submit(item, lifecycle=True)
         return await item.result.wait()
 
     async def _turn(self, item: _Approval) -> None:
-        self._lifecycle_turns += 1
-        try:
-            event = await item.step()
-            decision: Any = Approve()
-            if self._on_create is not None:
-                self._calls += 1
-                decision = await self._on_create(event)
-            if not isinstance(decision, Approve | Reject):
-                raise TypeError(f"OnCreateActor must return Approve or Reject, got {decision!r}")
-        except Exception as exc:
-            item.result.fail(exc)
+        if item.deadline <= trio.current_time():
+            item.result.fail(DeadlineExceeded("the creation deadline passed before approval"))
             return
-        item.result.set((event, decision))
+        self._lifecycle_turns += 1
+        with trio.move_on_at(item.deadline):
+            try:
+                event = await item.step()
+                decision: Any = Approve()
+                if self._on_create is not None:
+                    self._calls += 1
+                    decision = await self._on_create(event)
+                if not isinstance(decision, Approve | Reject):
+                    raise TypeError(
+                        f"OnCreateActor must return Approve or Reject, got {decision!r}"
+                    )
+            except Exception as exc:
+                item.result.fail(exc)
+                return
+            item.result.set((event, decision))
+            return
+        item.result.fail(DeadlineExceeded("the approval did not finish before the deadline"))
 
     def _dropped(self, item: _Approval) -> None:
-        from ..errors import ShuttingDown
-
         item.result.fail(ShuttingDown("the Entry Spot closed"))
 
     def close(self) -> None:

@@ -14,7 +14,10 @@ from ..mesh.tap import (
     TapEvent as TapEvent,
     WireTap as WireTap,
 )
-from .actors import entry_spot_statistics as entry_spot_statistics
+from .actors import (
+    entry_spot_statistics as entry_spot_statistics,
+    hosted_actors as hosted_actors,
+)
 from .cluster import (
     Cluster as Cluster,
     instrument as instrument,

@@ -3,16 +3,32 @@ reaching into internals from the tests."""
 
 from __future__ import annotations
 
+from ..actors.hosted import Ready
+from ..actors.runtime import ActorRuntime
 from ..errors import NotConfigured
+from ..ids import ActorRef
 from ..server import Server
 from ..spots.entry import EntrySpotStatistics
 
-__all__ = ["entry_spot_statistics"]
+__all__ = ["entry_spot_statistics", "hosted_actors"]
+
+
+def _runtime(server: Server) -> ActorRuntime:
+    runtime = server._actors
+    if runtime is None:
+        raise NotConfigured("Actor dispatch is not enabled on this server")
+    return runtime
 
 
 def entry_spot_statistics(server: Server) -> tuple[EntrySpotStatistics, ...]:
     """Turn and callback counters of ``server``'s Entry Spots (one per hosting mesh)."""
-    runtime = server._actors
-    if runtime is None:
-        raise NotConfigured("Actor dispatch is not enabled on this server")
-    return runtime.entry_spot_statistics()
+    return _runtime(server).entry_spot_statistics()
+
+
+def hosted_actors(server: Server) -> tuple[ActorRef, ...]:
+    """The Ready Actor incarnations ``server`` hosts right now (published, admitting), in
+    no particular order. Fault tests compare them with the Location Store's Ready rows;
+    ActorIds are deliberately absent from ``server.statistics()`` (spec 04 §8.2)."""
+    return tuple(
+        hosted.ref() for hosted in _runtime(server).host if isinstance(hosted.state, Ready)
+    )

@@ -6,7 +6,7 @@ number; :func:`encode`/:func:`decode` turn them into CBOR bodies and back, stric
 """
 
 from .base import WireRecord as WireRecord
-from .codec import decode as decode, encode as encode
+from .codec import decode as decode, encode as encode, evolve as evolve
 from .commands import RESERVED_COMMANDS as RESERVED_COMMANDS, Command as Command
 from .enums import (
     BindAction as BindAction,

@@ -174,7 +174,10 @@ _V = TypeVar("_V")
 class _Interner(Generic[_K, _V]):
     """Bounded cache of immutable values built from raw wire values. Peers, meshes, types
     and hot ids repeat on every frame; a dict hit is much cheaper than an attrs
-    ``__init__`` with its validator. Cleared when full, so memory stays bounded."""
+    ``__init__`` with its validator. Cleared when full, so memory stays bounded.
+
+    ``factory`` is called only with raw values the caller has validated, so it is the id
+    class's trusted constructor (``_trusted``: no second validation)."""
 
     __slots__ = ("_factory", "cache")
 
@@ -256,7 +259,7 @@ class Generation(FieldType):
     ) -> None:
         super().__init__(f"u63 nonzero ({cls.__name__})")
         self.cls: type[Any] = cls
-        self._intern: _Interner[int, Any] = _Interner(cls)
+        self._intern: _Interner[int, Any] = _Interner(cls._trusted)
 
     def encode(self, value: Any) -> Any:
         if type(value) is self.cls:
@@ -287,7 +290,9 @@ class Text8(FieldType):
     ) -> None:
         super().__init__(f"text8 ({cls.__name__})" if cls is not None else "text8")
         self.cls: type[Any] | None = cls
-        self._intern: _Interner[str, Any] | None = _Interner(cls) if cls is not None else None
+        self._intern: _Interner[str, Any] | None = (
+            _Interner(cls._trusted) if cls is not None else None
+        )
 
     def encode(self, value: Any) -> Any:
         cls = self.cls
@@ -335,7 +340,7 @@ class Rid(FieldType):
 
     def __init__(self) -> None:
         super().__init__("rid")
-        self._intern: _Interner[bytes, NodeRid] = _Interner(NodeRid)
+        self._intern: _Interner[bytes, NodeRid] = _Interner(NodeRid._trusted)
 
     def encode(self, value: Any) -> Any:
         if type(value) is NodeRid:
@@ -401,10 +406,20 @@ class OpId(FieldType):
     def decode(self, raw: Any) -> Any:
         if type(raw) is bytes and len(raw) == 16:
             number = int.from_bytes(raw, "big")
-            if number:
-                return OperationId(number)
+            if number:  # 16 bytes: at most 2**128 - 1
+                return OperationId._trusted(number)
             raise WireValueError("operation-id must be non-zero")
         raise self.fail(raw)
+
+    def decode_source(self, raw: str, out: str, key: str, ns: dict[str, Any]) -> Source:
+        ns[key] = OperationId._trusted
+        ns[key + "_i"] = int.from_bytes
+        return [
+            f"if type({raw}) is not bytes or len({raw}) != 16: raise _Bad",
+            f"{out} = {key}_i({raw}, 'big')",
+            f"if not {out}: raise _Bad",
+            f"{out} = {key}({out})",
+        ]
 
 
 class Bytes(FieldType):
@@ -514,6 +529,18 @@ class ShortText(FieldType):
         if type(raw) is str and (len(raw) * 4 <= limit or len(raw.encode()) <= limit):
             return raw
         raise self.fail(raw)
+
+    def encode_source(self, value: str, out: str, key: str, ns: dict[str, Any]) -> Source:
+        # ASCII (so no lone surrogate) and at most max_bytes chars: valid; else checked.
+        ns[key] = self.encode
+        quick = f"type({value}) is str and len({value}) <= {self.max_bytes} and {value}.isascii()"
+        return [f"{out} = {value} if {quick} else {key}({value})"]
+
+    def decode_source(self, raw: str, out: str, key: str, ns: dict[str, Any]) -> Source:
+        # cbor2 decodes text strictly (no surrogates); <= max_bytes / 4 chars always fit.
+        ns[key] = self.decode
+        quick = f"type({raw}) is str and len({raw}) <= {self.max_bytes // 4}"
+        return [f"{out} = {raw} if {quick} else {key}({raw})"]
 
 
 class Nullable(FieldType):

@@ -115,6 +115,16 @@ __all__ = [
 
 METADATA: Final = Bytes(MAX_METADATA_BYTES, "metadata")
 
+# Enum members as module constants: ``MessageKind.SEND`` is an attribute lookup through the
+# enum metaclass (~80 ns), a module global ~10 ns; the cross-field rules below run on every
+# construction and every decode.
+_SEND: Final = MessageKind.SEND
+_REQUEST: Final = MessageKind.REQUEST
+_OK: Final = TerminalResult.OK
+_FAILED: Final = TerminalResult.FAILED
+_CREATE_FAILED: Final = CreateState.FAILED
+_SEAL_REJECTED: Final = SealResult.REJECTED
+
 
 def _truncate_utf8(text: str, max_bytes: int) -> str:
     raw = text.encode("utf-8", "replace")
@@ -122,9 +132,9 @@ def _truncate_utf8(text: str, max_bytes: int) -> str:
 
 
 def _check_send_correlation(owner: type[object], kind: object, correlation: object) -> None:
-    if kind is MessageKind.SEND and correlation != 0:
+    if kind is _SEND and correlation != 0:
         invalid(owner, "a send has correlation 0")
-    if kind is MessageKind.REQUEST and correlation == 0:
+    if kind is _REQUEST and correlation == 0:
         invalid(owner, "a request needs a non-zero correlation")
 
 
@@ -148,16 +158,18 @@ class TerminalReply(WireRecord):
     failure_message: str | None = attrs.field(default=None, metadata=wire(nullable(SHORT_TEXT)))
 
     def __attrs_post_init__(self) -> None:
-        failed_create = isinstance(self.tail, CreateTail) and self.tail.state is CreateState.FAILED
-        if self.terminal_result is TerminalResult.OK:
+        tail = self.tail
+        failed_create = isinstance(tail, CreateTail) and tail.state is _CREATE_FAILED
+        result = self.terminal_result
+        if result is _OK:
             if self.failure_code is not None or self.failure_message is not None:
                 invalid(type(self), "OK carries no failure code or message")
             if failed_create:
                 invalid(type(self), "a FAILED create tail needs terminal result FAILED")
-        elif self.terminal_result is TerminalResult.FAILED:
+        elif result is _FAILED:
             if self.failure_code is None:
                 invalid(type(self), "FAILED needs a failure code")
-            if self.tail is not None and not failed_create:
+            if tail is not None and not failed_create:
                 invalid(type(self), "FAILED carries no tail but a FAILED create tail")
 
     @classmethod
@@ -222,7 +234,10 @@ class ActorSend(WireRecord):
     )
 
     def __attrs_post_init__(self) -> None:
-        _check_send_correlation(type(self), self.message_kind, self.correlation)
+        # Fast accept of the two valid shapes (SEND with 0, REQUEST with non-zero); any
+        # other combination gets the full check and its message.
+        if (self.correlation == 0) is not (self.message_kind is _SEND):
+            _check_send_correlation(type(self), self.message_kind, self.correlation)
 
 
 @attrs.frozen(slots=True, kw_only=True)
@@ -360,7 +375,7 @@ class SessionRelocationSealed(WireRecord):
     failure_code: ErrorKind | None = attrs.field(default=None, metadata=wire(nullable(ERROR_KIND)))
 
     def __attrs_post_init__(self) -> None:
-        if (self.result is SealResult.REJECTED) is not (self.failure_code is not None):
+        if (self.result is _SEAL_REJECTED) is not (self.failure_code is not None):
             invalid(type(self), "exactly a REJECTED result carries a failure code")
 
 

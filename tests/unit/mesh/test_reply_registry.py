@@ -71,3 +71,32 @@ async def test_only_one_waiter() -> None:
         with pytest.raises(trio.BusyResourceError):
             await pending.wait()
         registry.deliver(PEER, pending.correlation, "done")
+
+
+async def test_expire_ends_the_wait_and_forgets_the_request() -> None:
+    """expire(error): a waiting task raises ``error`` at once (a wait after it too), the
+    registration is gone (a late reply is dropped), and a reply that came first wins."""
+    registry = ReplyRegistry()
+    pending = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    errors: list[BaseException] = []
+    async with trio.open_nursery() as nursery:
+
+        async def waiter() -> None:
+            try:
+                await pending.wait()
+            except TimeoutError as exc:
+                errors.append(exc)
+
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        pending.expire(TimeoutError("deadline"))
+    assert [str(e) for e in errors] == ["deadline"]
+    assert len(registry) == 0
+    assert registry.deliver(PEER, pending.correlation, "late") is DropReason.UNKNOWN_CORRELATION
+    with pytest.raises(TimeoutError):
+        await pending.wait()
+    pending.expire(TimeoutError("again"))  # idempotent
+    answered = registry.register(PEER, CONN)  # type: ignore[arg-type]
+    registry.deliver(PEER, answered.correlation, "first")
+    answered.expire(TimeoutError("too late"))
+    assert await answered.wait() == "first"

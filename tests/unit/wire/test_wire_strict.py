@@ -12,7 +12,7 @@ import wire_samples as s
 
 from zlink_trio.errors import ProtocolError
 from zlink_trio.ids import ActorId, NodeRid
-from zlink_trio.wire import ActorSend, MessageKind, WireRecord, decode, encode
+from zlink_trio.wire import ActorSend, MessageKind, WireRecord, codec, decode, encode
 from zlink_trio.wire.codec import SCAN_MAX_ITEMS, SCAN_THRESHOLD, scan_structure
 
 PLACEHOLDER = "\x01" * 10
@@ -205,6 +205,24 @@ def test_cbor_features_are_rejected(item: bytes) -> None:
         decode(spliced(s.ACTOR_SEND, 1, item))
     with pytest.raises(ProtocolError):
         decode(item)
+
+
+CBOR2_BUILTIN_TAGS = [0, 1, 2, 3, 4, 5, 25, 28, 29, 30, 35, 36, 37, 52, 54, 100, 256, 258]
+CBOR2_BUILTIN_TAGS += [260, 261, 1004, 43000, 55799]
+
+
+@pytest.mark.parametrize("tag", [*CBOR2_BUILTIN_TAGS, 6, 24, 40000, (1 << 64) - 1])
+def test_every_tag_reaches_the_rejecting_decoder(tag: int) -> None:
+    """The tag table is a dict whose every lookup misses into the rejecting decoder: no
+    built-in cbor2 decoder (datetime, bignum, regex, set, shared refs, ...) ever runs."""
+    item = cbor2.dumps(cbor2.CBORTag(tag, [1]))
+    with pytest.raises(cbor2.CBORDecodeError) as info:
+        cbor2.loads(item, semantic_decoders=codec._NO_TAGS)
+    cause = info.value.__cause__ or info.value.__context__
+    assert isinstance(cause, ValueError)
+    assert str(cause) == "CBOR tags are not accepted"
+    assert len(codec._NO_TAGS) == 0  # lookups never insert
+    rejects(spliced(s.ACTOR_SEND, 1, item), "malformed CBOR body")
 
 
 def test_tag_around_the_whole_body() -> None:
