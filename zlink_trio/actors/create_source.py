@@ -6,6 +6,11 @@ wins owns the creation run; everyone else observes Creating and re-checks the au
 bounded backoff until it is Ready (→ Existing, or AlreadyExists for an exclusive Create) or
 Missing again (→ competes for a new reservation with its OWN request; no operation shares
 another's Rejected state or reply).
+
+A reservation is never left behind: an operation that ends without a terminal — deadline,
+failure, the caller's own cancellation — gives it back under a bounded shield, a reserve
+cut short is settled by a read, and a waiter aborts a Creating row whose source or owner
+lifecycle is gone (:mod:`.reclaim`).
 """
 
 from __future__ import annotations
@@ -42,9 +47,11 @@ from ..store.api import (
 from ..wire.enums import CreateState
 from ..wire.records import ActorCreate, TerminalReply
 from ..wire.tails import CreateTail, ReservationFence
+from .authority import Authority
 from .create_target import CreateTarget
 from .durable import remaining_ms, run_durable
 from .placement import choose_node
+from .reclaim import Reclaimer, give_back, orphaned
 from .results import ActorCreateResult, Created, Existing, Rejected
 from .sinks import LocalSink, decode_terminal, raise_for_failure
 
@@ -81,8 +88,12 @@ class CreateSource:
         node: MeshNodeApi,
         store: LocationStore,
         target: CreateTarget,
+        authority: Authority,
+        reclaimer: Reclaimer,
     ) -> None:
         self._config = config
+        self._authority = authority
+        self._reclaimer = reclaimer
         self._node = node
         self._store = store
         self._target = target
@@ -105,48 +116,82 @@ class CreateSource:
         explicit = operation_id is not None
         op = operation_id or OperationId.new()
         key = OperationKey(me.node_rid, me.node_generation, op)
+        object_key = ObjectKey.actor(actor_id.value)
         reserved: AuthorityRow | None = None
+        unsure = False  # a reserve may have committed without our learning it
         # This scope covers resolve and reservation only: the durable operation that
         # follows owns the same deadline itself (nested cancel scopes with one deadline
         # would let the outer one swallow the inner one's typed ending).
-        with trio.move_on_at(deadline):
-            if explicit:
-                # A re-submitted operation gets its retained terminal (until deadline + 5 min).
-                retained = await self._store.read_terminal(key)
-                if retained is not None:
-                    return _result(decode_terminal(retained.result))
-            backoff = self._config.create_backoff_initial
-            object_key = ObjectKey.actor(actor_id.value)
-            while reserved is None:
-                row = await self._store.read(object_key)
-                if row is not None:
-                    if row.kind is not ObjectKind.ACTOR or row.stable_type != stable_type:
-                        raise TypeMismatch(
-                            f"actor {actor_id.value!r} exists with type {row.stable_type.value!r}"
-                        )
-                    if row.state is AuthorityState.READY:
-                        if exclusive:
-                            raise AlreadyExists(f"actor {actor_id.value!r} already exists")
-                        return Existing(_ref(row))
-                    if row.state is AuthorityState.CREATING and row.operation == key:
-                        # Our own reservation, made by a reserve whose outcome was unknown
-                        # (connection lost after the commit): drive it, never orphan it.
-                        self.creates += 1
-                        reserved = row
-                        break
-                    # Creating or Closing: wait for the authority to settle (bounded backoff).
-                    await trio.sleep(backoff * (0.5 + self._rng.random()))
-                    backoff = min(backoff * 2, self._config.create_backoff_max)
-                    continue
-                # None: lost the reservation race (or the node moved): read again
-                reserved = await self._reserve(key, actor_id, stable_type, mesh, request, deadline)
-        if reserved is not None:
-            try:
-                return await self._drive(key, reserved, deadline)
-            except (Unavailable, DeadlineExceeded):
-                await self._give_back(reserved)
-                raise
-        raise DeadlineExceeded(f"create of {actor_id.value!r} did not finish before its deadline")
+        try:
+            with trio.move_on_at(deadline):
+                if explicit:
+                    # A re-submitted operation gets its retained terminal (until
+                    # deadline + 5 min).
+                    retained = await self._store.read_terminal(key)
+                    if retained is not None:
+                        return _result(decode_terminal(retained.result))
+                backoff = self._config.create_backoff_initial
+                stuck: int | None = None  # the version of a Creating row seen last round
+                while reserved is None:
+                    row = await self._authority.read(actor_id)
+                    if row is not None and row.operation == key:
+                        if row.state is AuthorityState.CREATING:
+                            # Our own reservation, made by a reserve whose outcome was
+                            # unknown (or cut short): drive it, never orphan it.
+                            self.creates += 1
+                            reserved = row
+                            break
+                    else:
+                        unsure = False  # that read settled our last reserve: not committed
+                    if row is not None:
+                        if row.kind is not ObjectKind.ACTOR or row.stable_type != stable_type:
+                            raise TypeMismatch(
+                                f"actor {actor_id.value!r} exists with type "
+                                f"{row.stable_type.value!r}"
+                            )
+                        if row.state is AuthorityState.READY:
+                            if exclusive:
+                                raise AlreadyExists(f"actor {actor_id.value!r} already exists")
+                            return Existing(_ref(row))
+                        if (
+                            row.state is AuthorityState.CREATING
+                            and stuck == row.store_version
+                            and await orphaned(self._store, row)
+                        ):
+                            stuck = None
+                            continue  # aborted (its lifecycles are gone): compete again
+                        stuck = row.store_version if row.state is AuthorityState.CREATING else None
+                        # Creating or Closing: wait for the authority to settle (bounded
+                        # backoff).
+                        await trio.sleep(backoff * (0.5 + self._rng.random()))
+                        backoff = min(backoff * 2, self._config.create_backoff_max)
+                        continue
+                    # Missing: compete for the reservation (None: lost the race, the node
+                    # moved, or the outcome is unknown: read again).
+                    unsure = True
+                    reserved = await self._reserve(
+                        key, actor_id, stable_type, mesh, request, deadline
+                    )
+                    if reserved is not None:
+                        unsure = False
+        finally:
+            if reserved is None and unsure:
+                # Cancelled, timed out or failed right after a reserve whose outcome we
+                # never learned: if it committed, give it back now (never orphan it).
+                await self._settle_unsure(object_key, key)
+        if reserved is None:
+            raise DeadlineExceeded(
+                f"create of {actor_id.value!r} did not finish before its deadline"
+            )
+        reply: TerminalReply | None = None
+        try:
+            reply = await self._drive(key, reserved, deadline)
+        finally:
+            if reply is None:
+                # No terminal (deadline, the caller's cancellation, a transport failure,
+                # anything): give the reservation back unless the target committed it.
+                await self._give_back(reserved.key, reserved.store_version)
+        return _result(reply)
 
     async def _reserve(
         self,
@@ -199,31 +244,34 @@ class CreateSource:
             return result.row
         return None
 
-    async def _give_back(self, row: AuthorityRow) -> None:
+    async def _settle_unsure(self, object_key: ObjectKey, key: OperationKey) -> None:
+        """A reserve of ``key`` may have committed unseen: read (bounded, shielded) and
+        give the reservation back if it is there."""
+        row: AuthorityRow | None = None
+        with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
+            try:
+                row = await self._authority.read(ActorId(object_key.object_id))
+            except Unavailable as exc:
+                logger.info("settling the reservation of %r: %r", object_key, exc)
+                # Unknown still; the waiters' backstop (orphaned) covers a dead source,
+                # and a read later cannot be made from here: leave it to them.
+                return
+        if row is not None and row.state is AuthorityState.CREATING and row.operation == key:
+            await self._give_back(object_key, row.store_version)
+
+    async def _give_back(self, object_key: ObjectKey, version: int) -> None:
         """The operation ended without a terminal: if the reservation it made is still
         untouched (the target never started committing it), abort it so the id and the
-        pending capacity are free again. A target that got there first wins the CAS. An
-        abort with an unknown outcome is retried while the row is still that reservation."""
-        with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
-            unknown = False
-            while True:
-                try:
-                    if unknown:  # the last abort may or may not have happened: still ours?
-                        current = await self._store.read(row.key)
-                        if current is None or current.store_version != row.store_version:
-                            return
-                    await self._store.abort_creation(row.key, row.store_version)
-                    return
-                except StoreOutcomeUnknown as exc:
-                    logger.info("giving back the reservation of %r: %r", row.key, exc)
-                    unknown = True
-                except (Unavailable, OSError) as exc:
-                    logger.info("could not give back the reservation of %r: %r", row.key, exc)
-                    return
+        pending capacity are free again. A target that got there first wins the CAS.
+        Bounded and shielded; what the Store could not settle in time is retried in the
+        background (:class:`~.reclaim.Reclaimer`)."""
+        settled = await give_back(
+            self._store, object_key, version, bound=self._config.drain_timeout
+        )
+        if not settled:
+            self._reclaimer.later(object_key, version)
 
-    async def _drive(
-        self, key: OperationKey, row: AuthorityRow, deadline: float
-    ) -> ActorCreateResult:
+    async def _drive(self, key: OperationKey, row: AuthorityRow, deadline: float) -> TerminalReply:
         """Send the create to the reserved target and wait for its terminal (replaying it
         under the same OperationId on transient transport failures)."""
         me = self._node.identity
@@ -253,7 +301,7 @@ class CreateSource:
             sink = LocalSink()
             self._target.handle(record(remaining_ms(deadline)), sink)
             with trio.move_on_at(deadline):
-                return _result(await sink.wait())
+                return await sink.wait()
             raise DeadlineExceeded("create did not finish before its deadline")
         attempts = 0
 
@@ -263,11 +311,10 @@ class CreateSource:
             if attempts > 1:
                 self.replays += 1
 
-        reply = await run_durable(
+        return await run_durable(
             self._node,
             PeerAddress(row.owner.mesh_name, row.owner.node_rid),
             record,
             deadline,
             on_attempt=counted,
         )
-        return _result(reply)

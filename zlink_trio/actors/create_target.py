@@ -32,6 +32,7 @@ from ..errors import (
     DeadlineExceeded,
     InvalidOperation,
     NotFound,
+    StaleRoute,
     StoreOutcomeUnknown,
     Unavailable,
     ZLinkError,
@@ -51,9 +52,11 @@ from ..wire.enums import CreateState
 from ..wire.records import ActorCreate, TerminalReply
 from ..wire.tails import CreateTail
 from .approval import ActorCreateEvent, Approve
+from .authority import Authority
 from .context import ActorContext
 from .host import ActorHost
-from .hosted import HostedActor
+from .hosted import HostedActor, fail_parked
+from .reclaim import Reclaimer, give_back
 from .sinks import TerminalSink, decode_terminal, encode_terminal, failure, ok
 
 if TYPE_CHECKING:
@@ -91,8 +94,12 @@ class CreateTarget:
         client: ActorClient,
         stats_for: Callable[[StableType], DispatchStats],
         nursery: trio.Nursery,
+        authority: Authority,
+        reclaimer: Reclaimer,
     ) -> None:
         self._config = config
+        self._authority = authority
+        self._reclaimer = reclaimer
         self._node = node
         self._store = store
         self._host = host
@@ -141,8 +148,11 @@ class CreateTarget:
         retained = await store.read_terminal(key)
         if retained is not None:
             return decode_terminal(retained.result)
+        held = self._reclaimer.reply_for(key)
+        if held is not None:  # ended; its abort (and terminal record) is still pending
+            return held
         object_key = ObjectKey.actor(record.actor_id.value)
-        row = await store.read(object_key)
+        row = await self._authority.read(record.actor_id)
         me = self._node.identity
         fence = record.reservation
         if (
@@ -168,11 +178,23 @@ class CreateTarget:
             else:
                 terminal = failure(error, _create_tail(CreateState.FAILED, row, None))
                 self.failed += 1
-            with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
-                await store.abort_creation(
+            record_ = TerminalRecord(key, encode_terminal(terminal))
+            settled = await give_back(
+                store,
+                object_key,
+                row.store_version,
+                bound=self._config.drain_timeout,
+                terminal=record_,
+                retain_for=retain_for,
+            )
+            if not settled:
+                # The Store could not be reached in time: the reservation (and this
+                # terminal) is given back in the background; replays get this terminal.
+                self._reclaimer.later(
                     object_key,
                     row.store_version,
-                    terminal=TerminalRecord(key, encode_terminal(terminal)),
+                    terminal=record_,
+                    reply=terminal,
                     retain_for=retain_for,
                 )
             return terminal
@@ -259,7 +281,11 @@ class CreateTarget:
             self._host.publish(hosted)
             return created
         finally:
-            self._host.end_staging(actor_id)
+            parked = self._host.end_staging(actor_id)
+            if parked:  # frames admitted for it while it was staging; it was not published
+                self._nursery.start_soon(
+                    fail_parked, parked, StaleRoute(f"actor {actor_id.value!r} was not created")
+                )
 
     async def _commit(
         self, key: ObjectKey, row: AuthorityRow, terminal: TerminalRecord, retain_for: float
@@ -270,7 +296,7 @@ class CreateTarget:
                 key, row.store_version, terminal=terminal, retain_for=retain_for
             )
         except StoreOutcomeUnknown:
-            current = await self._store.read(key)
+            current = await self._authority.read(ActorId(key.object_id))
             if (
                 current is not None
                 and current.state is AuthorityState.READY

@@ -15,6 +15,8 @@ Ends:
   ``Unavailable`` at once;
 * the deadline passes → ``Unavailable`` if no attempt was ever admitted, else
   ``DeadlineExceeded``;
+* this node stops admitting (its lease was lost, or it is closing) → ``Unavailable`` /
+  ``ShuttingDown`` at once (``MeshNodeApi.admission_error``);
 * anything else (encode failure, protocol error) → raised at once, never replayed.
 """
 
@@ -59,6 +61,12 @@ async def run_durable(
     refreshed = False
     with trio.move_on_at(deadline):
         while True:
+            refused = node.admission_error()
+            if refused is not None:
+                # This node lost its lease or is closing: no attempt can be admitted any
+                # more (and no peer view will be refreshed): end now, typed.
+                await trio.lowlevel.checkpoint()
+                raise refused
             state = node.peer_state(peer)
             if state is PeerState.GONE and not refreshed:
                 # The target came from the Store; our view of the peers may predate it.

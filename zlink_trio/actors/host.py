@@ -25,13 +25,26 @@ __all__ = ["ActorHost"]
 
 
 @final
+class _Staging:
+    """A creation attempt about to commit here: local callers wait for its end; frames a
+    connection reader admits meanwhile are parked here, in arrival order, and go first
+    into the new Actor's queue when it is published (the reader never waits)."""
+
+    __slots__ = ("event", "parked")
+
+    def __init__(self) -> None:
+        self.event = trio.Event()
+        self.parked: list[Deliver] = []
+
+
+@final
 class ActorHost:
     __slots__ = ("_actors", "_engine", "_kinds", "_staging")
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
         self._actors: dict[ActorId, HostedActor] = {}
-        self._staging: dict[ActorId, trio.Event] = {}
+        self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
 
     # --- registry ---------------------------------------------------------------------
@@ -62,19 +75,30 @@ class ActorHost:
     def begin_staging(self, actor_id: ActorId) -> None:
         """A creation attempt for ``actor_id`` is about to commit here: ingress that races
         the commit waits for :meth:`end_staging` instead of seeing a stale route."""
-        self._staging[actor_id] = trio.Event()
+        self._staging[actor_id] = _Staging()
 
-    def end_staging(self, actor_id: ActorId) -> None:
-        event = self._staging.pop(actor_id, None)
-        if event is not None:
-            event.set()
+    def end_staging(self, actor_id: ActorId) -> list[Deliver]:
+        """The attempt ended. Returns the payloads parked for it that no published Actor
+        took (the attempt did not publish): the caller fails them (StaleRoute)."""
+        staging = self._staging.pop(actor_id, None)
+        if staging is None:
+            return []
+        staging.event.set()
+        parked, staging.parked = staging.parked, []
+        return parked
 
     def publish(self, hosted: HostedActor) -> None:
         """Make ``hosted`` reachable (after its Ready commit). The activation itself is
         its lane's handler; the lane is retired (not closed) by its owner, so it needs no
-        drop callback."""
-        hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        drop callback. Payloads parked while it was staging enter its queue first, in
+        arrival order (the new queue holds them all: parking is bounded by its capacity)."""
+        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         self._actors[hosted.actor_id] = hosted
+        staging = self._staging.get(hosted.actor_id)
+        if staging is not None and staging.parked:
+            parked, staging.parked = staging.parked, []
+            for item in parked:
+                lane.submit_nowait(item)
 
     def retire(self, hosted: HostedActor) -> None:
         """Unpublish ``hosted`` (destroy: after its location ownership is gone)."""
@@ -84,6 +108,15 @@ class ActorHost:
 
     def close_admission(self, hosted: HostedActor) -> None:
         hosted.state = DESTROYING
+
+    def reopen(self, hosted: HostedActor, *, new_lane: bool) -> None:
+        """A destroy did not happen (the Store row is still Ready): admit again.
+        ``new_lane``: its lane was retired by an earlier attempt; give it a fresh one."""
+        if self._actors.get(hosted.actor_id) is not hosted:
+            return
+        if new_lane:
+            hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        hosted.state = READY
 
     # --- admission --------------------------------------------------------------------------
     def ready(self, actor_id: ActorId) -> HostedActor | None:
@@ -108,7 +141,7 @@ class ActorHost:
         if hosted is None:
             staging = self._staging.get(actor_id)
             if staging is not None:
-                await staging.wait()
+                await staging.event.wait()
                 hosted = self._actors.get(actor_id)
             if hosted is None:
                 raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
@@ -121,3 +154,41 @@ class ActorHost:
         except CapacityExceeded:
             await lane.submit(item)
         return hosted
+
+    def admit_nowait(self, actor_id: ActorId, item: Deliver) -> None:
+        """Put ``item`` on the current Ready Actor's application queue without ever
+        waiting: for a connection's reader, which must go on with the next frame whatever
+        one Actor's state (other Actors' messages and replies share the connection).
+
+        An Actor being committed here (staging) gets the item parked, in arrival order,
+        ahead of anything admitted after its publication (A04-09: acceptance order per
+        Actor).
+
+        Raises:
+            StaleRoute: the Actor is not hosted here.
+            Unavailable: the Actor is being destroyed.
+            CapacityExceeded: its queue (or the staging parking) is full; counted as
+                ``refused`` on the Actor type's dispatch counters.
+        """
+        hosted = self._actors.get(actor_id)
+        if hosted is None:
+            staging = self._staging.get(actor_id)
+            if staging is None:
+                raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
+            capacity = self._engine.limits.capacity
+            if len(staging.parked) >= capacity:
+                raise CapacityExceeded(
+                    f"actor {actor_id.value!r} is being created and {capacity} payloads "
+                    "already wait for it"
+                )
+            staging.parked.append(item)
+            return
+        if hosted.state is not READY:
+            raise Unavailable(f"actor {actor_id.value!r} is being destroyed")
+        lane = hosted.lane
+        assert lane is not None
+        try:
+            lane.submit_nowait(item)
+        except CapacityExceeded:
+            hosted.kind.stats.refused += 1
+            raise

@@ -37,6 +37,7 @@ __all__ = [
     "HostedActor",
     "HostedKind",
     "Ready",
+    "fail_parked",
 ]
 
 logger = logging.getLogger("zlink_trio.actors")
@@ -85,16 +86,28 @@ class Deliver:
 
 @final
 class Barrier:
-    """A lifecycle item that marks "every turn before me has finished". Run on an Actor
-    whose admission is closed (destroy), it also retires the lane: no payload accepted
-    before the close runs after it (each one fails with Unavailable instead, see
-    :meth:`HostedActor.fail_orphans`), so nothing runs while, or after, the location
-    ownership is removed."""
+    """The destroy barrier: a lifecycle item that marks "every turn before me has
+    finished" (``reached``) and then HOLDS the lane — its turn does not end — while the
+    destroyer removes the location ownership, so no payload accepted before the close
+    runs meanwhile (they stay parked in the queue). The destroyer then ends the turn with
+    :meth:`finish`: ``retire=True`` (the ownership is gone, or could not be settled)
+    retires the lane, and what it held fails with Unavailable (see
+    :meth:`HostedActor.fail_orphans`); ``retire=False`` (the Store row is still Ready:
+    destroy failed and admission re-opened) lets the parked payloads run, in order."""
 
-    __slots__ = ("done",)
+    __slots__ = ("done", "reached", "resumed", "retire")
 
     def __init__(self) -> None:
+        self.reached = trio.Event()
         self.done = trio.Event()
+        self.retire = True
+        self.resumed = trio.Event()
+
+    def finish(self, *, retire: bool) -> None:
+        """End the held turn (idempotent: the first call decides)."""
+        if not self.resumed.is_set():
+            self.retire = retire
+            self.resumed.set()
 
 
 ActorItem: TypeAlias = Deliver | Barrier
@@ -121,6 +134,20 @@ async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
         sink.fail(public_error(error))
     else:
         await sink.fail(error)
+
+
+async def fail_parked(items: list[Deliver], error: ZLinkError) -> None:
+    """Fail the terminal of accepted items that will never run (a one-way send has
+    none: it is logged)."""
+    for item in items:
+        sink = item.sink
+        if sink is None:
+            logger.info("send %r not run: %r", item.packet, error)
+            continue
+        try:
+            await _fail(sink, error)
+        except Exception:
+            logger.exception("failing the terminal of %r", item.packet)
 
 
 @final
@@ -170,15 +197,21 @@ class HostedActor:
         """One turn of this Actor's lane."""
         if type(item) is not Deliver:
             assert type(item) is Barrier
-            lane = self.lane
-            if self.state is DESTROYING and lane is not None:
-                self._orphan(lane.retire())  # queued payloads fail (fail_orphans)
-            item.done.set()
+            item.reached.set()
+            try:
+                await item.resumed.wait()  # the lane is held while the Store is updated
+            finally:
+                lane = self.lane
+                if item.retire and lane is not None:
+                    self._orphan(lane.retire())  # queued payloads fail (fail_orphans)
+                item.done.set()
             return
         kind = self.kind
         stats = kind.stats
         if item.deadline <= trio.current_time():
-            # The caller's deadline passed while the payload waited: it is not run.
+            # A request whose caller's deadline passed while it waited (the caller was
+            # answered DeadlineExceeded) is not run. A send's deadline is infinite: an
+            # accepted send always runs.
             stats.expired += 1
             return
         sink = item.sink
@@ -242,6 +275,7 @@ class HostedActor:
         :meth:`fail_orphans`)."""
         for item in items:
             if type(item) is Barrier:
+                item.reached.set()
                 item.done.set()
                 continue
             assert type(item) is Deliver

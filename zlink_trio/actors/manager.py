@@ -11,9 +11,10 @@ from ..config import ServerConfig
 from ..errors import InvalidOperation, Unavailable
 from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress
-from ..store.api import AuthorityState, LocationStore, ObjectKey
+from ..store.api import AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
+from .authority import Authority
 from .calls import FluentCall
 from .client import ActorClient, RequestCall, SendCall
 from .create_source import CreateSource
@@ -94,8 +95,10 @@ class ActorManager:
         source: CreateSource,
         destroyer: Destroyer,
         client: ActorClient,
+        authority: Authority,
     ) -> None:
         self._config = config
+        self._authority = authority
         self._node = node
         self._store = store
         self._source = source
@@ -124,7 +127,16 @@ class ActorManager:
             default_timeout=self._config.default_create_timeout,
         )
 
+    async def _refuse_unless_admitting(self) -> None:
+        """An expired (fail-stopped) or closing node starts nothing: a typed error at
+        once, without a Store call (Unavailable / ShuttingDown, see MeshNodeApi)."""
+        refused = self._node.admission_error()
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            raise refused
+
     async def _run_create(self, call: CreateCall, deadline: float) -> ActorCreateResult:
+        await self._refuse_unless_admitting()
         config = self._config
         request = call._request
         if request is not None and len(request) > config.max_request_bytes:
@@ -145,7 +157,8 @@ class ActorManager:
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
         """The ActorRef of the current Ready incarnation, or None. Starts no creation."""
         target = ActorId.parse(actor_id)
-        row = await self._store.read(ObjectKey.actor(target.value))
+        await self._refuse_unless_admitting()
+        row = await self._authority.read(target)
         if row is None or row.state is not AuthorityState.READY:
             return None
         return ActorRef(target, row.object_generation, row.owner.mesh_name, row.owner.node_rid)
@@ -159,7 +172,8 @@ class ActorManager:
         """
         if not isinstance(actor, ActorRef):
             raise InvalidOperation("destroy takes the ActorRef of the incarnation to destroy")
-        row = await self._store.read(ObjectKey.actor(actor.actor_id.value))
+        await self._refuse_unless_admitting()
+        row = await self._authority.read(actor.actor_id)
         if row is None:
             return False
         if row.object_generation != actor.object_generation:
@@ -174,10 +188,17 @@ class ActorManager:
         me = self._node.identity
         if row.owner.node_rid == me.node_rid:
             return await self._destroyer.destroy(actor.actor_id, actor.object_generation)
+        destroyed = await self._destroy_remote(actor, row.owner)
+        if destroyed:
+            self._authority.forget(actor.actor_id)
+        return destroyed
+
+    async def _destroy_remote(self, actor: ActorRef, owner: OwnerFence) -> bool:
+        me = self._node.identity
         deadline = trio.current_time() + self._config.default_request_timeout
         with trio.move_on_at(deadline):
             pending = await self._node.request(
-                PeerAddress(row.owner.mesh_name, row.owner.node_rid),
+                PeerAddress(owner.mesh_name, owner.node_rid),
                 ActorDestroy(
                     correlation=0,
                     operation_id=OperationId.new(),
@@ -185,8 +206,8 @@ class ActorManager:
                     source_generation=me.node_generation,
                     actor_id=actor.actor_id,
                     object_generation=actor.object_generation,
-                    target_rid=row.owner.node_rid,
-                    target_generation=row.owner.node_generation,
+                    target_rid=owner.node_rid,
+                    target_generation=owner.node_generation,
                     timeout_ms=remaining_ms(deadline),
                 ),
             )

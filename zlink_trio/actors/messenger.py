@@ -9,7 +9,11 @@ target's queue. Local and remote targets run the same handler with the same comp
   dropped, and the operation is NEVER re-sent to a freshly resolved owner.
 * No automatic retry after a timeout or an unknown outcome (a broken connection): the
   request keeps waiting for its reply until its deadline, then DeadlineExceeded.
-* Never admitted (no connection to the owner until the deadline) → Unavailable.
+* Never admitted (no connection to the owner until the deadline, or its writer lane stayed
+  full) → Unavailable.
+* This node not admitting (lease lost, closing) → Unavailable / ShuttingDown at once, no
+  Store call (``MeshNodeApi.admission_error``).
+* An accepted send never expires (its deadline bounds the admission only).
 * Direct messaging never creates or changes a session binding.
 * Every remote command 24 carries a message id (``operation_id``), unique per node
   lifecycle, so the owner can drop a repeated frame instead of running it twice
@@ -34,6 +38,7 @@ an owner not connected) takes the general path, under the operation's cancel sco
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Final, final
 
@@ -52,17 +57,22 @@ from ..mesh.api import (
     PendingReply,
 )
 from ..routing.route_cache import Route, RouteCache
-from ..store.api import AuthorityState, LocationStore, ObjectKey
+from ..store.api import LocationStore
 from ..wire.enums import MessageKind
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
+from .authority import Authority
 from .deadlines import ReplyDeadlines
 from .durable import remaining_ms
 from .host import ActorHost
 from .hosted import Deliver
 from .sinks import raise_for_failure
 
-__all__ = ["SEND_YIELD_EVERY", "Messenger"]
+__all__ = ["NEVER", "SEND_YIELD_EVERY", "Messenger"]
+
+NEVER: Final = math.inf
+"""The run-by time of an accepted one-way send: it never expires (only a request, whose
+caller has already been answered DeadlineExceeded, is skipped once its deadline passed)."""
 
 SEND_YIELD_EVERY: Final = 64
 """A local send that needs no wait is a schedule point once per this many sends."""
@@ -88,10 +98,12 @@ class Messenger:
         node: MeshNodeApi,
         store: LocationStore,
         host: ActorHost,
-        cache: RouteCache[ActorId],
+        authority: Authority,
         deadlines: ReplyDeadlines,
     ) -> None:
         self._config = config
+        self._authority = authority
+        cache = authority.cache
         self._deadlines = deadlines
         self._node = node
         self._store = store
@@ -107,26 +119,12 @@ class Messenger:
 
     async def resolve(self, actor_id: ActorId) -> Route:
         """The current Ready owner of ``actor_id`` (cache, else one Store read)."""
-        epoch = self._store.recovery_epoch
-        route = self._cache.get(actor_id, epoch)
+        route = self._cache.get(actor_id, self._store.recovery_epoch)
         if route is not None:
             return route
-        read_at = trio.current_time()
-        row = await self._store.read(ObjectKey.actor(actor_id.value))
-        if row is None or row.state is not AuthorityState.READY:
-            self._cache.invalidate(actor_id)
+        _row, route = await self._authority.resolve(actor_id)
+        if route is None:
             raise NotFound(f"actor {actor_id.value!r} has no Ready authority")
-        route = Route(
-            mesh_name=row.owner.mesh_name,
-            node_rid=row.owner.node_rid,
-            node_generation=row.owner.node_generation,
-            lease_generation=row.owner.lease_generation,
-            object_generation=row.object_generation,
-            owner_generation=row.owner_generation,
-            store_version=row.store_version,
-        )
-        self._cache.observe_version(actor_id, row.store_version)
-        self._cache.put(actor_id, route, epoch, read_at=read_at)
         return route
 
     def _is_local(self, route: Route) -> bool:
@@ -134,7 +132,12 @@ class Messenger:
         return route.node_rid == me.node_rid and route.node_generation == me.node_generation
 
     async def send(self, actor_id: ActorId, packet: str, payload: bytes, deadline: float) -> None:
-        """One-way: completes once the payload was admitted."""
+        """One-way: completes once the payload was admitted. ``deadline`` bounds the
+        admission only: an accepted send never expires (it runs however busy the Actor)."""
+        refused = self._node.admission_error()
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            raise refused
         route = self._cache.get(actor_id, self._store.recovery_epoch)
         if route is not None:
             if self._is_local(route):
@@ -144,7 +147,7 @@ class Messenger:
                     lane = hosted.lane
                     assert lane is not None
                     try:
-                        lane.submit_nowait(Deliver(_SEND, packet, payload, None, deadline))
+                        lane.submit_nowait(Deliver(_SEND, packet, payload, None, NEVER))
                     except CapacityExceeded:
                         pass  # full: wait for space on the general path
                     else:
@@ -169,6 +172,10 @@ class Messenger:
         self, actor_id: ActorId, packet: str, payload: bytes, deadline: float
     ) -> bytes | None:
         """Request: the handler's reply (or None), or its typed error."""
+        refused = self._node.admission_error()
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            raise refused
         route = self._cache.get(actor_id, self._store.recovery_epoch)
         if route is not None:
             if self._is_local(route):
@@ -274,9 +281,12 @@ class Messenger:
             if route.node_rid == me.node_rid:
                 if route.node_generation != me.node_generation:
                     raise self._stale(actor_id, route, "the route names an older lifecycle")
-                slot: OneShot[bytes | None] | None = OneShot() if kind is _REQUEST else None
+                slot: OneShot[bytes | None] | None = None
+                run_by = NEVER  # an accepted send never expires
+                if kind is _REQUEST:
+                    slot, run_by = OneShot(), deadline
                 try:
-                    await self._host.admit(actor_id, Deliver(kind, packet, payload, slot, deadline))
+                    await self._host.admit(actor_id, Deliver(kind, packet, payload, slot, run_by))
                 except StaleRoute as exc:
                     raise self._stale(actor_id, route, exc.message) from None
                 admitted = True
@@ -310,6 +320,13 @@ class Messenger:
                 except PeerNotAdmitted:
                     await trio.lowlevel.checkpoint()
                     continue
+                except DeadlineExceeded:
+                    # The writer lane to the owner stayed full: nothing was queued, the
+                    # message was never admitted (spec 04 §8.1: Unavailable).
+                    raise Unavailable(
+                        f"actor {actor_id.value!r}: the connection to its owner stayed "
+                        "congested; the message was not sent"
+                    ) from None
                 admitted = True
                 break
             return await self._remote_reply(actor_id, route, pending)

@@ -25,6 +25,7 @@ from ..wire.commands import Command
 from ..wire.enums import MessageKind
 from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
+from .authority import Authority
 from .client import ActorClient
 from .create_source import CreateSource
 from .create_target import CreateTarget
@@ -34,7 +35,8 @@ from .destroy import Destroyer
 from .host import ActorHost
 from .hosted import Deliver, Destroying, Ready
 from .manager import ActorManager
-from .messenger import Messenger
+from .messenger import NEVER, Messenger
+from .reclaim import Reclaimer
 from .sinks import RemoteSink, failure, ok
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
@@ -71,13 +73,15 @@ class ActorRuntime:
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
+        authority = Authority(store, cache)
+        self.reclaimer = Reclaimer(store, nursery)
         self.deadlines = ReplyDeadlines()
         self.messenger = Messenger(
             config=config,
             node=node,
             store=store,
             host=self.host,
-            cache=cache,
+            authority=authority,
             deadlines=self.deadlines,
         )
         self.client = ActorClient(
@@ -102,9 +106,25 @@ class ActorRuntime:
             client=self.client,
             stats_for=self._stats_for,
             nursery=nursery,
+            authority=authority,
+            reclaimer=self.reclaimer,
         )
-        self.source = CreateSource(config=config, node=node, store=store, target=self.target)
-        self.destroyer = Destroyer(config=config, node=node, store=store, host=self.host)
+        self.source = CreateSource(
+            config=config,
+            node=node,
+            store=store,
+            target=self.target,
+            authority=authority,
+            reclaimer=self.reclaimer,
+        )
+        self.destroyer = Destroyer(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            authority=authority,
+            nursery=nursery,
+        )
         self.manager = ActorManager(
             config=config,
             node=node,
@@ -112,6 +132,7 @@ class ActorRuntime:
             source=self.source,
             destroyer=self.destroyer,
             client=self.client,
+            authority=authority,
         )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
@@ -150,23 +171,22 @@ class ActorRuntime:
         elif not self._node.admitting:
             error = Unavailable("this owner's lease expired: it admits nothing")
         else:
-            timeout = record.timeout_ms / 1000 if record.timeout_ms is not None else float("inf")
-            item = Deliver(
-                record.message_kind,
-                record.packet_name,
-                record.payload,
-                sink,
-                trio.current_time() + timeout,
-            )
+            # A request is run only before its deadline; an accepted send never expires.
+            run_by = NEVER
+            if sink is not None and record.timeout_ms is not None:
+                run_by = trio.current_time() + record.timeout_ms / 1000
+            item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
             try:
-                await self.host.admit(record.actor_id, item)
+                # Never waits: this is the connection's reader (replies and messages for
+                # other Actors share the connection). A full queue refuses the payload.
+                self.host.admit_nowait(record.actor_id, item)
             except ZLinkError as exc:
                 error = exc
         if error is not None:
             if isinstance(error, StaleRoute):
                 self.stale_ingress += 1
             if sink is not None:
-                await sink.fail(error)
+                await sink.fail_nowait(error)
             else:
                 logger.info("send to %r not admitted: %r", record.actor_id, error)
 
@@ -190,10 +210,16 @@ class ActorRuntime:
         )
 
     async def _destroy_for_peer(self, record: ActorDestroy, sink: RemoteSink) -> None:
+        # A task of the runtime's nursery: whatever goes wrong ends as a terminal, never
+        # as an exception that would cancel the nursery (and the whole server).
         try:
             destroyed = await self.destroyer.destroy(record.actor_id, record.object_generation)
         except ZLinkError as exc:
             await sink.deliver(failure(exc))
+            return
+        except Exception as exc:
+            logger.exception("destroy of %r for a peer failed", record.actor_id)
+            await sink.deliver(failure(Unavailable(f"destroy failed: {type(exc).__name__}")))
             return
         await sink.deliver(ok(DestroyTail(destroyed=destroyed)))
 
@@ -235,6 +261,7 @@ class ActorRuntime:
                     dispatch_no_handler=d.no_handler,
                     dispatch_expired=d.expired,
                     dispatch_dropped=d.dropped,
+                    dispatch_refused=d.refused,
                 )
             )
         cache = self.messenger.cache.statistics()

@@ -15,6 +15,7 @@ import logging
 from typing import Protocol, TypeAlias, final
 
 import attrs
+import trio
 
 from ..engine.oneshot import OneShot
 from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
@@ -147,10 +148,27 @@ class RemoteSink:
             return
         await self._send(TerminalReply.failed(self._correlation, error.kind, error.message))
 
-    async def _send(self, wire_reply: TerminalReply, *, flush: bool = True) -> None:
+    async def fail_nowait(self, error: ZLinkError) -> None:
+        """Like :meth:`fail`, but never waits for space in the connection's writer lane
+        (for a connection's reader): a full lane loses the terminal, and the requester
+        ends at its deadline, as with a frame lost on the wire."""
+        if self._done:
+            return
+        reply = TerminalReply.failed(self._correlation, error.kind, error.message)
+        await self._send(reply, wait=False)
+
+    async def _send(
+        self, wire_reply: TerminalReply, *, flush: bool = True, wait: bool = True
+    ) -> None:
         self._done = True
         try:
-            await self._node.send(self._peer, wire_reply, flush=flush)
+            await self._node.send(self._peer, wire_reply, flush=flush, wait=wait)
+        except trio.WouldBlock:
+            logger.info(
+                "terminal for correlation %d to %r not sent: the writer lane is full",
+                self._correlation,
+                self._peer,
+            )
         except ZLinkError as exc:
             # The requester owns the outcome (its deadline); a lost reply is never resent
             # by the application path. Durable operations replay from the source.

@@ -16,7 +16,7 @@ __all__ = ["ActorRuntimeStatistics", "ActorTypeStatistics", "DispatchStats"]
 class DispatchStats:
     """Mutable counters, one instance per stable type (shared by that type's Actors)."""
 
-    __slots__ = ("dropped", "expired", "failed", "no_handler", "ok")
+    __slots__ = ("dropped", "expired", "failed", "no_handler", "ok", "refused")
 
     def __init__(self) -> None:
         self.ok = 0
@@ -24,6 +24,9 @@ class DispatchStats:
         self.no_handler = 0
         self.expired = 0
         self.dropped = 0
+        self.refused = 0
+        """Payloads from peers refused at a full Actor queue (a request gets
+        CapacityExceeded; a one-way send has no terminal: it is counted and logged)."""
 
 
 @attrs.frozen
@@ -39,6 +42,9 @@ class ActorTypeStatistics:
     dispatch_no_handler: int
     dispatch_expired: int
     dispatch_dropped: int
+    dispatch_refused: int
+    """Payloads from other nodes refused because the Actor's queue was full (requests
+    answered CapacityExceeded; one-way sends counted and logged)."""
 
 
 @attrs.frozen

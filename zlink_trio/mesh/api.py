@@ -38,7 +38,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from ..errors import Unavailable
+from ..errors import Unavailable, ZLinkError
 from ..ids import MeshName, NodeGeneration, NodeRid, SpotId
 from ..store.api import OwnerFence
 
@@ -155,6 +155,13 @@ class MeshNodeApi(Protocol):
         owner admits no message and performs no location update."""
         ...
 
+    def admission_error(self) -> ZLinkError | None:
+        """None while this node admits; otherwise the error a new operation started here
+        ends with at once (no Store call, no wait): ``Unavailable`` once the owner lease
+        was lost (fail-stopped) or before the node started, ``ShuttingDown`` while it
+        closes or after it closed."""
+        ...
+
     def on(self, command: int, handler: InboundHandler) -> None:
         """Register the one handler of ``command``. Only before the node accepts
         connections; InvalidOperation for a second handler, for a transport-owned command
@@ -209,5 +216,7 @@ class MeshNodeApi(Protocol):
     async def refresh_peers(self) -> None:
         """Re-read the peer descriptors from the Store now (the logical owner's view is
         polled every ``descriptor_poll_interval``): a node just placed from the Store may
-        not have an intent yet, and reads GONE until this or the next poll."""
+        not have an intent yet, and reads GONE until this or the next poll. Returns at
+        once (no Store call) unless the node is running: an expired, closing or closed
+        node has no watcher to wait for."""
         ...

@@ -30,7 +30,14 @@ import trio
 
 from ..app import ValidatedApp
 from ..config import ServerConfig
-from ..errors import InvalidOperation, NotFound, ProtocolError, Unavailable
+from ..errors import (
+    InvalidOperation,
+    NotFound,
+    ProtocolError,
+    ShuttingDown,
+    Unavailable,
+    ZLinkError,
+)
 from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, new_entry_spot_id
 from ..store.api import Endpoint, LocationStore, OwnerFence
 from ..wire import Command, encode
@@ -172,6 +179,19 @@ class MeshNode:
         keeper = self._keeper
         return keeper is None or keeper.check()
 
+    def admission_error(self) -> ZLinkError | None:
+        phase = self._phase
+        if phase is NodePhase.RUNNING:
+            keeper = self._keeper
+            if keeper is None or keeper.check():
+                return None
+            phase = self._phase
+        if phase is NodePhase.EXPIRED or phase is NodePhase.RUNNING:
+            return Unavailable("this node's owner lease was lost: it is fail-stopped")
+        if phase is NodePhase.CREATED:
+            return Unavailable("this node has not started")
+        return ShuttingDown("this node is shutting down")
+
     def on(self, command: int, handler: InboundHandler) -> None:
         if self._phase is not NodePhase.CREATED:
             raise InvalidOperation("handlers are registered before the node starts")
@@ -243,7 +263,7 @@ class MeshNode:
         """Re-read the peer descriptors now and apply them (intents added or removed),
         instead of waiting for the next poll; concurrent callers share one read."""
         watcher = self._watcher
-        if watcher is None:
+        if watcher is None or self._phase is not NodePhase.RUNNING:
             await trio.lowlevel.checkpoint()
             return
         await watcher.refresh()

@@ -33,6 +33,7 @@ Apply = Callable[[DescriptorView, int], None]
 class DescriptorWatcher:
     __slots__ = (
         "_apply",
+        "_closed",
         "_completed",
         "_done",
         "_interval",
@@ -68,6 +69,7 @@ class DescriptorWatcher:
         self._completed = 0  # polls finished (successfully or not)
         self._kick = trio.Event()
         self._done = trio.Event()
+        self._closed = False  # run() ended: no poll will come
         self.polls = 0
         self.failures = 0
 
@@ -76,23 +78,31 @@ class DescriptorWatcher:
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Poll once, report started, then poll every interval or when kicked."""
-        await self._poll()
-        task_status.started()
-        while True:
-            with trio.move_on_after(self._interval):
-                await self._kick.wait()
+        try:
             await self._poll()
+            task_status.started()
+            while True:
+                with trio.move_on_after(self._interval):
+                    await self._kick.wait()
+                await self._poll()
+        finally:
+            # Cancelled (lease lost, node closed): nobody may wait for a poll any more.
+            self._closed = True
+            self._done.set()
 
     def kick(self) -> None:
         """Ask for a poll soon (no waiting)."""
         self._kick.set()
 
     async def refresh(self) -> None:
-        """Wait for a poll that starts after this call."""
+        """Wait for a poll that starts after this call (returns at once once the
+        watcher stopped)."""
         target = self._started + 1
         self._kick.set()
-        while self._completed < target:
+        while self._completed < target and not self._closed:
             await self._done.wait()
+        if self._closed:
+            await trio.lowlevel.checkpoint()
 
     async def _poll(self) -> None:
         self._started += 1
