@@ -25,7 +25,6 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final, final
 
-import attrs
 import trio
 
 from ..app import ValidatedApp
@@ -40,7 +39,7 @@ from ..errors import (
 )
 from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, new_entry_spot_id
 from ..store.api import Endpoint, LocationStore, OwnerFence
-from ..wire import Command, encode
+from ..wire import Command, encode, evolve
 from .acceptor import serve_inbound
 from .api import (
     InboundHandler,
@@ -224,7 +223,7 @@ class MeshNode:
             raise InvalidOperation(f"{type(record).__name__} has no correlation: not a request")
         pending = self._replies.register(conn.peer, conn)
         try:
-            record = attrs.evolve(record, correlation=pending.correlation)
+            record = evolve(record, correlation=pending.correlation)
             await conn.send(record, self._encode(record), checkpoint=False)
         except BaseException:
             pending.discard()
