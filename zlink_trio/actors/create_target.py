@@ -21,7 +21,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
@@ -56,7 +56,7 @@ from .authority import Authority
 from .context import ActorContext
 from .host import ActorHost
 from .hosted import HostedActor, fail_parked
-from .reclaim import Reclaimer, give_back
+from .reclaim import RETRY_INTERVAL, Reclaimer, give_back
 from .sinks import TerminalSink, decode_terminal, encode_terminal, failure, ok
 
 if TYPE_CHECKING:
@@ -67,6 +67,10 @@ if TYPE_CHECKING:
 __all__ = ["CreateTarget"]
 
 logger = logging.getLogger("zlink_trio.actors")
+
+SETTLE_FIRST_DELAY: Final = 0.05
+"""Seconds before the first re-read of a Ready commit whose outcome is unknown (doubling
+up to the reclaimer's retry interval while the Store stays unreachable)."""
 
 
 def _create_tail(state: CreateState, row: AuthorityRow, reply: bytes | None) -> CreateTail:
@@ -296,17 +300,40 @@ class CreateTarget:
                 key, row.store_version, terminal=terminal, retain_for=retain_for
             )
         except StoreOutcomeUnknown:
-            current = await self._authority.read(ActorId(key.object_id))
-            if (
-                current is not None
-                and current.state is AuthorityState.READY
-                and current.object_generation == row.object_generation
-                and current.owner.node_rid == row.owner.node_rid
-            ):
-                return current
-            return None
+            return await self._settle_commit(row)
         except Unavailable:
             return None
         if isinstance(result, Applied):
             return result.row
         return None
+
+    async def _settle_commit(self, row: AuthorityRow) -> AuthorityRow | None:
+        """The row after a Ready commit whose outcome is unknown: ours and Ready (it
+        committed), or None (it did not: the row is still the reservation, or moved on).
+
+        Reads until the Store answers, however long that takes (only the runtime's end
+        stops it): answering before the outcome is known would tell the source a lie
+        (a failure for an Actor whose terminal record says Created, and that nobody
+        hosts), and giving up would leave the row as it is for ever. Replays of the
+        operation join this attempt meanwhile; the source ends at its deadline with
+        DeadlineExceeded (admitted, no terminal) and gives its reservation back, a CAS
+        that loses to a commit that applied."""
+        actor_id = ActorId(row.key.object_id)
+        delay = SETTLE_FIRST_DELAY
+        while True:
+            try:
+                current = await self._authority.read(actor_id)
+            except (Unavailable, StoreOutcomeUnknown) as exc:
+                logger.info("settling the Ready commit of %r: %r; reading again", actor_id, exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, RETRY_INTERVAL)
+                continue
+            if (
+                current is not None
+                and current.state is AuthorityState.READY
+                and current.object_generation == row.object_generation
+                and current.owner.node_rid == row.owner.node_rid
+                and current.owner.node_generation == row.owner.node_generation
+            ):
+                return current
+            return None

@@ -13,7 +13,7 @@ import pytest
 import trio
 from actor_kit import Recorder, make_app
 
-from zlink_trio import Created, DeadlineExceeded, StoreOutcomeUnknown
+from zlink_trio import Created, DeadlineExceeded, StoreOutcomeUnknown, Unavailable
 from zlink_trio.actors.approval import ActorCreateEvent, CreateDecision
 from zlink_trio.store.api import LocationStore, ObjectKey
 from zlink_trio.testing import CountingStore, open_cluster
@@ -52,6 +52,48 @@ class UnknownOutcomes:
             raise StoreOutcomeUnknown(f"test: the outcome of {name} is unknown")
 
         return unknown
+
+
+class OutageAtCommit:
+    """A LocationStore that delegates to ``inner`` until the first ``commit_ready``, which
+    is answered StoreOutcomeUnknown (after running when ``applied``) and starts an outage:
+    every call raises Unavailable until :meth:`end`."""
+
+    def __init__(self, inner: LocationStore, *, applied: bool) -> None:
+        self._inner = inner
+        self._applied = applied
+        self.started = trio.Event()
+        self.down = False
+        self.refused = 0
+
+    @property
+    def recovery_epoch(self) -> int:
+        return self._inner.recovery_epoch
+
+    def end(self) -> None:
+        self.down = False
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._inner, name)
+        if not callable(real):
+            return real
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            if self.down:
+                self.refused += 1
+                await trio.lowlevel.checkpoint()
+                raise Unavailable(f"test: the Store is unreachable ({name})")
+            if name != "commit_ready" or self.started.is_set():
+                return await real(*args, **kwargs)
+            self.started.set()
+            self.down = True
+            if self._applied:
+                await real(*args, **kwargs)
+            else:
+                await trio.lowlevel.checkpoint()
+            raise StoreOutcomeUnknown("test: the outcome of commit_ready is unknown")
+
+        return call
 
 
 async def _capacity(store: LocationStore) -> tuple[int, int]:
@@ -139,3 +181,38 @@ async def _until_absent(store: LocationStore, actor_id: str) -> None:
             if await store.read(ObjectKey.actor(actor_id)) is None:
                 return
             await trio.sleep(0.02)
+
+
+@pytest.mark.parametrize("applied", [True, False], ids=["committed", "rolled-back"])
+async def test_ready_commit_unknown_through_a_long_outage_is_settled(
+    clock: object, store: CountingStore, applied: bool
+) -> None:
+    """A Ready commit answered "unknown" while the Store stays unreachable past the
+    create's deadline: the target answers no terminal it cannot stand behind (the caller
+    ends DeadlineExceeded: outcome unknown) and settles the commit once the Store is back:
+    if it committed, the Actor is published (findable, messaged, the factory ran once);
+    if not, the reservation is given back and the id is free again. Never a Ready row
+    nobody hosts, never a Creating row nobody drives."""
+    rec = Recorder()
+    faulty = OutageAtCommit(store, applied=applied)
+    async with open_cluster(2, store=faulty, app=make_app(rec)) as cluster:
+        await cluster.wait_all_admitted()
+        actors = cluster.servers[0].actors
+        with pytest.raises(DeadlineExceeded):
+            await actors.get_or_create("unsure", "player").timeout(2)
+        assert faulty.started.is_set() and faulty.down and faulty.refused > 0
+        faulty.end()
+        assert rec.runs("unsure") == 1
+        if applied:
+            found = await actors.find("unsure")
+            assert found is not None
+            assert await actors.request("unsure", "echo", b"x").timeout(10) == b"x"
+            existing = await actors.get_or_create("unsure", "player").timeout(10)
+            assert not isinstance(existing, Created) and existing.actor == found
+            assert rec.runs("unsure") == 1
+        else:
+            created = await actors.get_or_create("unsure", "player").timeout(10)
+            assert isinstance(created, Created)
+            assert rec.runs("unsure") == 2  # one factory run per reservation
+            assert await actors.request("unsure", "echo", b"x").timeout(10) == b"x"
+        assert await _capacity(store) == (1, 0)
