@@ -18,6 +18,14 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session(python=PYTHON)
+def tests_lowest(session: nox.Session) -> None:
+    """The whole test suite with the runtime dependencies at the floors pyproject.toml
+    declares (constraints-lowest.txt): the floors are claims, this checks them."""
+    session.install("-c", "constraints-lowest.txt", "-e", ".[test]")
+    session.run("python", "-m", "pytest", *session.posargs)
+
+
+@nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.8")
     session.run("ruff", "check", "zlink_trio", "tests", "benchmarks", "noxfile.py")
