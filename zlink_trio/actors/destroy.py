@@ -93,7 +93,16 @@ class Destroyer:
         self._in_progress: dict[ActorId, _Run] = {}
 
     async def destroy(self, actor_id: ActorId, generation: ObjectGeneration) -> bool:
-        """Destroy that incarnation if this node owns it. Returns False when it is gone."""
+        """Destroy that incarnation if this node owns it. Returns False when it is gone.
+
+        Raises InvalidOperation when awaited from one of the Actor's own turns: a destroy
+        waits for the turn in progress, so it would wait for ever."""
+        current = self._host.get(actor_id)
+        if current is not None and current.lane is not None and current.lane.in_turn():
+            await trio.lowlevel.checkpoint()
+            raise InvalidOperation(
+                f"actor {actor_id.value!r} cannot await its own destroy inside its turn"
+            )
         while True:
             running = self._in_progress.get(actor_id)
             if running is None:

@@ -30,9 +30,12 @@ class _Staging:
     connection reader admits meanwhile are parked here, in arrival order, and go first
     into the new Actor's queue when it is published (the reader never waits)."""
 
-    __slots__ = ("event", "parked")
+    __slots__ = ("attempts", "event", "parked")
 
     def __init__(self) -> None:
+        self.attempts = 1
+        """Creation attempts of the id staging here: one that ended (its reservation was
+        given back at its source's deadline) can overlap a later one of the same id."""
         self.event = trio.Event()
         self.parked: list[Deliver] = []
 
@@ -74,15 +77,26 @@ class ActorHost:
 
     def begin_staging(self, actor_id: ActorId) -> None:
         """A creation attempt for ``actor_id`` is about to commit here: ingress that races
-        the commit waits for :meth:`end_staging` instead of seeing a stale route."""
-        self._staging[actor_id] = _Staging()
+        the commit waits for :meth:`end_staging` instead of seeing a stale route. An
+        earlier attempt of the same id may still be ending here: the staging record (and
+        what is parked on it) is shared and lasts until the last of them ends."""
+        staging = self._staging.get(actor_id)
+        if staging is None:
+            self._staging[actor_id] = _Staging()
+        else:
+            staging.attempts += 1
 
     def end_staging(self, actor_id: ActorId) -> list[Deliver]:
-        """The attempt ended. Returns the payloads parked for it that no published Actor
-        took (the attempt did not publish): the caller fails them (StaleRoute)."""
-        staging = self._staging.pop(actor_id, None)
+        """An attempt ended. Returns the payloads parked for the id that no published Actor
+        took, once no other attempt of the id stages here (the caller fails them,
+        StaleRoute); while another one does, they stay parked for it."""
+        staging = self._staging.get(actor_id)
         if staging is None:
             return []
+        staging.attempts -= 1
+        if staging.attempts > 0:
+            return []
+        del self._staging[actor_id]
         staging.event.set()
         parked, staging.parked = staging.parked, []
         return parked
@@ -95,10 +109,15 @@ class ActorHost:
         lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         self._actors[hosted.actor_id] = hosted
         staging = self._staging.get(hosted.actor_id)
-        if staging is not None and staging.parked:
-            parked, staging.parked = staging.parked, []
-            for item in parked:
-                lane.submit_nowait(item)
+        if staging is not None:
+            if staging.parked:
+                parked, staging.parked = staging.parked, []
+                for item in parked:
+                    lane.submit_nowait(item)
+            # Local callers waiting for the commit go on now, even while an overlapping
+            # attempt of the id has not ended yet.
+            staging.event.set()
+            staging.event = trio.Event()
 
     def retire(self, hosted: HostedActor) -> None:
         """Unpublish ``hosted`` (destroy: after its location ownership is gone)."""

@@ -254,6 +254,7 @@ class Engine(metaclass=NoPublicConstructor):
                         continue
                 # --- one batch of turns
                 lane._sched = RUNNING
+                lane._runner = me.task
                 self._running += 1
                 core = lane._core
                 handler = lane._handler
@@ -273,6 +274,7 @@ class Engine(metaclass=NoPublicConstructor):
                 else:
                     more = core.runnable()
                 del item, core, handler  # a parked runner keeps nothing of the lane alive
+                lane._runner = None
                 self._running -= 1
                 # --- release, requeue or retire the lane, then look for the next one
                 self._free += 1

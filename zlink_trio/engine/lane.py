@@ -79,7 +79,17 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
     once, lifecycle items before application items (with a bounded burst), each queue in
     acceptance order."""
 
-    __slots__ = ("_core", "_engine", "_gate", "_handler", "_idle", "_on_drop", "_sched", "_waiters")
+    __slots__ = (
+        "_core",
+        "_engine",
+        "_gate",
+        "_handler",
+        "_idle",
+        "_on_drop",
+        "_runner",
+        "_sched",
+        "_waiters",
+    )
 
     def __init__(
         self,
@@ -95,6 +105,8 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         self._gate = gate
         self._on_drop = on_drop
         self._sched = IDLE
+        self._runner: trio.lowlevel.Task | None = None
+        """The runner task draining the lane (set for the length of a batch)."""
         self._waiters: _SpaceWaiters | None = None
         self._idle: trio.Event | None = None
 
@@ -115,6 +127,13 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         """Items queued and not held (lifecycle + application): cheap, for hot paths."""
         core = self._core
         return core.lifecycle_count + core.application_count
+
+    def in_turn(self) -> bool:
+        """Whether the calling task is running one of this lane's turns (its handler, or
+        code the handler awaits in the same task): waiting there for something that needs
+        the lane's next turn would wait for ever."""
+        runner = self._runner
+        return runner is not None and runner is trio.lowlevel.current_task()
 
     def statistics(self) -> LaneStatistics:
         core = self._core

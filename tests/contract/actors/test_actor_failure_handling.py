@@ -14,13 +14,17 @@ import trio.testing
 from actor_kit import Recorder, blackout, client_app, make_app
 
 from zlink_trio import (
+    App,
     CapacityExceeded,
     Created,
     DeadlineExceeded,
+    DisableRelocation,
     Existing,
+    InvalidOperation,
     NotFound,
     ServerConfig,
     Unavailable,
+    on_request,
 )
 from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.actors.results import Rejected
@@ -559,3 +563,55 @@ async def test_unexpected_failure_of_a_remote_destroy_is_a_terminal(
         assert await caller.request("y", "echo", b"alive") == b"alive"
         assert await caller.destroy(doomed.actor) is True
         assert await caller.find("x") is None
+
+
+# --- an Actor's own turn ----------------------------------------------------------------------
+
+
+async def test_destroy_awaited_inside_the_actors_own_turn_is_refused(
+    clock: object, store: CountingStore
+) -> None:
+    """A handler that awaits the destroy of its own Actor (a closure over the server's
+    ActorManager) gets InvalidOperation at once instead of waiting for ever: the destroy
+    waits for the turn in progress, i.e. for the very handler awaiting it. The Actor stays
+    usable and a destroy from outside the turn then succeeds."""
+    servers: list[Any] = []
+    outcomes: list[str] = []
+    app = App()
+    app.enable_actor_dispatch()
+
+    class Mortal:
+        def __init__(self, context: Any) -> None:
+            self.context = context
+
+        @on_request("die")
+        async def die(self, payload: bytes) -> bytes:
+            actors = servers[0].actors
+            me = await actors.find(self.context.actor_id.value)
+            try:
+                await actors.destroy(me)
+            except InvalidOperation as exc:
+                outcomes.append(type(exc).__name__)
+                return b"refused"
+            outcomes.append("destroyed")
+            return b"destroyed"
+
+        @on_request("echo")
+        async def echo(self, payload: bytes) -> bytes:
+            return payload
+
+    app.register_actor("mortal", Mortal, relocation=DisableRelocation())
+    client = client_app()
+    async with open_cluster(2, store=store, app=lambda i: (app, client)[i]) as cluster:
+        await cluster.wait_all_admitted()
+        servers.append(cluster.servers[0])
+        owner = cluster.servers[0].actors
+        created = await owner.create("m", "mortal").timeout(10)
+        assert isinstance(created, Created)
+        caller = cluster.servers[1].actors
+        with trio.fail_after(30):
+            assert await caller.request("m", "die").timeout(10) == b"refused"
+        assert outcomes == ["InvalidOperation"]
+        assert await caller.request("m", "echo", b"still here").timeout(10) == b"still here"
+        assert await caller.destroy(created.actor) is True
+        assert await owner.find("m") is None
