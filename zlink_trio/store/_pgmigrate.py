@@ -132,7 +132,10 @@ async def migrate(conn: Any, schema: str) -> tuple[int, ...]:
     return the versions this call applied (empty when up to date)."""
     q = quote_schema(schema)
     applied: list[int] = []
-    async with conn.transaction():
+    # READ COMMITTED whatever the server's default_transaction_isolation: under REPEATABLE
+    # READ / SERIALIZABLE the snapshot would be taken by the lock statement, BEFORE waiting,
+    # and a node that waited would not see the versions the winner recorded.
+    async with conn.transaction(isolation="read_committed"):
         await conn.execute(
             "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", f"zlink_trio.migrate:{schema}"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import urllib.parse
 
 import pytest
 import trio
@@ -63,6 +64,49 @@ async def test_concurrent_migrations_apply_each_version_once(pg_dsn: str, pg_sch
     async with open_admin(pg_dsn) as admin:
         rows = await admin.fetch(f'SELECT version FROM "{pg_schema}".zlink_schema_migrations')
     assert sorted(r[0] for r in rows) == list(range(1, LATEST + 1))
+
+
+def _with_server_setting(dsn: str, name: str, value: str) -> str:
+    """``dsn`` plus a server setting (asyncpg sends unknown URI query parameters as
+    server settings of the session)."""
+    parts = urllib.parse.urlsplit(dsn)
+    query = [*urllib.parse.parse_qsl(parts.query), (name, value)]
+    encoded = urllib.parse.urlencode(query, quote_via=urllib.parse.quote)
+    return urllib.parse.urlunsplit(parts._replace(query=encoded))
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("isolation", ["repeatable read", "serializable"])
+async def test_concurrent_migrations_under_a_stricter_default_isolation(
+    pg_dsn: str, pg_schema: str, isolation: str
+) -> None:
+    """A server whose default_transaction_isolation is stricter than READ COMMITTED (a
+    common database-wide setting): a node that waited on the advisory lock must still see
+    the migrations the winner recorded, not re-apply them from a snapshot taken before.
+    The test holds the schema's lock until every migrator waits on it."""
+    dsn = _with_server_setting(pg_dsn, "default_transaction_isolation", isolation)
+    key = f"zlink_trio.migrate:{pg_schema}"
+    results: list[tuple[int, ...]] = []
+
+    async def one() -> None:
+        results.append(await migrate_schema(dsn, pg_schema))
+
+    async with open_admin(pg_dsn) as admin, trio.open_nursery() as nursery:
+        await admin.execute("SELECT pg_advisory_lock(hashtextextended($1, 0))", key)
+        for _ in range(3):
+            nursery.start_soon(one)
+        with trio.fail_after(10):
+            while (
+                await admin.fetchval(
+                    "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+                    " AND wait_event_type = 'Lock' AND wait_event = 'advisory'",
+                    f"zlink_trio-admin/{pg_schema}",
+                )
+                < 3
+            ):
+                pass  # each check is a round trip: no sleep needed
+        await admin.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", key)
+    assert sorted(results) == [()] * 2 + [tuple(range(1, LATEST + 1))]
 
 
 @pytest.mark.postgres
