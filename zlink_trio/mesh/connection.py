@@ -24,7 +24,8 @@ goes through admission (node admitting, stamped source identity) to the command'
 handler, awaited here (backpressure on this connection only).
 
 Keepalive: a ping every ``keepalive_interval``; no inbound data at all for
-``keepalive_timeout`` closes the connection (a silently dead peer).
+``keepalive_timeout`` closes the connection (a silently dead peer). Time the reader
+spends in handlers does not count as silence (it reads nothing meanwhile).
 """
 
 from __future__ import annotations
@@ -88,6 +89,7 @@ class Connection:
         "_busy",
         "_delayed",
         "_delayed_serial",
+        "_handling",
         "_io",
         "_lane_recv",
         "_lane_send",
@@ -121,6 +123,7 @@ class Connection:
         self._reordered: list[_Item] = []
         self._queued = 0  # items put in the lane and not yet written
         self._busy = False  # the writer is writing a batch
+        self._handling = False  # the reader is handling frames, not reading
 
     def __repr__(self) -> str:
         return f"<Connection to {self.peer} {'dialed' if self.dialed else 'accepted'}>"
@@ -167,9 +170,12 @@ class Connection:
         """Queue a 104 then close after it is written (close at once if the lane is full)."""
         goodbye = PeerGoodbye(reason=reason)
         try:
+            self._queued += 1  # counted like every lane item: no direct write overtakes it
             self._lane_send.send_nowait((goodbye, encode(goodbye)))
+            self._queued += 1
             self._lane_send.send_nowait(_CLOSE)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
+            self._queued -= 1
             self.close(CloseReason.SHUTDOWN)
 
     # --- sending ---------------------------------------------------------------------------
@@ -422,7 +428,8 @@ class Connection:
         silent = 0.0
         while True:
             await trio.sleep(interval)
-            if io.chunks == seen:
+            if io.chunks == seen and not self._handling:
+                # (A reader busy in a handler reads nothing: that is not a silent peer.)
                 silent += interval
                 if silent >= timeout:
                     self.close(CloseReason.KEEPALIVE_TIMEOUT)
@@ -447,6 +454,7 @@ class Connection:
                 corked = len(bodies) > 1
                 if corked:
                     node._corked += 1
+                self._handling = True
                 try:
                     for body in bodies:
                         counters.bytes_in += len(body) + SEQ_BYTES + 4
@@ -454,6 +462,7 @@ class Connection:
                         if self.close_reason is not None:
                             return
                 finally:
+                    self._handling = False
                     if corked:
                         node._corked -= 1
                 bodies = await io.receive_some()

@@ -69,7 +69,10 @@ async def dial_once(node: MeshNode, link: Link, intent: NodeDescriptor) -> bool:
     link.dialing = True
     try:
         with trio.move_on_after(config.hello_timeout):
-            stream = await trio.open_tcp_stream(intent.endpoint.host, intent.endpoint.port)
+            try:
+                stream = await trio.open_tcp_stream(intent.endpoint.host, intent.endpoint.port)
+            except ValueError as exc:  # a host name the resolver refuses (UnicodeError)
+                raise OSError(f"cannot dial {intent.endpoint}: {exc}") from exc
             io = FrameIO.from_stream(stream)
             peer = await dial_hello(
                 io,

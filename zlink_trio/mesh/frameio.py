@@ -13,6 +13,7 @@ every write path above this class yields or parks right after writing.
 
 from __future__ import annotations
 
+import contextlib
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -20,6 +21,7 @@ from typing import Final, final
 
 import trio
 
+from ..errors import ProtocolError
 from ..wire import HELLO_MAX_FRAME_BYTES, Record, WireRecord, decode, encode
 from .frames import SequencedDecoder, pack_frame
 
@@ -66,7 +68,13 @@ class FrameIO:
 
     # --- reading -------------------------------------------------------------------------
     def take_buffered(self) -> list[bytes]:
-        """Bodies decoded but not yet consumed (the reader handles them first)."""
+        """Bodies decoded but not yet consumed (the reader handles them first), with
+        those complete in the decoder's buffer that a bound raised since admits (a
+        protocol error found there stays in ``decoder.failure``: the next read raises it)."""
+        decoder = self.decoder
+        if decoder.buffered and decoder.failure is None:
+            with contextlib.suppress(ProtocolError):
+                self._bodies.extend(decoder.feed(b""))
         bodies = list(self._bodies)
         self._bodies.clear()
         return bodies

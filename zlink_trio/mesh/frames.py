@@ -38,6 +38,14 @@ class SequenceGap(ProtocolError):
     """A frame's sequence number is not the previous one + 1 (a lost or injected frame)."""
 
 
+class FrameTooLarge(ProtocolError):
+    """A frame declares a body above the decoder's current bound."""
+
+    def __init__(self, message: str, size: int) -> None:
+        super().__init__(message)
+        self.size = size
+
+
 def pack_frame(seq: int, body: bytes) -> bytes:
     """One sequenced frame: length, sequence number, CBOR body."""
     return _HEADER.pack(len(body) + SEQ_BYTES, seq) + body
@@ -69,6 +77,11 @@ class SequencedDecoder:
     @max_body_bytes.setter
     def max_body_bytes(self, value: int) -> None:
         self._limit = _check_limit(value)
+        failure = self.failure
+        if isinstance(failure, FrameTooLarge) and failure.size <= value + SEQ_BYTES:
+            # Refused after good frames of the same read (e.g. the first frame after the
+            # handshake's last one) under the old bound: parse it under the new one.
+            self.failure = None
 
     @property
     def received(self) -> int:
@@ -104,8 +117,9 @@ class SequencedDecoder:
         while end - pos >= 4:
             (size,) = _LENGTH.unpack_from(buf, pos)
             if not SEQ_BYTES < size <= limit:
-                self.failure = ProtocolError(
-                    f"peer frame declares {size} bytes (limit {SEQ_BYTES + 1}..{limit})"
+                message = f"peer frame declares {size} bytes (limit {SEQ_BYTES + 1}..{limit})"
+                self.failure = (
+                    ProtocolError(message) if size <= SEQ_BYTES else FrameTooLarge(message, size)
                 )
                 break
             stop = pos + 4 + size
@@ -119,7 +133,9 @@ class SequencedDecoder:
             bodies.append(bytes(buf[pos + 4 + SEQ_BYTES : stop]))
             pos = stop
         self._next = expected
-        if self.failure is not None:
+        # After good bodies, a frame above the bound keeps its bytes (at most this read):
+        # a bound raised before the next call (see max_body_bytes) parses them.
+        if self.failure is not None and not (bodies and isinstance(self.failure, FrameTooLarge)):
             partial.clear()
             if not bodies:
                 raise self.failure

@@ -3,6 +3,7 @@ errors and stamped identities), connection per (mesh, peer)."""
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -142,3 +143,83 @@ async def test_one_connection_per_mesh_and_peer(autojump_clock: MockClock) -> No
         red = PeerAddress(MeshName("red"), b.identity.node_rid)
         assert a.node.peer_state(red) is PeerState.ADMITTED
         assert a.node.peer_state(PeerAddress(MESH, b.identity.node_rid)) is PeerState.GONE
+
+
+async def test_a_large_frame_right_after_the_hello_is_delivered(
+    autojump_clock: MockClock,
+) -> None:
+    # The dialer is admitted once it wrote its 105; its first frame (above the 512-byte
+    # handshake bound) may reach the acceptor in the same read as that 105.
+    services = echoes(1)
+    with trio.fail_after(30):
+        async with open_cluster(1, config=fast(), services=per_node(services)) as c:
+            (a,) = c.servers
+            async with fake_peer(c.store, c.secret, a) as (io, identity):
+                record = attrs.evolve(
+                    actor_send(a, a, b"x" * 4000, request=False),
+                    source_rid=identity.node_rid,
+                    source_generation=identity.node_generation,
+                )
+                await io.write_all(pack_frame(io.sent + 1, encode(record)))
+                await services[0].wait_received(1)
+            assert services[0].payloads() == [b"x" * 4000]
+            assert stats(a).dropped(DropReason.PROTOCOL_ERROR) == 0
+
+
+async def test_a_peer_descriptor_with_an_unusable_host_does_not_crash_the_node(
+    autojump_clock: MockClock,
+) -> None:
+    from zlink_trio.config import ObjectRole
+    from zlink_trio.ids import NodeGeneration, NodeRid, new_entry_spot_id
+    from zlink_trio.store.api import Endpoint, NodeDescriptor
+
+    services = echoes(2)
+    with trio.fail_after(60):
+        async with open_cluster(2, config=fast(), services=per_node(services)) as c:
+            await c.wait_all_admitted()
+            a, b = c.servers
+            bad = NodeDescriptor(
+                mesh_name=MESH,
+                node_rid=NodeRid.new(),
+                node_generation=NodeGeneration.new(),
+                endpoint=Endpoint("a" * 64 + ".invalid", 9),  # idna refuses a 64-char label
+                object_role=ObjectRole.CLIENT,
+                actor_types=frozenset(),
+                spot_types=frozenset(),
+                instance_types=frozenset(),
+                placement_weight=1.0,
+                entry_spot_id=new_entry_spot_id("bad"),
+            )
+            await c.store.register_node(
+                bad.node_rid, bad.node_generation, [bad], capacity=1, lease_ttl=3600
+            )
+            peer = PeerAddress(MESH, bad.node_rid)
+            await a.node.refresh_peers()
+            assert a.node.peer_state(peer) is PeerState.CONNECTING
+            await trio.sleep(10)  # several failed dials
+            assert a.node.peer_state(peer) is PeerState.CONNECTING
+            reply = await (await a.node.request(address(b), actor_send(a, b))).wait()
+            assert reply.correlation >= 1
+
+
+class Slow(Echo):
+    """Takes ``3 * hello_timeout`` per record before answering: the reader of that
+    connection reads nothing meanwhile."""
+
+    async def _on_send(self, peer: object, record: object) -> None:
+        await trio.sleep(3 * self.node.config.hello_timeout)
+        await super()._on_send(peer, record)  # type: ignore[arg-type]
+
+
+async def test_a_slow_handler_is_not_a_silent_peer(autojump_clock: MockClock) -> None:
+    services = [Echo(), Slow()]
+    with trio.fail_after(60):
+        async with open_cluster(2, config=fast(), services=per_node(services)) as c:
+            await c.wait_all_admitted()
+            a, b = c.servers
+            pending = await a.node.request(address(b), actor_send(a, b, b"slow"))
+            reply = await pending.wait()  # no LinkLost: b's keepalive kept the link
+            assert reply.correlation == pending.correlation
+            for server in (a, b):
+                assert stats(server).closed(CloseReason.KEEPALIVE_TIMEOUT) == 0
+            assert a.node.peer_state(address(b)) is PeerState.ADMITTED

@@ -69,3 +69,23 @@ def test_limit_can_be_raised_after_the_handshake() -> None:
     decoder = SequencedDecoder(4)
     decoder.max_body_bytes = 1000
     assert decoder.feed(pack_frame(1, b"x" * 1000)) == [b"x" * 1000]
+
+
+def test_a_frame_above_the_bound_after_good_ones_is_parsed_once_the_bound_is_raised() -> None:
+    # The handshake's last frame and the first (large) frame after it in one read.
+    data = pack_frame(1, b"confirm") + pack_frame(2, b"y" * 100)
+    decoder = SequencedDecoder(16)
+    assert decoder.feed(data[:-10]) == [b"confirm"]
+    assert decoder.failure is not None
+    decoder.max_body_bytes = 1000
+    assert decoder.failure is None
+    assert decoder.feed(data[-10:]) == [b"y" * 100]
+    assert decoder.buffered == 0
+
+
+def test_a_frame_above_the_bound_after_good_ones_still_fails_without_a_raise() -> None:
+    decoder = SequencedDecoder(16)
+    assert decoder.feed(pack_frame(1, b"ok") + pack_frame(2, b"y" * 100)) == [b"ok"]
+    decoder.max_body_bytes = 50  # not enough
+    with pytest.raises(ProtocolError):
+        decoder.feed(b"")
