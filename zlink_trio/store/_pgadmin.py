@@ -3,6 +3,11 @@
 Each call opens one short-lived connection (``application_name`` ``zlink_trio-admin/<schema>``)
 on its own asyncio loop thread. The store's own connections are named by
 :func:`application_name`.
+
+Errors are the store's typed ones, as for :func:`~zlink_trio.store.postgres.open_postgres_store`
+(which runs its startup migration through :func:`run_admin`): a bad schema name or a
+modified/missing migration is ``ConfigurationError``; anything else (server unreachable,
+``OSError``, a server-reported error, a bad DSN) is ``Unavailable`` with the cause chained.
 """
 
 from __future__ import annotations
@@ -11,7 +16,8 @@ from typing import Any
 
 import asyncpg
 
-from ._aiobridge import open_loop_thread
+from ..errors import Unavailable, ZLinkError
+from ._aiobridge import LoopThread, open_loop_thread
 from ._pgmigrate import MigrationStatus, check_schema, migrate, quote_schema, read_status
 
 __all__ = ["application_name", "drop_schema", "migrate_schema", "schema_status"]
@@ -51,25 +57,42 @@ async def _drop_dsn(dsn: str, schema: str) -> None:
         await conn.close()
 
 
-async def _on_own_loop(fn: Any, *args: Any) -> Any:
+async def run_admin(bridge: LoopThread, fn: Any, dsn: str, schema: str) -> Any:
+    """Run an admin coroutine (``_migrate_dsn``, ``_status_dsn``, ``_drop_dsn``) on
+    ``bridge``; ZLinkErrors pass, every other failure becomes ``Unavailable``."""
+    try:
+        return await bridge.run(fn, dsn, schema)
+    except ZLinkError:
+        raise
+    except Exception as exc:
+        sqlstate = getattr(exc, "sqlstate", None)
+        why = f"error {sqlstate}: {exc}" if sqlstate else repr(exc)
+        raise Unavailable(f"cannot prepare PostgreSQL schema {schema}: {why}") from exc
+
+
+async def _on_own_loop(fn: Any, dsn: str, schema: str) -> Any:
     async with open_loop_thread(name="zlink-pg-admin") as bridge:
-        return await bridge.run(fn, *args)
+        return await run_admin(bridge, fn, dsn, schema)
 
 
 async def migrate_schema(dsn: str, schema: str = "zlink") -> tuple[int, ...]:
-    """Apply pending migrations to ``schema`` (Trio); returns the versions applied now."""
+    """Apply pending migrations to ``schema`` (Trio); returns the versions applied now.
+
+    Raises ConfigurationError (bad schema name, modified migration) or Unavailable."""
     check_schema(schema)
     return tuple(await _on_own_loop(_migrate_dsn, dsn, schema))
 
 
 async def schema_status(dsn: str, schema: str = "zlink") -> MigrationStatus:
-    """Applied and pending migrations of ``schema`` (Trio)."""
+    """Applied and pending migrations of ``schema`` (Trio); raises ConfigurationError
+    (bad schema name) or Unavailable."""
     check_schema(schema)
     status: MigrationStatus = await _on_own_loop(_status_dsn, dsn, schema)
     return status
 
 
 async def drop_schema(dsn: str, schema: str) -> None:
-    """Drop ``schema`` and everything in it (tests use one schema each)."""
+    """Drop ``schema`` and everything in it (tests use one schema each); raises
+    ConfigurationError (bad schema name) or Unavailable."""
     check_schema(schema)
     await _on_own_loop(_drop_dsn, dsn, schema)

@@ -13,7 +13,9 @@ What happens when a statement is interrupted (docs/decisions.md, "PostgreSQL sto
   then does ``trio.Cancelled`` propagate. The connection is never reused (trap 3 of
   notes/postgres-under-trio.md): the slot reconnects on its next use.
 * Connection lost mid-statement: the outcome is unknown. Mutations raise
-  :class:`~zlink_trio.errors.StoreOutcomeUnknown`; idempotent calls reconnect and retry.
+  :class:`~zlink_trio.errors.StoreOutcomeUnknown`; idempotent calls reconnect and retry,
+  and an idempotent *mutation* that runs out of retries after such a loss raises
+  ``StoreOutcomeUnknown`` too (the lost attempt may have committed).
 * Connection found closed before the statement was sent, or a reconnect failing: nothing
   was sent, so every call may reconnect and retry, for at most ``retry_window`` seconds
   (then :class:`~zlink_trio.errors.Unavailable`).
@@ -21,7 +23,8 @@ What happens when a statement is interrupted (docs/decisions.md, "PostgreSQL sto
 
 A lost connection starts an *outage*: the connection generation moves on, so every other
 connection is replaced before its next use too, and the first successful reconnect ends
-the outage and increments :attr:`PgConnections.recovery_epoch`.
+the outage and increments :attr:`PgConnections.recovery_epoch` (a reconnect begun on an
+older generation, before the outage started, does not count).
 """
 
 from __future__ import annotations
@@ -195,12 +198,15 @@ class PgConnections:
         args: Sequence[object],
         *,
         idempotent: bool,
+        mutation: bool = True,
         then: Then = None,
     ) -> Any:
         """Run one statement (and ``then`` when it returned None, on the same connection
         in the same round of the bridge). Raises StoreOutcomeUnknown (non-idempotent call,
-        connection lost mid-flight), Unavailable (no connection for ``retry_window``), the
-        ``asyncpg.PostgresError`` the server reported, or ``trio.Cancelled``."""
+        connection lost mid-flight; or an idempotent ``mutation`` that ran out of retries
+        after an attempt was lost mid-flight), Unavailable (no connection for
+        ``retry_window``), the ``asyncpg.PostgresError`` the server reported, or
+        ``trio.Cancelled``."""
         if self._closed:
             raise trio.ClosedResourceError("the PostgreSQL store is closed")
         try:  # no extra schedule point when a connection is free (bridge.run checkpoints)
@@ -209,7 +215,7 @@ class PgConnections:
             await self._limiter.acquire()
         slot = self._free.pop()
         try:
-            return await self._call_on(slot, method, sql, tuple(args), idempotent, then)
+            return await self._call_on(slot, method, sql, tuple(args), idempotent, mutation, then)
         finally:
             self._free.append(slot)
             self._limiter.release()
@@ -221,9 +227,11 @@ class PgConnections:
         sql: str,
         args: tuple[Any, ...],
         idempotent: bool,
+        mutation: bool,
         then: Then,
     ) -> Any:
         first_failure: float | None = None
+        lost_in_flight = False  # an attempt may have committed
         backoff = _BACKOFF_INITIAL
         while True:
             try:
@@ -252,11 +260,18 @@ class PgConnections:
                             "it may or may not have committed: re-read before deciding"
                         ) from exc
                     failure = exc
+                    lost_in_flight = True
             now = trio.current_time()
             if first_failure is None:  # the first retry goes at once (usually a reconnect)
                 first_failure = now
                 continue
             if now - first_failure >= self._retry_window:
+                if mutation and lost_in_flight:
+                    raise StoreOutcomeUnknown(
+                        f"PostgreSQL store unavailable after a connection was lost during an "
+                        f"idempotent Store mutation ({failure!r}); an attempt may have "
+                        "committed: re-read before deciding"
+                    ) from failure
                 raise Unavailable(f"PostgreSQL store unavailable: {failure!r}") from failure
             await trio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
@@ -273,7 +288,11 @@ class PgConnections:
                 self._outage = True
             raise _ConnectFailed from exc
         finally:
-            if slot.conn is not None and self._outage:  # (even if we were cancelled)
+            # Only a connect of the current generation proves recovery: one begun before
+            # the outage started may have got in just before the server went down.
+            if (
+                slot.conn is not None and self._outage and slot.generation == self._generation
+            ):  # (even if we were cancelled)
                 self._outage = False
                 self.recovery_epoch += 1
 

@@ -37,6 +37,11 @@ Rules every implementation keeps:
   ``remove_node``: every other mutation of such a row raises
   :class:`~zlink_trio.errors.InvalidOperation` (a missing row is still ``Conflict(None)``).
 * Values returned are immutable (frozen attrs, tuples); never the store's internal state.
+* Malformed input is refused here, the same for every store, before any store access: an
+  ``ObjectKey`` id that is not a valid text id (lone surrogate, empty, > 255 UTF-8 bytes)
+  is :class:`~zlink_trio.ids.InvalidId`; an ``expected_version``
+  (:func:`check_expected_version`) or ``RecoveryPointer.replay_cursor`` that is not an int
+  in 0..2**63-1 is a ``ValueError``.
 
 Test hooks (not part of the protocol, used through ``zlink_trio.testing``):
 ``async _advance_clock_for_tests(seconds)`` moves store time forward by ``seconds`` for
@@ -54,7 +59,9 @@ import attrs
 
 from ..config import ObjectRole
 from ..ids import (
+    U63_MAX,
     AuthorityOwnerGeneration,
+    InvalidId,
     MeshName,
     NodeGeneration,
     NodeRid,
@@ -63,6 +70,7 @@ from ..ids import (
     OwnerLeaseGeneration,
     SpotId,
     StableType,
+    check_text_id,
 )
 
 __all__ = [
@@ -87,6 +95,7 @@ __all__ = [
     "RelocationMark",
     "Reservation",
     "TerminalRecord",
+    "check_expected_version",
 ]
 
 T = TypeVar("T")
@@ -122,10 +131,33 @@ class AuthorityState(enum.Enum):
     CLOSING = "closing"
 
 
+def _check_object_id(_inst: object, _attr: object, value: str) -> None:
+    if not isinstance(value, str):
+        raise InvalidId(f"object id: expected str, got {type(value).__name__}")
+    check_text_id(value, "object id")
+
+
+def _is_u63(value: object) -> bool:
+    return type(value) is int and 0 <= value <= U63_MAX
+
+
+def check_expected_version(expected_version: object) -> int:
+    """The ``expected_version`` of a CAS, checked the same way by every store: an int in
+    0..2**63-1 (store versions are positive int8 values), else ``ValueError``."""
+    if not _is_u63(expected_version):
+        raise ValueError(f"expected_version must be an int in 0..2**63-1, got {expected_version!r}")
+    return expected_version  # type: ignore[return-value]
+
+
+def _check_replay_cursor(_inst: object, _attr: object, value: int) -> None:
+    if not _is_u63(value):
+        raise ValueError(f"replay_cursor must be an int in 0..2**63-1, got {value!r}")
+
+
 @attrs.frozen(slots=True)
 class ObjectKey:
     namespace: Namespace
-    object_id: str
+    object_id: str = attrs.field(validator=_check_object_id)
 
     @classmethod
     def actor(cls, actor_id: str) -> ObjectKey:
@@ -175,7 +207,7 @@ class RecoveryPointer:
     """Recovery root of a cold-activated Instance Spot plus its durable inbox replay cursor."""
 
     root: ContentRef
-    replay_cursor: int
+    replay_cursor: int = attrs.field(validator=_check_replay_cursor)
 
 
 @attrs.frozen(slots=True)

@@ -55,6 +55,7 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    check_expected_version,
 )
 
 __all__ = ["MemoryLocationStore"]
@@ -255,6 +256,7 @@ class MemoryLocationStore:
     def _precondition(
         self, key: ObjectKey, expected_version: int, states: frozenset[AuthorityState]
     ) -> AuthorityRow | Conflict:
+        check_expected_version(expected_version)
         row = self._rows.get(key)
         if row is None:
             return Conflict(None)

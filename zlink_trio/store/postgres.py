@@ -52,6 +52,7 @@ from ._pgadmin import (
     application_name as application_name,
     drop_schema as drop_schema,
     migrate_schema as migrate_schema,
+    run_admin,
     schema_status as schema_status,
 )
 from ._pgconn import Method, PgConnections, Then
@@ -74,6 +75,7 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    check_expected_version,
 )
 
 __all__ = [
@@ -137,7 +139,7 @@ class PostgresLocationStore:
     # ----- plumbing ----------------------------------------------------------------------
     async def _read(self, method: Method, sql: str, *args: object) -> Any:
         try:
-            return await self._conns.call(method, sql, args, idempotent=True)
+            return await self._conns.call(method, sql, args, idempotent=True, mutation=False)
         except ZLinkError:
             raise
         except Exception as exc:
@@ -224,6 +226,7 @@ class PostgresLocationStore:
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
         retain = _check_retention(retain_for)
+        check_expected_version(expected_version)
         if terminal is not None:
             await self._maybe_sweep()
         record = await self._write(
@@ -245,6 +248,7 @@ class PostgresLocationStore:
         retain_for: float = 0.0,
     ) -> CasResult[None]:
         retain = _check_retention(retain_for)
+        check_expected_version(expected_version)
         if terminal is not None:
             await self._maybe_sweep()
         record = await self._write(
@@ -266,6 +270,7 @@ class PostgresLocationStore:
     async def change_owner(
         self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
     ) -> CasResult[AuthorityRow]:
+        check_expected_version(expected_version)
         record = await self._write(
             "fetchrow",
             self._sql.change_owner,
@@ -275,9 +280,14 @@ class PostgresLocationStore:
         )
         return codec.decode_cas(record)
 
-    async def _field_cas(self, sql: str, key: ObjectKey, *args: object) -> CasResult[AuthorityRow]:
+    async def _field_cas(
+        self, sql: str, key: ObjectKey, expected_version: int, *args: object
+    ) -> CasResult[AuthorityRow]:
+        version = check_expected_version(expected_version)
         ns, oid = codec.key_args(key)
-        record = await self._write("fetchrow", sql, ns, oid, *args, then=(self._sql.lost, ns, oid))
+        record = await self._write(
+            "fetchrow", sql, ns, oid, version, *args, then=(self._sql.lost, ns, oid)
+        )
         return codec.decode_cas(record)
 
     async def set_membership(
@@ -304,6 +314,7 @@ class PostgresLocationStore:
         return await self._field_cas(self._sql.begin_closing, key, expected_version)
 
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
+        check_expected_version(expected_version)
         record = await self._write(
             "fetchrow", self._sql.release, *codec.key_args(key), expected_version
         )
@@ -456,19 +467,14 @@ async def open_postgres_store(
     if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
         raise ConfigurationError(f"connections must be a positive int, got {connections!r}")
     async with open_loop_thread(name=f"zlink-pg-{schema}") as bridge:
-        try:
-            if migrate:
-                await bridge.run(_migrate_dsn, dsn, schema)
-            else:
-                status: MigrationStatus = await bridge.run(_status_dsn, dsn, schema)
-                if not status.up_to_date:
-                    raise ConfigurationError(
-                        f"schema {schema} is not migrated: run `zlink-trio store migrate`"
-                    )
-        except ZLinkError:
-            raise
-        except Exception as exc:
-            raise Unavailable(f"cannot prepare PostgreSQL schema {schema}: {exc!r}") from exc
+        if migrate:
+            await run_admin(bridge, _migrate_dsn, dsn, schema)
+        else:
+            status: MigrationStatus = await run_admin(bridge, _status_dsn, dsn, schema)
+            if not status.up_to_date:
+                raise ConfigurationError(
+                    f"schema {schema} is not migrated: run `zlink-trio store migrate`"
+                )
         conns = PgConnections(
             bridge,
             _connect_kwargs(dsn, schema),

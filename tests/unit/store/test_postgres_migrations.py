@@ -12,9 +12,14 @@ import trio
 from pg_kit import open_admin
 
 from zlink_trio.cli import main
-from zlink_trio.errors import ConfigurationError
+from zlink_trio.errors import ConfigurationError, Unavailable
 from zlink_trio.store._pgmigrate import check_schema, packaged_migrations
-from zlink_trio.store.postgres import migrate_schema, open_postgres_store, schema_status
+from zlink_trio.store.postgres import (
+    drop_schema,
+    migrate_schema,
+    open_postgres_store,
+    schema_status,
+)
 
 LATEST = packaged_migrations()[-1].version
 
@@ -30,6 +35,32 @@ def test_schema_names_are_plain_identifiers(bad: str) -> None:
     with pytest.raises(ConfigurationError):
         check_schema(bad)
     assert check_schema("Zlink_2") == "Zlink_2"
+
+
+CLOSED_PORT_DSN = "postgresql://postgres@127.0.0.1:1/nowhere"
+ADMIN_CALLS = {"migrate_schema": migrate_schema, "schema_status": schema_status}
+
+
+@pytest.mark.parametrize("call", ["migrate_schema", "schema_status", "drop_schema"])
+async def test_admin_calls_raise_unavailable_when_the_server_is_unreachable(call: str) -> None:
+    """Like open_postgres_store: an OSError from connecting is Unavailable, not raw."""
+    fn = {**ADMIN_CALLS, "drop_schema": drop_schema}[call]
+    with pytest.raises(Unavailable) as caught:
+        await fn(CLOSED_PORT_DSN, "zlink")
+    assert isinstance(caught.value.__cause__, OSError)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("call", ["migrate_schema", "schema_status", "drop_schema"])
+async def test_admin_calls_raise_unavailable_on_a_server_error(
+    pg_dsn: str, pg_schema: str, call: str
+) -> None:
+    """A server-reported error (here: no such database) is Unavailable, not raw asyncpg."""
+    parts = urllib.parse.urlsplit(pg_dsn)
+    missing = urllib.parse.urlunsplit(parts._replace(path="/zlink_no_such_database"))
+    fn = {**ADMIN_CALLS, "drop_schema": drop_schema}[call]
+    with pytest.raises(Unavailable, match="3D000"):
+        await fn(missing, pg_schema)
 
 
 @pytest.mark.postgres

@@ -8,8 +8,8 @@ import pytest
 from pg_kit import applied, open_admin, ready_actor, register
 
 from zlink_trio.errors import StoreOutcomeUnknown, Unavailable
-from zlink_trio.ids import SpotId
-from zlink_trio.store.api import ContentRef
+from zlink_trio.ids import OperationId, SpotId
+from zlink_trio.store.api import ContentRef, OperationKey, TerminalRecord
 from zlink_trio.store.postgres import open_postgres_store
 
 pytestmark = pytest.mark.postgres
@@ -94,3 +94,55 @@ async def test_connection_lost_mid_cas_is_store_outcome_unknown(
         assert await store.read(row.key) == row  # the truth: it did not commit
         assert store.recovery_epoch == 1
         applied(await store.set_membership(row.key, row.store_version, SpotId("kept")))
+
+
+@pytest.mark.parametrize("table", ["roots", "terminals"])
+async def test_idempotent_write_lost_in_flight_until_retries_run_out_is_outcome_unknown(
+    pg_dsn: str, pg_schema: str, table: str
+) -> None:
+    """Every attempt of an idempotent write dies mid-statement (a trigger terminates its
+    backend) until ``retry_window`` runs out: some attempt may have committed, so the
+    store raises StoreOutcomeUnknown, not a plain Unavailable."""
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=1, retry_window=0.2) as store,
+        open_admin(pg_dsn) as admin,
+    ):
+        node = await register(store)
+        await admin.execute(
+            f"""
+            CREATE FUNCTION "{pg_schema}".die() RETURNS trigger LANGUAGE plpgsql AS $$
+            BEGIN
+                PERFORM pg_terminate_backend(pg_backend_pid());
+                PERFORM pg_sleep(5);  -- the SIGTERM lands here
+                RETURN NEW;
+            END $$;
+            CREATE TRIGGER die BEFORE INSERT OR UPDATE ON "{pg_schema}".{table}
+                FOR EACH ROW EXECUTE FUNCTION "{pg_schema}".die();
+            """
+        )
+        with pytest.raises(StoreOutcomeUnknown):
+            if table == "roots":
+                await store.put_root(b"maybe stored")
+            else:
+                key = OperationKey(node.node_rid, node.node_generation, OperationId(7))
+                await store.record_terminal(TerminalRecord(key, b"done"), retain_for=60.0)
+        await admin.execute(f'DROP TRIGGER die ON "{pg_schema}".{table}')
+        assert await store.read_root(ContentRef.of(b"maybe stored")) is None  # rolled back
+
+
+async def test_read_lost_in_flight_until_retries_run_out_stays_unavailable(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    """A read has no outcome to doubt: running out of retries is a plain Unavailable."""
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=1, retry_window=0.2) as store,
+    ):
+        with pytest.raises(Unavailable) as caught:
+            await store._conns.call(
+                "fetchval",
+                "SELECT pg_terminate_backend(pg_backend_pid()), pg_sleep(5)",
+                (),
+                idempotent=True,
+                mutation=False,
+            )
+        assert not isinstance(caught.value, StoreOutcomeUnknown)
