@@ -279,11 +279,13 @@ class StoreMachine(RuleBasedStateMachine):
         skew=st.integers(1, 5) | st.integers(-5, -1),
     )
     def stale_version_loses(self, object_id: str, op: str, skew: int) -> None:
-        """Any expected version other than the current one loses with the current row."""
+        """Any expected version other than the current one loses with the current row.
+        (Versions below 0 are malformed input, refused with ValueError: see
+        tests/contract/store/test_store_invalid_input.py; they clamp to 0 here.)"""
         model = self.rows.get(object_id)
         if model is None:
             return
-        key, version = ObjectKey.actor(object_id), model.version + skew
+        key, version = ObjectKey.actor(object_id), max(0, model.version + skew)
         calls: dict[str, Callable[[], Awaitable[CasResult[AuthorityRow] | CasResult[None]]]] = {
             "commit": lambda: self.store.commit_ready(key, version),
             "abort": lambda: self.store.abort_creation(key, version),
