@@ -45,18 +45,21 @@ class FluentCall(Generic[R]):
         self._options = 0
         self._submitted = False
 
-    def _option(self, name: str) -> None:
+    def _option(self, name: str) -> int:
+        """Check that ``name`` may be set now; return its bit, which the caller adds to
+        ``_options`` once the value was accepted (a refused value sets nothing)."""
         if self._submitted:
             raise InvalidOperation(f"{name}() after submit")
         bit = _OPTIONS[name]
         if self._options & bit:
             raise InvalidOperation(f"{name}() set twice")
-        self._options |= bit
+        return bit
 
     def timeout(self, seconds: float) -> Self:
         """The operation's one end-to-end deadline, counted from submit."""
-        self._option("timeout")
+        bit = self._option("timeout")
         self._timeout = check_timeout(seconds)
+        self._options |= bit
         return self
 
     def _begin(self) -> float:

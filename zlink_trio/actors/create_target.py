@@ -32,6 +32,7 @@ from ..errors import (
     DeadlineExceeded,
     InvalidOperation,
     NotFound,
+    ShuttingDown,
     StaleRoute,
     StoreOutcomeUnknown,
     Unavailable,
@@ -57,7 +58,7 @@ from .context import ActorContext
 from .host import ActorHost
 from .hosted import HostedActor, fail_parked
 from .reclaim import RETRY_INTERVAL, Reclaimer, give_back
-from .sinks import TerminalSink, decode_terminal, encode_terminal, failure, ok
+from .sinks import LocalSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
 
 if TYPE_CHECKING:
     from ..spots.entry import EntrySpot
@@ -141,6 +142,14 @@ class CreateTarget:
         except Exception as exc:
             logger.exception("creation attempt of %r failed", record.actor_id)
             reply = failure(Unavailable(f"creation attempt failed: {type(exc).__name__}"))
+        except BaseException:
+            # Cancelled: the runtime is stopping. A local source waits on its sink in
+            # memory: end it now (ShuttingDown, no terminal, so it gives its reservation
+            # back) rather than at its deadline. A remote source sees the link close.
+            for sink in self._inflight.pop(key, []):
+                if isinstance(sink, LocalSink):
+                    sink.fail(ShuttingDown("the Actor runtime stopped during the creation"))
+            raise
         sinks = self._inflight.pop(key, [])
         for sink in sinks:
             await sink.deliver(reply)

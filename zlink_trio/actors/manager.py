@@ -10,7 +10,7 @@ import trio
 from ..config import ServerConfig
 from ..errors import InvalidOperation, Unavailable
 from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
-from ..mesh.api import MeshNodeApi, PeerAddress
+from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress
 from ..store.api import AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
@@ -56,26 +56,29 @@ class CreateCall(FluentCall[ActorCreateResult]):
 
     def in_mesh(self, mesh_name: str | MeshName) -> Self:
         """The mesh where the Actor is first placed (not part of its identity)."""
-        self._option("in_mesh")
+        bit = self._option("in_mesh")
         self._mesh = MeshName.parse(mesh_name)
+        self._options |= bit
         return self
 
     def request(self, request: bytes) -> Self:
         """The encoded creation request (<= max_request_bytes, 1 MiB by default) given to
         the Entry Spot's OnCreateActor."""
-        self._option("request")
+        bit = self._option("request")
         if not isinstance(request, bytes | bytearray | memoryview):
             raise InvalidOperation(f"request must be bytes, got {type(request).__name__}")
         self._request = bytes(request)
+        self._options |= bit
         return self
 
     def operation_id(self, operation_id: OperationId) -> Self:
         """Re-submit an earlier operation: while its terminal record is retained (its
         deadline + 5 min) the result is that terminal, and nothing runs again."""
-        self._option("operation_id")
+        bit = self._option("operation_id")
         if not isinstance(operation_id, OperationId):
             raise InvalidOperation("operation_id must be an OperationId")
         self._operation = operation_id
+        self._options |= bit
         return self
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, ActorCreateResult]:
@@ -211,7 +214,17 @@ class ActorManager:
                     timeout_ms=remaining_ms(deadline),
                 ),
             )
-            reply = raise_for_failure(await pending.wait())
+            try:
+                terminal = await pending.wait()
+            except LinkLost:
+                # Outcome unknown, never re-sent: forget the request (it stays registered
+                # otherwise). If this node is closing, that is why: say so.
+                pending.discard()
+                refused = self._node.admission_error()
+                if refused is not None:
+                    raise refused from None
+                raise
+            reply = raise_for_failure(terminal)
             tail = reply.tail
             if not isinstance(tail, DestroyTail):
                 raise Unavailable("the destroy terminal carries no destroy tail")

@@ -293,11 +293,16 @@ class Messenger:
                 if slot is None:
                     await trio.lowlevel.cancel_shielded_checkpoint()
                     return None
+                # Also watched by the runtime's timer: when the runtime stops, a request
+                # waiting here ends ShuttingDown instead of waiting for its deadline.
+                ticket = self._deadlines.watch(slot, deadline)
                 try:
                     return await slot.wait()
                 except Unavailable:
                     self._suspect(actor_id, route)
                     raise
+                finally:
+                    self._deadlines.settled(ticket)
             peer = PeerAddress(route.mesh_name, route.node_rid)
             refreshed = False
             while True:
@@ -329,7 +334,11 @@ class Messenger:
                     ) from None
                 admitted = True
                 break
-            return await self._remote_reply(actor_id, route, pending)
+            ticket = self._deadlines.watch(pending, deadline)  # as above: ShuttingDown
+            try:
+                return await self._remote_reply(actor_id, route, pending)
+            finally:
+                self._deadlines.settled(ticket)
         if admitted:
             raise DeadlineExceeded(f"no reply from actor {actor_id.value!r} before the deadline")
         raise Unavailable(f"actor {actor_id.value!r} could not be reached before the deadline")

@@ -104,6 +104,10 @@ class LocalSink:
     def deliver_nowait(self, reply: TerminalReply) -> None:
         self._slot.set(reply)
 
+    def fail(self, error: BaseException) -> None:
+        """End the wait with ``error`` (no terminal: the attempt never finished)."""
+        self._slot.fail(error)
+
     async def wait(self) -> TerminalReply:
         return await self._slot.wait()
 

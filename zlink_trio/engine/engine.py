@@ -92,6 +92,7 @@ class Engine(metaclass=NoPublicConstructor):
     __slots__ = (
         "_active",
         "_batch_size",
+        "_blocked",
         "_closed",
         "_failures",
         "_free",
@@ -123,6 +124,7 @@ class Engine(metaclass=NoPublicConstructor):
         self._turns = 0
         self._failures = 0
         self._idle: trio.Event | None = None
+        self._blocked: set[Lane[Any, Any]] = set()  # lanes with tasks waiting for space
 
     # --- public ---------------------------------------------------------------------------
 
@@ -304,6 +306,10 @@ class Engine(metaclass=NoPublicConstructor):
 
     def _shut_down(self) -> None:
         self._closed = True
+        # Submitters waiting for space (outside our nursery) would wait for ever: no runner
+        # will drain their lanes again. Woken, they see _closed and raise ShuttingDown.
+        for lane in list(self._blocked):
+            lane._wake_space(everyone=True)
         self._nursery.cancel_scope.cancel(reason="zlink_trio engine shutting down")
 
 

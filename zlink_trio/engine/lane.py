@@ -172,7 +172,8 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
 
     async def submit(self, item: T, *, lifecycle: bool = False) -> Admission:
         """Like :meth:`submit_nowait`, but wait for space while the queue is full
-        (backpressure). If cancelled while waiting, the item entered no queue."""
+        (backpressure). If cancelled while waiting, the item entered no queue; if the
+        lane closes or the engine shuts down meanwhile, the rejection is raised."""
         await trio.lowlevel.checkpoint_if_cancelled()
         result = self._admit(item, lifecycle)
         if result is not _FULL:
@@ -182,7 +183,14 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
             waiters = self._waiters
             if waiters is None:
                 waiters = self._waiters = _SpaceWaiters()
-            await (waiters.lifecycle if lifecycle else waiters.application).park()
+                self._engine._blocked.add(self)  # woken (ShuttingDown) if the engine stops
+            try:
+                await (waiters.lifecycle if lifecycle else waiters.application).park()
+            except BaseException:
+                if self._waiters is waiters and not waiters.lifecycle and not waiters.application:
+                    self._waiters = None
+                    self._engine._blocked.discard(self)
+                raise
             result = self._admit(item, lifecycle)
         return result
 
@@ -239,7 +247,8 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
             InvalidOperation: the lane is not sealed.
         """
         handover = self._core.take_held()
-        self._wake_space()
+        # The whole application bound may have been freed at once: one waiter per slot.
+        self._wake_space(application_slots=len(handover.pending) + len(handover.held))
         return handover
 
     def lend_turn(self: Lane[SpotLane, T]) -> None:
@@ -299,7 +308,7 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         if idle is not None:
             idle.set()
 
-    def _wake_space(self, *, everyone: bool = False) -> None:
+    def _wake_space(self, *, everyone: bool = False, application_slots: int = 1) -> None:
         waiters = self._waiters
         if waiters is None:
             return
@@ -311,9 +320,10 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
             if waiters.lifecycle and core.has_space(True):
                 waiters.lifecycle.unpark()
             if waiters.application and core.has_space(False):
-                waiters.application.unpark()
+                waiters.application.unpark(count=application_slots)
         if not waiters.lifecycle and not waiters.application:
             self._waiters = None
+            self._engine._blocked.discard(self)
 
     def _report(self, dropped: tuple[T, ...]) -> None:
         if not dropped:

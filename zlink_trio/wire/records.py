@@ -127,7 +127,11 @@ _SEAL_REJECTED: Final = SealResult.REJECTED
 
 
 def _truncate_utf8(text: str, max_bytes: int) -> str:
-    raw = text.encode("utf-8", "replace")
+    try:
+        raw = text.encode("utf-8")
+    except UnicodeEncodeError:  # lone surrogates (exception text, file names): "?"
+        raw = text.encode("utf-8", "replace")
+        text = raw.decode("utf-8")
     return text if len(raw) <= max_bytes else raw[:max_bytes].decode("utf-8", "ignore")
 
 
@@ -180,7 +184,8 @@ class TerminalReply(WireRecord):
     def failed(
         cls, correlation: int, code: ErrorKind, message: str = "", tail: CreateTail | None = None
     ) -> Self:
-        """A FAILED terminal; ``message`` is cut to 1024 UTF-8 bytes (empty → none)."""
+        """A FAILED terminal; ``message`` is cut to 1024 UTF-8 bytes (empty → none; a lone
+        surrogate becomes ``?``, so any ``str`` encodes)."""
         return cls(
             correlation=correlation,
             terminal_result=TerminalResult.FAILED,

@@ -408,6 +408,40 @@ async def test_fluent_calls_take_each_option_once_and_submit_once(
         assert [h[3] for h in rec.handled] == [b"once", b"once"]
 
 
+async def test_a_rejected_option_value_leaves_the_option_unset(
+    clock: object, store: CountingStore
+) -> None:
+    """An option whose value is refused (a bad timeout, mesh name, request or
+    OperationId) was never set: setting it again with a valid value is allowed, and only a
+    second *accepted* value is InvalidOperation."""
+    rec = Recorder()
+    async with open_cluster(1, store=store, app=make_app(rec)) as cluster:
+        actors = cluster.servers[0].actors
+        op = OperationId.new()
+        pairs: list[tuple[Callable[[Any], Any], Callable[[Any], Any]]] = [
+            (lambda c: c.timeout(-1), lambda c: c.timeout(5)),
+            (lambda c: c.in_mesh(""), lambda c: c.in_mesh("test")),
+            (lambda c: c.request("text"), lambda c: c.request(b"r")),
+            (lambda c: c.operation_id(7), lambda c: c.operation_id(op)),
+        ]
+        for make in (actors.create, actors.get_or_create):
+            for bad, good in pairs:
+                call = make("fluent", "player")
+                with pytest.raises((ConfigurationError, InvalidOperation)):
+                    bad(call)
+                good(call)  # the refused value set nothing
+                with pytest.raises(InvalidOperation):
+                    good(call)
+        for make_message in (actors.send, actors.request):
+            message = make_message("fluent", "echo", b"")
+            with pytest.raises(ConfigurationError):
+                message.timeout(0)
+            message.timeout(1)
+            with pytest.raises(InvalidOperation):
+                message.timeout(2)
+        assert _actor_calls(store) == 0
+
+
 async def test_request_size_limit_checked_before_any_store_call(
     clock: object, store: CountingStore
 ) -> None:

@@ -41,10 +41,12 @@ from zlink_trio.store.api import (
 from zlink_trio.testing import (
     CountingStore,
     FaultPlan,
+    WireTap,
     advance_store_clock,
     node_of,
     open_cluster,
 )
+from zlink_trio.wire.commands import Command
 
 
 class Wrapped:
@@ -615,3 +617,29 @@ async def test_destroy_awaited_inside_the_actors_own_turn_is_refused(
         assert await caller.request("m", "echo", b"still here").timeout(10) == b"still here"
         assert await caller.destroy(created.actor) is True
         assert await owner.find("m") is None
+
+
+async def test_remote_destroy_cut_by_a_broken_link_forgets_its_request(
+    clock: object, store: CountingStore
+) -> None:
+    """A remote destroy whose connection breaks after the command went out ends
+    Unavailable (outcome unknown, never re-sent: one command on the wire) and leaves no
+    request registered on the caller's node."""
+    rec = Recorder()
+    plan = FaultPlan(seed=71)
+    tap = WireTap()
+    apps = [client_app(), make_app(rec)]
+    async with open_cluster(
+        2, store=store, app=lambda i: apps[i], fault_plan=plan, tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        created = await cluster.servers[1].actors.create("d", "player").timeout(30)
+        assert isinstance(created, Created)
+        host = cluster.servers[1].identity.node_rid
+        me = cluster.servers[0].identity.node_rid
+        cut = plan.cut(command=Command.ACTOR_DESTROY, to=host, deliver=True, count=1)
+        with pytest.raises(Unavailable):
+            await cluster.servers[0].actors.destroy(created.actor)
+        assert cut.fired == 1
+        assert tap.count(node=me, command=Command.ACTOR_DESTROY) == 1
+        assert node_of(cluster.servers[0]).statistics().requests_pending == 0

@@ -7,8 +7,8 @@ import trio
 import trio.testing
 from engine_kit import Recorder
 
-from zlink_trio.engine import ActorDeliveryLane, Admission, SpotLane, open_engine
-from zlink_trio.errors import CapacityExceeded, Unavailable
+from zlink_trio.engine import ActorDeliveryLane, Admission, Handover, SpotLane, open_engine
+from zlink_trio.errors import CapacityExceeded, ShuttingDown, Unavailable
 
 
 async def test_submit_nowait_raises_when_full_and_the_item_enters_no_queue(
@@ -137,3 +137,55 @@ async def test_lifecycle_waiter_is_not_woken_by_application_space(recorder: Reco
     assert sorted(order) == ["L1", "a1"]
     assert recorder.seen[:2] == ["busy", "L0"]
     assert set(recorder.seen) == {"busy", "L0", "L1", "a0", "a1"}
+
+
+async def test_take_held_wakes_every_submitter_it_made_room_for(recorder: Recorder) -> None:
+    # A sealed lane runs no application item, so only take_held frees application space:
+    # it frees the whole bound at once, and every waiting submitter must get a slot.
+    async with open_engine(lane_capacity=2) as engine:
+        lane = engine.new_lane(SpotLane(), recorder)
+        lane.seal("r1")
+        assert lane.submit_nowait("h0") is Admission.HELD
+        assert lane.submit_nowait("h1") is Admission.HELD
+        results: list[Admission] = []
+
+        async def submit(item: str) -> None:
+            results.append(await lane.submit(item))
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit, "h2")
+            nursery.start_soon(submit, "h3")
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == []
+            assert lane.take_held() == Handover(pending=(), held=("h0", "h1"))
+            await trio.testing.wait_all_tasks_blocked()
+            assert results == [Admission.HELD, Admission.HELD]
+        assert sorted(lane.take_held().held) == ["h2", "h3"]
+
+
+def test_a_submitter_waiting_for_space_fails_when_the_engine_shuts_down() -> None:
+    # The submitter lives outside the engine's nursery: once the engine is gone nothing
+    # will ever drain the queue, so it must not wait for ever (ShuttingDown, no item).
+    errors: list[BaseException] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as outside:
+            async with open_engine(lane_capacity=1) as engine:
+                lane = engine.new_lane(SpotLane(), Recorder())
+                lane.lend_turn()  # admits, runs nothing: the queue stays full
+                lane.submit_nowait("a0")
+
+                async def producer() -> None:
+                    try:
+                        await lane.submit("a1")
+                    except ShuttingDown as exc:
+                        errors.append(exc)
+
+                outside.start_soon(producer)
+                await trio.testing.wait_all_tasks_blocked()
+            with trio.fail_after(60):
+                await trio.testing.wait_all_tasks_blocked()
+                assert len(errors) == 1
+            outside.cancel_scope.cancel()
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

@@ -91,6 +91,22 @@ def test_failure_message_is_cut_at_a_utf8_boundary() -> None:
     assert TerminalReply.failed(1, ErrorKind.APPLICATION).failure_message is None
 
 
+_ANY_CHAR = st.one_of(st.characters(), st.integers(0xD800, 0xDFFF).map(chr))  # surrogates too
+
+
+@given(st.lists(_ANY_CHAR, max_size=1100).map("".join))
+def test_failure_message_of_any_text_is_encodable(message: str) -> None:
+    # Exception text may hold lone surrogates (e.g. an OSError on a surrogateescape
+    # file name): the one terminal reply of a request must still encode, short or long.
+    reply = TerminalReply.failed(1, ErrorKind.APPLICATION, f"OSError: {message}")
+    assert decode(encode(reply)) == reply
+
+
+def test_failure_message_with_a_lone_surrogate_is_encodable() -> None:
+    reply = TerminalReply.failed(1, ErrorKind.APPLICATION, "No such file: '\udcff.txt'")
+    assert decode(encode(reply)) == reply
+
+
 def test_terminal_rules() -> None:
     with pytest.raises(ProtocolError, match="FAILED needs a failure code"):
         TerminalReply(correlation=1, terminal_result=TerminalReply.ok(1).terminal_result.FAILED)
