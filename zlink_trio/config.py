@@ -72,6 +72,25 @@ def _positive(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
         raise ConfigurationError(f"{attr.name}: must be finite, got {value!r}")
 
 
+def _instance_of(*types: type, what: str) -> Any:
+    def check(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+        if (isinstance(value, bool) and bool not in types) or not isinstance(value, types):
+            raise ConfigurationError(f"{attr.name}: expected {what}, got {value!r}")
+
+    return check
+
+
+def _object_role(_inst: object, attr: attrs.Attribute[Any], value: object) -> None:
+    if not isinstance(value, ObjectRole):
+        raise ConfigurationError(f"{attr.name}: expected an ObjectRole, got {value!r}")
+
+
+def _postgres_schema(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
+    from .store._pgmigrate import check_schema  # the store package imports config
+
+    check_schema(value)  # type: ignore[arg-type]
+
+
 def _mesh_name(value: object) -> MeshName:
     try:
         return MeshName.parse(value)
@@ -84,15 +103,15 @@ class MeshConfig:
     """One RouteMesh this node joins, with its Object role there."""
 
     name: MeshName = attrs.field(converter=_mesh_name)
-    object_role: ObjectRole = ObjectRole.SERVER
+    object_role: ObjectRole = attrs.field(default=ObjectRole.SERVER, validator=_object_role)
 
 
 @attrs.frozen(kw_only=True)
 class PostgresStoreConfig:
     """Ask ``open_server`` to open (and own) a PostgreSQL Location Store."""
 
-    dsn: str
-    schema: str = "zlink"
+    dsn: str = attrs.field(validator=_instance_of(str, what="a DSN string"))
+    schema: str = attrs.field(default="zlink", validator=_postgres_schema)
     connections: int = attrs.field(default=8, validator=_positive_int)
 
 
@@ -132,15 +151,17 @@ class ServerConfig:
     # --- identity and membership -------------------------------------------------------
     meshes: tuple[MeshConfig, ...] = attrs.field(default=(), converter=tuple)
     location_store: LocationStore | PostgresStoreConfig | None = None
-    cluster_secret: bytes = b""
+    cluster_secret: bytes = attrs.field(default=b"", validator=_instance_of(bytes, what="bytes"))
     """Shared secret proving peers in the hello HMAC; at least 16 bytes when meshes are set."""
-    node_name: str = "node"
+    node_name: str = attrs.field(default="node", validator=_instance_of(str, what="a string"))
     """Diagnostic prefix of this node's Entry Spot ids (never parsed)."""
 
     # --- transport ----------------------------------------------------------------------
-    listen_host: str = "127.0.0.1"
-    listen_port: int = 0
-    advertise_host: str | None = None
+    listen_host: str = attrs.field(default="127.0.0.1", validator=_instance_of(str, what="a host"))
+    listen_port: int = attrs.field(default=0, validator=_instance_of(int, what="a port number"))
+    advertise_host: str | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_instance_of(str, what="a host"))
+    )
     max_frame_bytes: int = attrs.field(default=16 * MIB, validator=_positive_int)
     peer_send_queue: int = attrs.field(default=1024, validator=_positive_int)
     peer_send_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
@@ -196,9 +217,22 @@ class ServerConfig:
     max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
     max_reply_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
 
-    router: RouterConfig = attrs.field(factory=RouterConfig)
+    router: RouterConfig = attrs.field(
+        factory=RouterConfig, validator=_instance_of(RouterConfig, what="a RouterConfig")
+    )
 
     def __attrs_post_init__(self) -> None:
+        from .store.api import LocationStore  # the store API imports config
+
+        for mesh in self.meshes:
+            if not isinstance(mesh, MeshConfig):
+                raise ConfigurationError(f"meshes: expected MeshConfig objects, got {mesh!r}")
+        store = self.location_store
+        if store is not None and not isinstance(store, PostgresStoreConfig | LocationStore):
+            raise ConfigurationError(
+                "location_store: expected a Location Store object or a PostgresStoreConfig, "
+                f"got {store!r}"
+            )
         names = [m.name for m in self.meshes]
         if len(set(names)) != len(names):
             raise ConfigurationError("the same mesh is configured twice")

@@ -4,7 +4,14 @@ import math
 
 import pytest
 
-from zlink_trio import ConfigurationError, MeshConfig, ObjectRole, RouterConfig, ServerConfig
+from zlink_trio import (
+    ConfigurationError,
+    MeshConfig,
+    ObjectRole,
+    PostgresStoreConfig,
+    RouterConfig,
+    ServerConfig,
+)
 
 SECRET = b"s" * 16
 
@@ -65,3 +72,34 @@ def test_meshes() -> None:
         meshes=[MeshConfig(name="a", object_role=ObjectRole.NONE)], cluster_secret=SECRET
     )
     assert none.object_meshes() == ()
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"listen_port": "80"},
+        {"listen_port": True},
+        {"listen_port": 80.0},
+        {"listen_host": 5},
+        {"advertise_host": 5},
+        {"node_name": 5},
+        {"cluster_secret": "a string, not bytes!"},
+        {"meshes": ["world"]},
+        {"location_store": "postgresql://x/y"},
+        {"router": {}},
+    ],
+)
+def test_wrongly_typed_fields_are_configuration_errors(fields: dict[str, object]) -> None:
+    # a wrong type is refused when the config is built, never a TypeError or a crash later
+    with pytest.raises(ConfigurationError):
+        ServerConfig(**fields)  # type: ignore[arg-type]
+
+
+def test_mesh_role_and_postgres_settings_are_validated() -> None:
+    with pytest.raises(ConfigurationError):
+        MeshConfig(name="a", object_role="server")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        PostgresStoreConfig(dsn=5)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError):
+        PostgresStoreConfig(dsn="postgresql://x/y", schema="a b")
+    assert PostgresStoreConfig(dsn="postgresql://x/y").schema == "zlink"

@@ -17,7 +17,9 @@ and accepting; with ``--report-peers`` a ``{"event": "peer", "mesh", "rid", "sta
 per peer state transition; ``{"event": "lease_lost", "reason"}`` when the owner lease is
 lost (the node is fail-stopped: it exits with status 3 so a supervisor starts a new
 lifecycle); ``{"event": "stopped"}`` after a graceful exit (descriptor removed).
-Exit status: 0 after SIGTERM/SIGINT, 2 for a configuration error, 3 after a lost lease.
+Exit status: 0 after SIGTERM/SIGINT, 1 when the node cannot start (Store unreachable,
+listen address taken), 2 for a configuration error, 3 after a lost lease; every error is
+one ``zlink-trio node: ...`` line on standard error.
 """
 
 from __future__ import annotations
@@ -34,11 +36,19 @@ import attrs
 import trio
 
 from ..config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
-from ..errors import ConfigurationError
+from ..errors import ConfigurationError, ZLinkError
 from .api import PeerState
 
-__all__ = ["EXIT_CONFIGURATION", "EXIT_LEASE_LOST", "add_node_parser", "build_config", "run"]
+__all__ = [
+    "EXIT_CONFIGURATION",
+    "EXIT_LEASE_LOST",
+    "EXIT_STARTUP_FAILED",
+    "add_node_parser",
+    "build_config",
+    "run",
+]
 
+EXIT_STARTUP_FAILED: Final = 1
 EXIT_CONFIGURATION: Final = 2
 EXIT_LEASE_LOST: Final = 3
 
@@ -73,16 +83,18 @@ def add_node_parser(commands: Any) -> None:
 
 def _mesh(spec: object) -> MeshConfig:
     if isinstance(spec, Mapping):
-        return MeshConfig(
-            name=spec["name"], object_role=ObjectRole(spec.get("object_role", "server"))
-        )
-    if not isinstance(spec, str):
+        if "name" not in spec or set(spec) - {"name", "object_role"}:
+            raise ConfigurationError(f"mesh {spec!r}: expected keys name and object_role")
+        name, role = spec["name"], spec.get("object_role", "server")
+    elif isinstance(spec, str):
+        name, _, role = spec.partition("=")
+    else:
         raise ConfigurationError(f"mesh: expected NAME[=ROLE], got {spec!r}")
-    name, _, role = spec.partition("=")
     try:
-        return MeshConfig(name=name, object_role=ObjectRole(role or "server"))
+        object_role = ObjectRole(role or "server")
     except ValueError:
         raise ConfigurationError(f"mesh {spec!r}: role must be none, client or server") from None
+    return MeshConfig(name=name, object_role=object_role)
 
 
 def build_config(args: argparse.Namespace) -> ServerConfig:
@@ -116,7 +128,10 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
             settings[field] = value
 
     fields: dict[str, Any] = {}
-    fields["meshes"] = tuple(_mesh(m) for m in settings.pop("meshes", ()))
+    meshes = settings.pop("meshes", ())
+    if not isinstance(meshes, list | tuple):
+        raise ConfigurationError(f"meshes: expected a list, got {meshes!r}")
+    fields["meshes"] = tuple(_mesh(m) for m in meshes)
     listen = settings.pop("listen", None)
     if listen is not None:
         host, sep, port = str(listen).rpartition(":")
@@ -125,6 +140,8 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         fields["listen_host"], fields["listen_port"] = host.strip("[]"), int(port)
     secret = settings.pop("secret_hex", None)
     if secret is not None:
+        if not isinstance(secret, str):
+            raise ConfigurationError(f"secret_hex: expected a hex string, got {secret!r}")
         try:
             fields["cluster_secret"] = bytes.fromhex(secret)
         except ValueError:
@@ -220,3 +237,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
+    except (ZLinkError, OSError) as exc:  # e.g. the Store is unreachable, the port is taken
+        print(f"zlink-trio node: cannot run: {exc}", file=sys.stderr)
+        return EXIT_STARTUP_FAILED

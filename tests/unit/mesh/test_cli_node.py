@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import socket
 from pathlib import Path
 
 import pytest
 
 from zlink_trio.cli import build_parser, main
 from zlink_trio.config import ObjectRole, PostgresStoreConfig
-from zlink_trio.mesh.cli_node import EXIT_CONFIGURATION, build_config
+from zlink_trio.mesh.cli_node import EXIT_CONFIGURATION, EXIT_STARTUP_FAILED, build_config
 
 SECRET = "00112233445566778899aabbccddeeff"
 
@@ -74,3 +75,37 @@ def test_unknown_file_keys_are_refused(tmp_path: Path) -> None:
     path = tmp_path / "node.json"
     path.write_text(json.dumps({"no_such_setting": 1}))
     assert main(["node", "--config", str(path)]) == EXIT_CONFIGURATION
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"meshes": [{"object_role": "client"}], "secret_hex": SECRET},  # no name
+        {"meshes": [{"name": "world", "object_role": "boss"}], "secret_hex": SECRET},
+        {"meshes": "world", "secret_hex": SECRET},  # not a list
+        {"meshes": ["world"], "secret_hex": 5},
+        {"listen_port": "80"},
+        {"node_name": 5},
+    ],
+)
+def test_bad_file_values_exit_2_with_one_line(
+    settings: dict[str, object], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(settings))
+    assert main(["node", "--config", str(path)]) == EXIT_CONFIGURATION
+    err = capsys.readouterr().err
+    assert err.startswith("zlink-trio node: ") and err.count("\n") == 1, err
+
+
+def test_a_startup_failure_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    # the listen port is taken: the node cannot start; a clean error, not a traceback
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["node", "--mesh", "world", "--secret-hex", SECRET, "--listen", f"127.0.0.1:{port}"]
+        assert main(argv) == EXIT_STARTUP_FAILED
+    captured = capsys.readouterr()
+    assert captured.err.startswith("zlink-trio node: ") and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err and captured.out == ""
