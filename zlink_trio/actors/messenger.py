@@ -52,6 +52,7 @@ from ..mesh.api import (
     LinkLost,
     MeshNodeApi,
     PeerAddress,
+    PeerGone,
     PeerNotAdmitted,
     PeerState,
     PendingReply,
@@ -258,6 +259,13 @@ class Messenger:
         while True:
             try:
                 reply: TerminalReply = await pending.wait()
+            except PeerGone:
+                # The owner's lifecycle ended: no reply can come any more (spec 04:
+                # "owner process ended" ends an operation at once, Unavailable).
+                self._cache.invalidate(actor_id, route)
+                raise Unavailable(
+                    f"actor {actor_id.value!r}: its owner's lifecycle ended before the reply"
+                ) from None
             except LinkLost:
                 continue
             return self._checked(actor_id, route, reply)

@@ -64,6 +64,12 @@ class LinkLost(Unavailable):
     may or may not have run; a reply can still arrive after a reconnect."""
 
 
+class PeerGone(LinkLost):
+    """The peer's lifecycle ended (its connection intent was removed and no connection to
+    it is admitted) before the reply arrived: no reply can come any more. The request may
+    or may not have run. Raised once by ``PendingReply.wait()``; the request is forgotten."""
+
+
 @attrs.frozen(slots=True)
 class NodeIdentity:
     node_rid: NodeRid
@@ -119,7 +125,9 @@ class PendingReply(Protocol):
         Raises LinkLost (once) when the connection the request went out on broke before
         the reply arrived; the request stays registered, so the caller may ``wait()``
         again and still get a reply that arrives later over a new connection, or replay
-        (consulting ``peer_state``). Cancelling ``wait()`` abandons the request (a later
+        (consulting ``peer_state``). Raises PeerGone (a LinkLost) when the peer's lifecycle
+        ended (``peer_state`` GONE): no reply can come; the request is forgotten.
+        Cancelling ``wait()`` abandons the request (a later
         reply is dropped and counted). Only one task may wait at a time.
         """
         ...

@@ -17,7 +17,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
 
@@ -63,9 +63,11 @@ class Link:
 
 @final
 class PeerTable:
-    __slots__ = ("_any_change", "_changes", "_links", "admitted", "serial")
+    __slots__ = ("_any_change", "_changes", "_links", "_on_gone", "admitted", "serial")
 
-    def __init__(self) -> None:
+    def __init__(self, on_gone: Callable[[PeerAddress], None] | None = None) -> None:
+        self._on_gone = on_gone
+        """Called when an address becomes GONE (its lifecycle ended)."""
         self.serial = 0
         """Counts intents added: a descriptor poll removes only intents added before it
         started (time cannot tell: under a mock clock everything happens at one instant)."""
@@ -190,6 +192,8 @@ class PeerTable:
             self._links.pop(link.address, None)
         if after is before:
             return
+        if after is PeerState.GONE and self._on_gone is not None:
+            self._on_gone(link.address)
         event = self._changes.pop(link.address, None)
         if event is not None:
             event.set()

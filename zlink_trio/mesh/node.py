@@ -107,8 +107,8 @@ class MeshNode:
         }
         self._phase = NodePhase.CREATED
         self._handlers: dict[int, InboundHandler] = {}
-        self._links = PeerTable()
         self._replies = ReplyRegistry()
+        self._links = PeerTable(on_gone=self._replies.peer_gone)
         self._counters = Counters()
         self._faults = fault_plan
         self._tap = tap

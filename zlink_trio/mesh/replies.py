@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final, final
 import trio
 
 from ..errors import InvalidOperation
-from .api import LinkLost, PeerIdentity
+from .api import LinkLost, PeerAddress, PeerGone, PeerIdentity
 from .reasons import DropReason
 
 if TYPE_CHECKING:
@@ -143,6 +143,14 @@ class ReplyRegistry:
         del self._waiting[correlation]
         pending._deliver(reply)
         return None
+
+    def peer_gone(self, address: PeerAddress) -> None:
+        """``address``'s lifecycle ended: every request to it learns it (PeerGone) and is
+        forgotten (a reply can only come from that lifecycle, over a connection that can
+        no longer exist)."""
+        gone = [p for p in self._waiting.values() if p._peer.address == address]
+        for pending in gone:
+            pending.expire(PeerGone(f"{address.node_rid} left before the reply"))
 
     def connection_broke(self, conn: Connection) -> None:
         """Every request that went out on ``conn`` learns it (LinkLost on its wait)."""

@@ -10,11 +10,12 @@ import trio
 import trio.testing
 from actor_kit import Recorder, make_app
 
-from zlink_trio import ShuttingDown
+from zlink_trio import ShuttingDown, Unavailable
 from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.results import Created
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, TapDirection, WireTap, open_cluster
+from zlink_trio.wire import Command
 
 LONG = 500.0
 """Every call's timeout: far beyond anything the shutdown itself takes."""
@@ -88,3 +89,54 @@ async def test_shutdown_ends_waiting_calls_with_shutting_down(
         assert trio.current_time() - start < 1.0
         # the local create ended without a terminal: its reservation was given back
         assert await store.read(ObjectKey.actor("slow-home")) is None
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # virtual time: MockClock only
+@pytest.mark.parametrize("how", ["stop", "kill"])
+async def test_remote_callers_end_when_the_owners_lifecycle_ends(
+    clock: object, store: CountingStore, how: str
+) -> None:
+    """The owner of an Actor stops gracefully (goodbye, descriptor removed) or dies (its
+    sockets close, its descriptor stays until its lease expires) while callers on another
+    node wait: one request running (blocked in its handler) and two queued behind it. No
+    reply can come from an ended lifecycle, so each ends Unavailable when the caller's
+    node sees that lifecycle end (intent removed, no admitted peer) — at once for a stop,
+    within the lease TTL for a crash — not at its 500 s deadline; never re-sent."""
+    owner_rec, caller_rec = Recorder(gate=trio.Event()), Recorder()
+    apps = [make_app(owner_rec), make_app(caller_rec, types=("other",))]
+    tap = WireTap()
+    async with open_cluster(2, store=store, app=lambda i: apps[i], tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[1].actors
+        created = await caller.create("held", "player").timeout(30)
+        assert isinstance(created, Created)
+        assert created.actor.node_rid == cluster.servers[0].identity.node_rid
+        outcome: dict[int, object] = {}
+
+        async def call(i: int) -> None:
+            try:
+                outcome[i] = await caller.request("held", "block", b"%d" % i).timeout(LONG)
+            except Exception as exc:
+                outcome[i] = exc
+
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for i in range(3):
+                nursery.start_soon(call, i)
+            await owner_rec.wait_handled(1)  # one turn runs (blocked); two are queued
+            await trio.testing.wait_all_tasks_blocked()
+            if how == "stop":
+                await cluster.stop(0)
+            else:
+                await cluster.kill(0)
+        elapsed = trio.current_time() - start
+        assert sorted(outcome) == [0, 1, 2]
+        assert all(isinstance(r, Unavailable) for r in outcome.values()), outcome
+        limit = 1.0 if how == "stop" else cluster.configs[1].owner_lease_ttl + 5.0
+        assert elapsed < limit, elapsed
+        sent = tap.count(
+            command=Command.ACTOR_SEND,
+            node=cluster.servers[1].identity.node_rid,
+            direction=TapDirection.SENT,
+        )
+        assert sent == 3  # never re-sent
