@@ -261,8 +261,13 @@ class Messenger:
                 reply: TerminalReply = await pending.wait()
             except PeerGone:
                 # The owner's lifecycle ended: no reply can come any more (spec 04:
-                # "owner process ended" ends an operation at once, Unavailable).
+                # "owner process ended" ends an operation at once, Unavailable). Unless
+                # this node itself stopped admitting (lease lost, closing): every peer
+                # went GONE because of that; say so.
                 self._cache.invalidate(actor_id, route)
+                refused = self._node.admission_error()
+                if refused is not None:
+                    raise refused from None
                 raise Unavailable(
                     f"actor {actor_id.value!r}: its owner's lifecycle ended before the reply"
                 ) from None

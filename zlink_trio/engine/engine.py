@@ -306,11 +306,13 @@ class Engine(metaclass=NoPublicConstructor):
 
     def _shut_down(self) -> None:
         self._closed = True
-        # Submitters waiting for space (outside our nursery) would wait for ever: no runner
+        # Cancel first: a turn blocked in submit() (inside our nursery) is cancelled like
+        # any running turn, so its runner starts no further turn after the shutdown.
+        self._nursery.cancel_scope.cancel(reason="zlink_trio engine shutting down")
+        # Submitters waiting for space outside our nursery would wait for ever: no runner
         # will drain their lanes again. Woken, they see _closed and raise ShuttingDown.
         for lane in list(self._blocked):
             lane._wake_space(everyone=True)
-        self._nursery.cancel_scope.cancel(reason="zlink_trio engine shutting down")
 
 
 def _check_count(name: str, value: int, minimum: int) -> None:

@@ -402,7 +402,10 @@ class MeshNode:
     async def _open_listeners(self) -> list[trio.SocketListener]:
         config = self.config
         host = None if config.listen_host in ("", "*") else config.listen_host
-        listeners = await trio.open_tcp_listeners(config.listen_port, host=host)
+        try:
+            listeners = await trio.open_tcp_listeners(config.listen_port, host=host)
+        except ValueError as exc:  # a host name the resolver refuses (UnicodeError)
+            raise OSError(f"cannot listen on {config.listen_host!r}: {exc}") from exc
         # A port-0 bind on a host with several addresses gets a different port per
         # address: keep one listener so the advertised port is the only one.
         for extra in listeners[1:]:

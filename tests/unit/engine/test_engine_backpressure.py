@@ -189,3 +189,32 @@ def test_a_submitter_waiting_for_space_fails_when_the_engine_shuts_down() -> Non
             outside.cancel_scope.cancel()
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+
+
+def test_shutdown_runs_no_queued_turn_after_a_handler_waiting_for_space() -> None:
+    # A turn blocked in submit() on another lane's full queue is a turn still running:
+    # leaving the engine cancels it, and the work queued behind it is abandoned, never
+    # started (before: the turn was woken with ShuttingDown first, logged as a handler
+    # failure, and the runner started the next queued turn after the shutdown).
+    seen: list[str] = []
+
+    async def main() -> None:
+        async with open_engine(lane_capacity=1) as engine:
+            full = engine.new_lane(SpotLane(), Recorder())
+            full.lend_turn()  # admits, runs nothing: its queue stays full
+            full.submit_nowait("x0")
+
+            async def handler(item: str) -> None:
+                seen.append(item)
+                if item == "b0":
+                    await full.submit("x1")
+
+            busy = engine.new_lane(ActorDeliveryLane(), handler)
+            busy.submit_nowait("b0")
+            await trio.testing.wait_all_tasks_blocked()
+            assert seen == ["b0"]
+            busy.submit_nowait("b1")
+        assert seen == ["b0"]
+        assert engine.statistics().handler_failures == 0
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))

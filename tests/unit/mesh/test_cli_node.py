@@ -109,3 +109,16 @@ def test_a_startup_failure_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[
     captured = capsys.readouterr()
     assert captured.err.startswith("zlink-trio node: ") and captured.err.count("\n") == 1
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_an_unusable_listen_host_is_one_line_and_exit_1(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # a listen host the resolver refuses (a label over 63 characters: idna raises
+    # UnicodeError, a ValueError): the node cannot start; a clean error, not a traceback
+    host = "a" * 70 + ".example"
+    argv = ["node", "--mesh", "world", "--secret-hex", SECRET, "--listen", f"{host}:0"]
+    assert main(argv) == EXIT_STARTUP_FAILED
+    captured = capsys.readouterr()
+    assert captured.err.startswith("zlink-trio node: ") and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err and captured.out == ""
