@@ -34,11 +34,12 @@ from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.manager import ActorManager
 from zlink_trio.actors.policy import RecreateOnRelocation
 from zlink_trio.actors.results import Created, Existing
-from zlink_trio.store.api import AuthorityState, Namespace
-from zlink_trio.testing import FaultPlan, WireTap, hosted_actors, open_cluster
+from zlink_trio.store.api import AuthorityState, Namespace, OperationKey
+from zlink_trio.testing import FaultPlan, TapDirection, WireTap, hosted_actors, open_cluster
 from zlink_trio.testing.cluster import Cluster
 from zlink_trio.wire.commands import Command
 
+SENT, RECEIVED = TapDirection.SENT, TapDirection.RECEIVED
 FAULTED = (
     Command.TERMINAL_REPLY,
     Command.ACTOR_SEND,
@@ -298,11 +299,15 @@ async def test_create_whose_reply_is_dropped_gets_the_original_terminal(
         lost = plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=1)
         created = await cluster.servers[0].actors.create("replayed", "account").timeout(30)
         assert isinstance(created, Created) and lost.fired == 1
-        me = cluster.servers[0].identity.node_rid
-        attempts = [
-            e.record.operation_id for e in tap.select(node=me, command=Command.ACTOR_CREATE)
-        ]
-        assert len(attempts) == 2 and len(set(attempts)) == 1
+        me = cluster.servers[0].identity
+        sent = tap.select(node=me.node_rid, direction=SENT, command=Command.ACTOR_CREATE)
+        # the replay: the same operation and the same reservation, sent twice
+        assert len(sent) == 2
+        assert len({(e.record.operation_id, e.record.reservation) for e in sent}) == 1
+        assert tap.count(node=host, direction=RECEIVED, command=Command.ACTOR_CREATE) == 2
+        # the target answered the replay from the durable terminal of the first attempt
+        key = OperationKey(me.node_rid, me.node_generation, sent[0].record.operation_id)
+        assert await cluster.store.read_terminal(key) is not None
         assert seen.factory == Counter({("replayed", created.actor.object_generation.value): 1})
         assert await cluster.servers[0].actors.find("replayed") == created.actor
 
@@ -324,13 +329,20 @@ async def test_request_whose_reply_is_dropped_is_not_resent(
         assert isinstance(await caller.create("quiet", "account"), Created)
         host = cluster.servers[1].identity.node_rid
         me = cluster.servers[0].identity.node_rid
-        plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=1)
+        lost = plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=1)
         tap.clear()
         start = trio.current_time()
         with pytest.raises(DeadlineExceeded):
             await caller.request("quiet", "work", b"only-once").timeout(5)
         assert trio.current_time() == start + 5.0
-        assert tap.count(node=me, command=Command.ACTOR_SEND) == 1
+        assert lost.fired == 1
+        # the lost reply broke the link, which came back well before the deadline: a
+        # re-send was possible, and none happened
+        hellos = tap.select(node=me, direction=SENT, command=Command.PEER_HELLO_CONFIRM)
+        hellos += tap.select(node=me, direction=RECEIVED, command=Command.PEER_HELLO_CONFIRM)
+        assert any(e.time < start + 5.0 for e in hellos), tap.events
+        assert tap.count(node=me, direction=SENT, command=Command.ACTOR_SEND) == 1
+        assert tap.count(node=host, direction=RECEIVED, command=Command.ACTOR_SEND) == 1
         assert seen.requests == Counter({b"only-once": 1})
 
 
@@ -338,8 +350,9 @@ async def test_factory_never_runs_twice_for_one_reservation(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """The factory never runs twice for one reservation: a create whose command 110 is
-    duplicated, delivered and then cut, and whose replies are lost, is replayed several
-    times and joins the one attempt (or reads its terminal): one factory run."""
+    duplicated (the target gets it twice) and whose replies are lost, and whose replay is
+    delivered and then cut, is replayed again and joins the one attempt (or reads its
+    terminal): every rule fired, one reservation on the wire, one factory run."""
     seen = Observed()
     plan = FaultPlan(seed=3)
     tap = WireTap()
@@ -348,15 +361,17 @@ async def test_factory_never_runs_twice_for_one_reservation(
     ) as cluster:
         await cluster.wait_all_admitted()
         host = cluster.servers[1].identity.node_rid
-        plan.duplicate(command=Command.ACTOR_CREATE, count=1)
-        plan.cut(command=Command.ACTOR_CREATE, to=host, deliver=True, after=1, count=1)
-        plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=2)
+        rules = [
+            plan.duplicate(command=Command.ACTOR_CREATE, count=1),
+            plan.cut(command=Command.ACTOR_CREATE, to=host, deliver=True, count=1),
+            plan.drop(command=Command.TERMINAL_REPLY, sender=host, count=2),
+        ]
         created = await cluster.servers[0].actors.create("once", "account").timeout(60)
         assert isinstance(created, Created)
+        assert [rule.fired for rule in rules] == [1, 1, 2]
         me = cluster.servers[0].identity.node_rid
-        attempts = {
-            e.record.operation_id for e in tap.select(node=me, command=Command.ACTOR_CREATE)
-        }
-        assert len(attempts) == 1
-        assert tap.count(node=me, command=Command.ACTOR_CREATE) >= 3
+        sent = tap.select(node=me, direction=SENT, command=Command.ACTOR_CREATE)
+        # one operation, one reservation, however many times it reached the target
+        assert len({(e.record.operation_id, e.record.reservation) for e in sent}) == 1
+        assert tap.count(node=host, direction=RECEIVED, command=Command.ACTOR_CREATE) >= 3
         assert seen.factory == Counter({("once", created.actor.object_generation.value): 1})

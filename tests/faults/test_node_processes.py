@@ -117,6 +117,7 @@ async def test_sigkilled_node_is_seen_gone_by_the_survivors(pg_dsn: str) -> None
                                 await node.wait_line(event="peer", rid=other.rid, state="admitted")
                     records = await store.list_nodes(MeshName(MESH))
                     assert len(records) == 3 and all(r.live for r in records)
+                    held = {r.descriptor.node_rid.hex: r for r in records}[victim.rid]
 
                     marks = [len(node.lines) for node in survivors]
                     for node in survivors:
@@ -124,13 +125,33 @@ async def test_sigkilled_node_is_seen_gone_by_the_survivors(pg_dsn: str) -> None
                     victim.process.send_signal(signal.SIGKILL)
                     assert await victim.process.wait() == -signal.SIGKILL
 
+                    # GONE only once the lease expired: when the first survivor reports the
+                    # victim GONE, the Store already shows the victim's lease run out (a
+                    # node that declared GONE on the broken link would be caught here:
+                    # the lease outlives the kill by up to LEASE_TTL).
+                    async with trio.open_nursery() as first:
+                        for node in survivors:
+
+                            async def gone(node: Node = node) -> None:
+                                await node.wait_line(event="peer", rid=victim.rid, state="gone")
+                                first.cancel_scope.cancel()
+
+                            first.start_soon(gone)
+                    by_rid = {r.descriptor.node_rid.hex: r for r in await store.list_nodes()}
+                    assert not by_rid[victim.rid].live, "GONE reported before the lease expired"
+
                     for node, mark in zip(survivors, marks, strict=True):
                         await node.wait_line(event="peer", rid=victim.rid, state="gone")
                         # the link broke (CONNECTING: the intent stays), then the lease
                         # expired and the watcher dropped the intent (GONE)
                         assert node.peer_states(victim.rid, mark) == ["connecting", "gone"]
                     by_rid = {r.descriptor.node_rid.hex: r for r in await store.list_nodes()}
-                    assert not by_rid[victim.rid].live  # the lease ran out; nobody removed it
+                    expired = by_rid[victim.rid]
+                    # the lease ran out by itself: same lease generation, never moved back,
+                    # the descriptor still there (nobody removed it or took it over)
+                    assert not expired.live
+                    assert expired.lease_generation == held.lease_generation
+                    assert expired.lease_expires_at >= held.lease_expires_at
                     assert all(by_rid[node.rid].live for node in survivors)
                     for a in survivors:
                         for b in survivors:

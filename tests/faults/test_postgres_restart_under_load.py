@@ -55,7 +55,7 @@ from zlink_trio.mesh.lease import LeaseHeld
 from zlink_trio.server import Server
 from zlink_trio.store.api import AuthorityRow, AuthorityState, LocationStore, Namespace
 from zlink_trio.store.postgres import open_postgres_store
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, hosted_actors, open_cluster
 from zlink_trio.testing.postgres import (
     PostgresNotInstalled,
     PrivatePostgres,
@@ -77,6 +77,20 @@ OUTAGE = 0.5
 """How long the server stays down: the fault's shape (not a wait for a condition)."""
 SETTLE = 10.0
 """Bound for creation attempts and destroys in flight to finish once the load stopped."""
+RETRY_WINDOW = 10.0
+"""How long a store call keeps reconnecting before it raises Unavailable."""
+SLACK = 2.0
+"""An operation may end this long after its bound (real time: scheduling, the event loop)."""
+BOUNDS = {
+    # calls with a deadline end by it; find is one Store read (bounded by the retry
+    # window); destroy is a find, then a read and the destroy itself
+    "get_or_create": OP_TIMEOUT,
+    "create": OP_TIMEOUT,
+    "request": OP_TIMEOUT,
+    "send": OP_TIMEOUT,
+    "find": RETRY_WINDOW,
+    "destroy": 2 * RETRY_WINDOW + OP_TIMEOUT,
+}
 TEST_BOUND = 30.0
 CONFIG = ServerConfig(
     owner_lease_ttl=20.0,  # >> the restart (well under a second here): nobody fail-stops
@@ -266,7 +280,7 @@ async def test_postgres_restart_under_actor_load(private_pg: PrivatePostgres) ->
             stores = [
                 CountingStore(
                     await stack.enter_async_context(
-                        open_postgres_store(pg.dsn, connections=4, retry_window=10.0)
+                        open_postgres_store(pg.dsn, connections=4, retry_window=RETRY_WINDOW)
                     )
                 )
                 for _ in range(NODES)
@@ -282,6 +296,10 @@ async def test_postgres_restart_under_actor_load(private_pg: PrivatePostgres) ->
             await cluster.wait_all_admitted()
             servers = cluster.servers
             load = Load(servers)
+            identities = [server.identity for server in servers]
+            leases = {
+                r.descriptor.node_rid: r.lease_generation for r in await stores[0].list_nodes()
+            }
 
             # Probes: one Actor per node, never touched by the load; each node caches a
             # positive route to its probe (the second request is a cache hit).
@@ -335,9 +353,11 @@ async def test_postgres_restart_under_actor_load(private_pg: PrivatePostgres) ->
                 await load.wait_more(LOAD_BETWEEN)
                 load.stopping = True  # workers finish their operation in hand and exit
 
-            # 1. every operation ended typed
+            # 1. every operation ended typed, by its bound
             assert not load.raw, load.raw[:10]
             assert not load.wrong, load.wrong[:10]
+            late = [op for op in load.ops if op.ended - op.started > BOUNDS[op.name] + SLACK]
+            assert not late, late[:10]
             during = [
                 op for op in load.ops if any(op.started < e and op.ended > b for b, e in outages)
             ]
@@ -351,10 +371,21 @@ async def test_postgres_restart_under_actor_load(private_pg: PrivatePostgres) ->
                 rid = record.descriptor.node_rid
                 assert (record.active, record.pending) == (ready_by_node[rid], 0), record
             for server in servers:
+                rid = server.identity.node_rid
                 stats = server.statistics().actors
                 assert stats is not None
-                assert stats.hosted == ready_by_node[server.identity.node_rid]
+                assert stats.hosted == ready_by_node[rid]
                 assert stats.staging == 0 and stats.creates_in_flight == 0
+                # each node hosts exactly the incarnations its Ready rows name
+                hosted = {
+                    (r.actor_id.value, r.object_generation.value) for r in hosted_actors(server)
+                }
+                owned = {
+                    (row.key.object_id, row.object_generation.value)
+                    for row in rows
+                    if row.owner.node_rid == rid
+                }
+                assert hosted == owned, hosted ^ owned
 
             # 3. the recovery event invalidated the positive route caches (checked before
             # anything else touches the probes' routes)
@@ -399,10 +430,19 @@ async def test_postgres_restart_under_actor_load(private_pg: PrivatePostgres) ->
                 await wait_lease_renewed(stores[i], server, expiry[server.identity.node_rid])
                 node = server.statistics().node
                 assert isinstance(node.lease, LeaseHeld) and node.admitting
+            # the same lifecycles throughout: no node was restarted or re-registered
+            assert [server.identity for server in cluster.servers] == identities
+            after = {
+                r.descriptor.node_rid: r.lease_generation for r in await stores[0].list_nodes()
+            }
+            assert after == leases
             outcomes = Counter((op.name, op.outcome) for op in load.ops)
+            longest: dict[str, float] = {}
+            for op in load.ops:
+                longest[op.name] = round(max(longest.get(op.name, 0.0), op.ended - op.started), 2)
             print(
                 f"\n{len(load.ops)} operations ({len(during)} overlapped an outage, "
                 f"{len(spanning)} spanned an end); outages {[round(e - b, 2) for b, e in outages]} s; "
                 f"recovery_epoch moves {epoch_moves}; {len(rows)} Ready rows; "
-                f"outcomes {sorted(outcomes.items())}"
+                f"outcomes {sorted(outcomes.items())}; longest (s) {longest}"
             )

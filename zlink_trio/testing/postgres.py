@@ -104,18 +104,35 @@ class PrivatePostgres:
             f"-h 127.0.0.1 -p {self.port} -k {self.root} -c fsync=off"
             " -c synchronous_commit=off -c full_page_writes=off -c max_connections=40"
         )
+        # Marked running before pg_ctl returns: a start that is cancelled or fails once
+        # the postmaster was spawned still leaves a server for stop() to shut down.
+        self.running = True
         await self._run(
             "pg_ctl",
             *("-D", str(self.data_dir), "-l", str(self.root / "server.log")),
             *("-w", "-t", "60", "-o", options, "start"),
         )
-        self.running = True
 
     async def stop(self) -> None:
         """Fast shutdown: clients are disconnected, the server is down when this returns."""
         if self.running:
             await self._run("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
             self.running = False
+
+    async def _shutdown(self) -> None:
+        """Cleanup: stop whatever server runs on the data folder (a start or stop that
+        was cancelled half-way included); never leaves a postmaster behind."""
+        pid_file = self.data_dir / "postmaster.pid"
+        if not (self.running or pid_file.exists()):
+            return
+        try:
+            await self._run("pg_ctl", "-D", str(self.data_dir), "-m", "fast", "-w", "stop")
+        except RuntimeError:
+            if not pid_file.exists():  # nothing was running (a start that failed early)
+                self.running = False
+                return
+            await self._run("pg_ctl", "-D", str(self.data_dir), "-m", "immediate", "-w", "stop")
+        self.running = False
 
     async def restart(self) -> None:
         await self.stop()
@@ -135,6 +152,6 @@ async def open_private_postgres() -> AsyncIterator[PrivatePostgres]:
     finally:
         with trio.CancelScope(shield=True):
             try:
-                await pg.stop()
+                await pg._shutdown()
             finally:
                 await trio.to_thread.run_sync(shutil.rmtree, root, True)
