@@ -32,6 +32,7 @@ from ..errors import (
     DeadlineExceeded,
     InvalidOperation,
     NotFound,
+    ProtocolError,
     ShuttingDown,
     StaleRoute,
     StoreOutcomeUnknown,
@@ -187,11 +188,21 @@ class CreateTarget:
         ) -> TerminalReply:
             if state is CreateState.REJECTED:
                 terminal = ok(_create_tail(state, row, reply))
-                self.rejected += 1
             else:
                 terminal = failure(error, _create_tail(CreateState.FAILED, row, None))
+            try:
+                encoded = encode_terminal(terminal)
+            except ProtocolError as exc:
+                # The application's reply cannot be encoded: the attempt FAILED with that
+                # error, and the reservation is given back all the same.
+                state = CreateState.FAILED
+                terminal = failure(exc, _create_tail(CreateState.FAILED, row, None))
+                encoded = encode_terminal(terminal)
+            if state is CreateState.REJECTED:
+                self.rejected += 1
+            else:
                 self.failed += 1
-            record_ = TerminalRecord(key, encode_terminal(terminal))
+            record_ = TerminalRecord(key, encoded)
             settled = await give_back(
                 store,
                 object_key,
@@ -274,9 +285,11 @@ class CreateTarget:
             if not isinstance(decision, Approve):
                 return await abort(Unavailable("rejected"), CreateState.REJECTED, decision.reply)
             created = ok(_create_tail(CreateState.CREATED, row, decision.reply))
-            committed = await self._commit(
-                object_key, row, TerminalRecord(key, encode_terminal(created)), retain_for
-            )
+            try:
+                created_record = TerminalRecord(key, encode_terminal(created))
+            except ProtocolError as exc:  # the application's reply cannot be encoded
+                return await abort(exc, CreateState.FAILED)
+            committed = await self._commit(object_key, row, created_record, retain_for)
             if committed is None:
                 # Lease lost or the row moved on: nothing was published; give the
                 # reservation back if it is still ours (a conflict here is harmless).

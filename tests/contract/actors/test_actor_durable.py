@@ -8,9 +8,10 @@ import trio
 import trio.testing
 from actor_kit import Recorder, blackout, client_app, make_app
 
-from zlink_trio import ApplicationError, DeadlineExceeded, Unavailable
-from zlink_trio.actors.approval import ActorCreateEvent, CreateDecision
+from zlink_trio import ApplicationError, DeadlineExceeded, ProtocolError, Unavailable
+from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.actors.results import Created
+from zlink_trio.config import MIB
 from zlink_trio.testing import CountingStore, FaultKind, FaultPlan, WireTap, open_cluster
 from zlink_trio.testing.cluster import Cluster
 from zlink_trio.wire.commands import Command
@@ -80,6 +81,26 @@ async def test_a04_22_durable_create_replays_under_one_operation_id(
             pass
         assert tap.count(node=me, command=Command.ACTOR_SEND) == 1
         assert [h[3] for h in rec.handled] == [b"x"]  # it ran exactly once
+        # 4. an application request that finds no route at first: sent once, when admitted
+        plan.clear()
+        await cluster.wait_all_admitted()
+        await blackout(cluster, plan, 0, 1)
+        tap.clear()
+        answers: list[bytes | None] = []
+        async with trio.open_nursery() as nursery:
+
+            async def ask() -> None:
+                answers.append(
+                    await cluster.servers[0].actors.request("durable", "echo", b"y").timeout(60)
+                )
+
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            assert tap.count(node=me, command=Command.ACTOR_SEND) == 0
+            plan.clear()
+        assert answers == [b"y"]
+        assert tap.count(node=me, command=Command.ACTOR_SEND) == 1
+        assert [h[3] for h in rec.handled] == [b"x", b"y"]
 
 
 @pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
@@ -222,3 +243,101 @@ async def test_a04_25_wrappers_end_with_the_wrapped_operation(
             raise AssertionError("must fail")
         except DeadlineExceeded:
             assert trio.current_time() - start == 3.25
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_a04_23_an_encode_failure_ends_at_once_after_one_attempt(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-23: an encode failure (the application approves or rejects with a reply that
+    cannot be encoded: over the 1 MiB payload limit) ends the create at once with the
+    typed ProtocolError, after exactly one attempt on the wire, never replayed; like any
+    Failed create (A04-21) it leaves nothing behind: Find is None, the reserved capacity
+    is given back, and the ActorId can be created right after."""
+    rec = Recorder()
+    tap = WireTap()
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        if event.request == b"approve-too-big":
+            return Approve(b"x" * (MIB + 1))
+        if event.request == b"reject-too-big":
+            return Reject(b"x" * (MIB + 1))
+        return Approve(b"fine")
+
+    async with open_cluster(
+        2, store=store, app=_caller_and_host(rec, on_create=on_create), tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0].actors
+        me = cluster.servers[0].identity.node_rid
+        before = [(n.active, n.pending) for n in await store.list_nodes()]
+        for attempt, request in enumerate((b"approve-too-big", b"reject-too-big"), 1):
+            tap.clear()
+            start = trio.current_time()
+            with pytest.raises(ProtocolError):
+                await caller.create("unencodable", "player").request(request).timeout(60)
+            assert trio.current_time() - start == 0.0
+            assert tap.count(node=me, command=Command.ACTOR_CREATE) == 1
+            assert rec.runs("unencodable") == attempt
+            assert await caller.find("unencodable") is None
+            assert [(n.active, n.pending) for n in await store.list_nodes()] == before
+        start = trio.current_time()
+        created = await caller.create("unencodable", "player").timeout(60)
+        assert trio.current_time() - start < 1.0
+        assert isinstance(created, Created) and created.reply == b"fine"
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_a04_24_transport_outage_alone_waits_for_the_reconnect(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-24: the transport between caller and target is lost after the create was
+    admitted (the connection intent stays): for 120 s of mock time, half the deadline, no
+    terminal arrives and the operation does not end; once the transport is restored the
+    replay goes on under the same OperationId and the caller gets the ORIGINAL terminal
+    (the reply chosen by the one OnCreateActor run)."""
+    rec = Recorder()
+    plan = FaultPlan(seed=241)
+    tap = WireTap()
+    entered = trio.Event()
+    release = trio.Event()
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        entered.set()
+        await release.wait()
+        return Approve(b"original")
+
+    async with open_cluster(
+        2,
+        store=store,
+        app=_caller_and_host(rec, on_create=on_create),
+        fault_plan=plan,
+        tap=tap,
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        outcome: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def create() -> None:
+                try:
+                    outcome.append(
+                        await cluster.servers[0].actors.create("patient", "player").timeout(240)
+                    )
+                except Exception as exc:  # recorded, so the assertions below name it
+                    outcome.append(exc)
+
+            nursery.start_soon(create)
+            await entered.wait()  # admitted: the target runs OnCreateActor
+            await blackout(cluster, plan, 0, 1)  # transport only: the intent stays
+            release.set()
+            start = trio.current_time()
+            await trio.sleep(120)  # mock clock: an observation window, not a wait
+            assert outcome == []  # no terminal and no end while the transport is down
+            assert trio.current_time() - start == 120
+            plan.clear()
+        (created,) = outcome
+        assert isinstance(created, Created) and created.reply == b"original"
+        ops = _ops(tap, cluster)
+        assert len(ops) >= 2 and len(set(ops)) == 1
+        assert rec.runs("patient") == 1 and rec.on_create_calls == 1
+        assert await cluster.servers[0].actors.find("patient") == created.actor

@@ -11,6 +11,7 @@ from actor_kit import Recorder, client_app, make_app
 from zlink_trio import (
     ActorRef,
     AlreadyExists,
+    InvalidId,
     InvalidOperation,
     MeshConfig,
     OperationId,
@@ -22,7 +23,12 @@ from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.results import Created, Existing, Rejected
 from zlink_trio.ids import ObjectGeneration
 from zlink_trio.store.api import Applied, ObjectKey, RelocationMark
-from zlink_trio.testing import CountingStore, advance_store_clock, open_cluster
+from zlink_trio.testing import (
+    CountingStore,
+    advance_store_clock,
+    entry_spot_statistics,
+    open_cluster,
+)
 
 
 async def _capacity(store: CountingStore) -> list[tuple[int, int]]:
@@ -61,6 +67,40 @@ async def test_a04_16_one_actor_id_across_meshes(clock: object, store: CountingS
         assert rec.runs("hero") == 1 and rec.runs("Hero") == 1
         assert await actors.request("hero", "echo", b"1") == b"1"
         assert await actors.request("Hero", "echo", b"2") == b"2"
+
+
+async def test_a04_16_actor_id_is_utf8_bytes_compared_as_is(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-16 (spec detail §2.1): an ActorId is 1..255 UTF-8 bytes (a 255-byte id of
+    multi-byte characters is fine, 256 bytes or an empty id is refused with InvalidId
+    before any Store access) and is compared as-is: NFC and NFD spellings of one word are
+    two different Actors, each with its own factory run, reachable from another node."""
+    rec = Recorder()
+    apps = [client_app(), make_app(rec)]
+    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0].actors
+        longest = "\u00e9" * 127 + "a"  # 2 * 127 + 1 = 255 UTF-8 bytes
+        assert len(longest.encode()) == 255
+        assert isinstance(await caller.create(longest, "player").timeout(10), Created)
+        assert await caller.request(longest, "echo", b"ok") == b"ok"
+        store.reset()
+        for bad in ("\u00e9" * 128, "", "a" * 256):
+            try:
+                await caller.create(bad, "player").timeout(10)
+                raise AssertionError(f"ActorId of {len(bad.encode())} bytes must be refused")
+            except InvalidId:
+                pass
+        assert store.calls == {}
+        nfc, nfd = "caf\u00e9", "cafe\u0301"
+        for actor_id in (nfc, nfd):
+            assert isinstance(await caller.create(actor_id, "player").timeout(10), Created)
+        assert rec.runs(nfc) == 1 and rec.runs(nfd) == 1
+        assert await caller.request(nfc, "echo", b"c") == b"c"
+        assert await caller.request(nfd, "echo", b"d") == b"d"
+        assert [h[0] for h in rec.handled[-2:]] == [nfc, nfd]
+        assert (await caller.find(nfc)) != (await caller.find(nfd))
 
 
 async def test_a04_18_concurrent_creates_run_one_factory(
@@ -135,6 +175,8 @@ async def test_a04_19_creating_observers_get_existing_or_compete(
 
             nursery.start_soon(op_b)
             await trio.testing.wait_all_tasks_blocked()
+            assert b_result == []  # B saw Creating: it waits for A's attempt to end
+            assert rec.on_create_calls == 1
             release.set()
         assert a_result == [Rejected(b"A-no")]
         (b,) = b_result
@@ -213,6 +255,59 @@ async def test_a04_20_replayed_create_gets_the_retained_terminal(
         assert await actors.find("replayed") == late.actor
 
 
+async def test_a04_20_replay_key_is_source_node_lifecycle_and_operation(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-20: across nodes (the callers are not the host): a create re-sent by the same
+    source node with the same OperationId gets the identical terminal (state and reply
+    bytes) at original deadline + 4 min 59 s with no factory run; the same OperationId
+    from ANOTHER node, or a new OperationId from the same node, is not a replay (a new
+    reservation: the factory and OnCreateActor run again) and does not overwrite the
+    retained terminal; after deadline + 5 min the replay is a new reservation that
+    creates a new incarnation."""
+    rec = Recorder()
+    verdicts: list[CreateDecision] = [
+        Reject(b"first"),
+        Reject(b"other node"),
+        Reject(b"new operation"),
+        Approve(b"welcome"),
+    ]
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        return verdicts.pop(0)
+
+    long_lease = ServerConfig(owner_lease_ttl=3600.0, owner_lease_renew_interval=60.0)
+    apps = [client_app(), client_app(), make_app(rec, on_create=on_create)]
+    async with open_cluster(3, store=store, app=lambda i: apps[i], config=long_lease) as cluster:
+        await cluster.wait_all_admitted()
+        source, other = cluster.servers[0].actors, cluster.servers[1].actors
+        op = OperationId.new()
+        first = await source.create("replayed", "player").operation_id(op).timeout(10)
+        assert first == Rejected(b"first")
+        assert rec.runs("replayed") == 1 and rec.on_create_calls == 1
+        await advance_store_clock(store, 10 + 299)  # original deadline + 4 min 59 s
+        assert await source.create("replayed", "player").operation_id(op).timeout(10) == first
+        assert rec.runs("replayed") == 1 and rec.on_create_calls == 1
+        # another source node, same OperationId: not a replay
+        by_other = await other.create("replayed", "player").operation_id(op).timeout(10)
+        assert by_other == Rejected(b"other node")
+        assert rec.runs("replayed") == 2 and rec.on_create_calls == 2
+        # the same source node, another OperationId: not a replay
+        fresh = await source.create("replayed", "player").operation_id(OperationId.new())
+        assert fresh == Rejected(b"new operation")
+        assert rec.runs("replayed") == 3 and rec.on_create_calls == 3
+        # the original terminal is still the one the original key gets
+        assert await source.create("replayed", "player").operation_id(op).timeout(10) == first
+        assert rec.runs("replayed") == 3 and rec.on_create_calls == 3
+        await advance_store_clock(store, 2)  # original deadline + 5 min 1 s
+        late = await source.create("replayed", "player").operation_id(op).timeout(10)
+        assert isinstance(late, Created) and late.reply == b"welcome"
+        assert rec.runs("replayed") == 4 and rec.on_create_calls == 4
+        assert late.actor.node_rid == cluster.servers[2].identity.node_rid
+        assert await other.find("replayed") == late.actor
+        assert await other.request("replayed", "echo", b"hi") == b"hi"
+
+
 async def test_a04_21_rejected_or_failed_leaves_nothing(
     clock: object, store: CountingStore
 ) -> None:
@@ -257,6 +352,10 @@ async def test_a04_21_rejected_or_failed_leaves_nothing(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(create, request, done)
                 await entered[request].wait()
+                # while Creating the unit is reserved (pending): the counter is live
+                during = await _capacity(store)
+                assert sum(p for _, p in during) == sum(p for _, p in before) + 1
+                assert sum(a for a, _ in during) == sum(a for a, _ in before)
                 nursery.start_soon(watch, done)
                 gates[request].set()
         assert results[0] == Rejected(b"no")
@@ -278,11 +377,22 @@ async def test_a04_26_destroy_names_one_incarnation(clock: object, store: Counti
         assert isinstance(first, Created)
         old = first.actor
         calls_before = rec.on_create_calls
+        turns_before = [
+            (s.lifecycle_turns, s.application_turns)
+            for srv in cluster.servers
+            for s in entry_spot_statistics(srv)
+        ]
         assert await actors.destroy(old) is True
         assert await actors.destroy(old) is False
         assert await cluster.servers[1].actors.destroy(old) is False
         assert await actors.find("mortal") is None
         assert rec.on_create_calls == calls_before  # no lifecycle callback for destroy
+        # ... and no Spot turn at all (no OnLeaveActor-like callback on success)
+        assert [
+            (s.lifecycle_turns, s.application_turns)
+            for srv in cluster.servers
+            for s in entry_spot_statistics(srv)
+        ] == turns_before
         second = await cluster.servers[1].actors.create("mortal", "player").timeout(10)
         assert isinstance(second, Created)
         assert second.actor.object_generation > old.object_generation

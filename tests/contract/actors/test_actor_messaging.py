@@ -30,6 +30,14 @@ async def test_a04_01_entry_spot_actor_payloads_go_to_the_actor_queue(
     node and from a remote one, and no Spot callback or Spot queue is involved."""
     rec = Recorder()
     apps = [make_app(rec), client_app()]
+    packet_handler_calls: list[str] = []
+    for app in apps:  # packet handlers under the Actor's own packet names, counted
+        for key in ("echo", "note", "whoami"):
+
+            async def counted(*args: object, key: str = key) -> None:
+                packet_handler_calls.append(key)
+
+            app.on_packet(key)(counted)
     async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
         await cluster.wait_all_admitted()
         created = await cluster.servers[0].actors.create("entry-actor", "player").timeout(10)
@@ -53,6 +61,7 @@ async def test_a04_01_entry_spot_actor_payloads_go_to_the_actor_queue(
             (s.lifecycle_turns, s.application_turns, s.on_create_actor_calls) for s in spot_before
         ]
         assert all(s.application_turns == 0 for s in spots)
+        assert packet_handler_calls == []
 
 
 async def test_a04_02_blocked_entry_spot_does_not_block_actor_payloads(
@@ -71,8 +80,10 @@ async def test_a04_02_blocked_entry_spot_does_not_block_actor_payloads(
             await release.wait()
         return Approve()
 
-    async with open_cluster(1, store=store, app=make_app(rec, on_create=on_create)) as cluster:
-        actors = cluster.servers[0].actors
+    apps = [make_app(rec, on_create=on_create), client_app()]
+    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
+        await cluster.wait_all_admitted()
+        actors, remote = cluster.servers[0].actors, cluster.servers[1].actors
         assert isinstance(await actors.create("first", "player").timeout(30), Created)
         async with trio.open_nursery() as nursery:
             nursery.start_soon(lambda: actors.create("second", "player").timeout(30).submit())
@@ -81,9 +92,17 @@ async def test_a04_02_blocked_entry_spot_does_not_block_actor_payloads(
             (spot,) = entry_spot_statistics(cluster.servers[0])
             assert spot.on_create_actor_calls == 2
             assert await actors.request("first", "echo", b"runs") == b"runs"
+            assert await remote.request("first", "echo", b"remote") == b"remote"
+            await remote.send("first", "note", b"one-way")
+            await rec.wait_handled(3)
+            assert await remote.find("second") is None  # still held in OnCreateActor
+            (spot,) = entry_spot_statistics(cluster.servers[0])
+            assert spot.application_turns == 0 and spot.on_create_actor_calls == 2
             release.set()
+        assert [h[3] for h in rec.handled] == [b"runs", b"remote", b"one-way"]
         (spot,) = entry_spot_statistics(cluster.servers[0])
         assert spot.application_turns == 0 and spot.lifecycle_turns == 2
+        assert rec.on_create_calls == 2
 
 
 async def test_a04_03_entry_spot_lifecycle_queue_gets_lifecycle_control_only(
@@ -100,13 +119,14 @@ async def test_a04_03_entry_spot_lifecycle_queue_gets_lifecycle_control_only(
         turns = sum(
             s.lifecycle_turns for srv in cluster.servers for s in entry_spot_statistics(srv)
         )
-        assert turns == 3
+        assert turns == 3 == rec.on_create_calls
         for i in range(3):
             for j in range(5):
                 await cluster.servers[j % 2].actors.request(f"a{i}", "echo", b"p")
         after = [s for srv in cluster.servers for s in entry_spot_statistics(srv)]
         assert sum(s.lifecycle_turns for s in after) == 3
         assert all(s.application_turns == 0 and s.queued_lifecycle == 0 for s in after)
+        assert rec.on_create_calls == 3 and len(rec.handled) == 15
         ref = await cluster.servers[1].actors.find("a0")
         assert ref is not None
         assert await cluster.servers[1].actors.destroy(ref) is True
@@ -206,3 +226,39 @@ async def test_a04_17_messaging_by_actor_id_only(clock: object, store: CountingS
         assert await caller.request("later", "echo", b"fresh") == b"fresh"
         last = [h for h in rec.handled if h[3] == b"fresh"]
         assert last and last[0][1] == created_again.actor.object_generation.value
+
+
+async def test_a04_17_generation_seen_at_resolve_is_not_a_target_match(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-17: the ObjectGeneration seen at resolve is not a target-match condition: after
+    the Actor is destroyed and re-created on the SAME owner, a caller still holding the
+    route it resolved for the old incarnation sends without any Store read (the cached
+    route is used), and the current Ready incarnation handles the payload, once."""
+    rec = Recorder()
+    tap = WireTap()
+    apps = [client_app(), make_app(rec)]
+    async with open_cluster(2, store=store, app=lambda i: apps[i], tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        caller, host = cluster.servers[0].actors, cluster.servers[1].actors
+        first = await host.create("phoenix", "player")
+        assert isinstance(first, Created)
+        assert await caller.request("phoenix", "echo", b"old") == b"old"  # route cached
+        assert await host.destroy(first.actor) is True
+        second = await host.create("phoenix", "player")
+        assert isinstance(second, Created)
+        assert second.actor.node_rid == first.actor.node_rid
+        assert second.actor.object_generation > first.actor.object_generation
+        store.reset()
+        tap.clear()
+        me = cluster.servers[0].identity.node_rid
+        assert await caller.request("phoenix", "echo", b"new") == b"new"
+        await caller.send("phoenix", "note", b"newer")
+        await rec.wait_handled(3)
+        assert store.count("read") == 0  # resolved at the old generation, not re-read
+        assert tap.count(node=me, command=Command.ACTOR_SEND) == 2  # no re-send
+        assert [(h[1], h[3]) for h in rec.handled] == [
+            (first.actor.object_generation.value, b"old"),
+            (second.actor.object_generation.value, b"new"),
+            (second.actor.object_generation.value, b"newer"),
+        ]
