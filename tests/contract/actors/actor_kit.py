@@ -17,6 +17,21 @@ from zlink_trio import App
 from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import RecreateOnRelocation
+from zlink_trio.store.api import LocationStore
+
+
+class Wrapped:
+    """A LocationStore delegating to ``inner``; tests replace single methods on it."""
+
+    def __init__(self, inner: LocationStore) -> None:
+        self._inner = inner
+
+    @property
+    def recovery_epoch(self) -> int:
+        return self._inner.recovery_epoch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
 
 
 @attrs.define

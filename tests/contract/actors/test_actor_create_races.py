@@ -8,26 +8,12 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from actor_kit import Recorder, client_app, make_app
+from actor_kit import Recorder, Wrapped, client_app, make_app
 
 from zlink_trio import Created, DeadlineExceeded
 from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
-from zlink_trio.store.api import LocationStore, ObjectKey
+from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, open_cluster
-
-
-class Wrapped:
-    """A LocationStore delegating to ``inner``; tests replace single methods on it."""
-
-    def __init__(self, inner: LocationStore) -> None:
-        self._inner = inner
-
-    @property
-    def recovery_epoch(self) -> int:
-        return self._inner.recovery_epoch
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 async def test_an_ended_attempt_leaves_a_later_attempts_parked_frames_alone(

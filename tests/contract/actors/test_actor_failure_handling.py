@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from actor_kit import Recorder, blackout, client_app, make_app
+from actor_kit import Recorder, Wrapped, blackout, client_app, make_app
 
 from zlink_trio import (
     App,
@@ -47,20 +47,6 @@ from zlink_trio.testing import (
     open_cluster,
 )
 from zlink_trio.wire.commands import Command
-
-
-class Wrapped:
-    """A LocationStore delegating to ``inner``; tests replace single methods on it."""
-
-    def __init__(self, inner: LocationStore) -> None:
-        self._inner = inner
-
-    @property
-    def recovery_epoch(self) -> int:
-        return self._inner.recovery_epoch
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._inner, name)
 
 
 async def _capacity(store: LocationStore) -> tuple[int, int]:
