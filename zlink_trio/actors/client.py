@@ -6,7 +6,7 @@ Used by ``server.actors`` and by Actor handlers through ``context.actors``.
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, final
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
@@ -17,15 +17,15 @@ if TYPE_CHECKING:
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
 
+R = TypeVar("R")
+
 _PARSED_MAX: Final = 4096
 """Validated ActorIds and packet names remembered per client (cleared when full): a
 hot loop of calls to the same Actor validates its id once, not per message."""
 
 
-@final
-class SendCall(FluentCall[None]):
-    """A one-way send: completes once the payload was admitted (locally, or queued to the
-    owner's connection)."""
+class _MessageCall(FluentCall[R]):
+    """A message to one Actor: the target, packet and payload it carries."""
 
     __slots__ = ("_messenger", "_packet", "_payload", "_target")
 
@@ -42,30 +42,24 @@ class SendCall(FluentCall[None]):
         self._target = target
         self._packet = packet
         self._payload = payload
+
+
+@final
+class SendCall(_MessageCall[None]):
+    """A one-way send: completes once the payload was admitted (locally, or queued to the
+    owner's connection)."""
+
+    __slots__ = ()
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, None]:
         return self._messenger.send(self._target, self._packet, self._payload, deadline)
 
 
 @final
-class RequestCall(FluentCall[bytes | None]):
+class RequestCall(_MessageCall[bytes | None]):
     """A request: completes once with the handler's reply or a typed error."""
 
-    __slots__ = ("_messenger", "_packet", "_payload", "_target")
-
-    def __init__(
-        self,
-        messenger: Messenger,
-        target: ActorId,
-        packet: str,
-        payload: bytes,
-        default_timeout: float,
-    ) -> None:
-        super().__init__(default_timeout)
-        self._messenger = messenger
-        self._target = target
-        self._packet = packet
-        self._payload = payload
+    __slots__ = ()
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, bytes | None]:
         return self._messenger.request(self._target, self._packet, self._payload, deadline)
