@@ -1,1 +1,5 @@
-"""Implementation package; the public surface is re-exported from zlink_trio."""
+"""Observability: the closed vocabulary of flow-trace events and the one place that counts
+and logs them (DESIGN.md §3 ``observe/``)."""
+
+from .events import FlowEvent as FlowEvent
+from .trace import FLOW_LOGGER as FLOW_LOGGER, FlowTrace as FlowTrace

@@ -1,0 +1,82 @@
+"""The closed vocabulary of flow-trace events.
+
+Every outcome that the spec (or our design) says is "logged and counted" instead of being
+answered to a caller has exactly one :class:`FlowEvent`. A new outcome gets a new member
+here, never a free-form log line: tests, metrics and operators read the same names.
+
+Each member's value is its stable name (used in logs, metrics labels and statistics); its
+:attr:`FlowEvent.level` is the logging level of its one log line.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from typing import Final
+
+__all__ = ["FlowEvent"]
+
+_DEBUG: Final = logging.DEBUG
+_INFO: Final = logging.INFO
+_WARNING: Final = logging.WARNING
+
+
+class FlowEvent(enum.Enum):
+    """A logged-and-counted runtime outcome (see the module docstring)."""
+
+    level: int
+
+    def __new__(cls, name: str, level: int) -> FlowEvent:
+        member = object.__new__(cls)
+        member._value_ = name
+        member.level = level
+        return member
+
+    # --- message delivery (spec 04 §5, §8.1) ------------------------------------------------
+    STALE_ROUTE_INGRESS = ("stale_route_ingress", _INFO)
+    """An inbound command names another node lifecycle than this one: answered StaleRoute
+    (a request) or dropped (a send)."""
+    STALE_ROUTE_RESULT = ("stale_route_result", _INFO)
+    """A call of this node learned that its cached or read route was stale (the owner
+    answered StaleRoute, or the Store showed another owner): the call ends Unavailable and is
+    never re-sent."""
+    REPEATED_FRAME_DROPPED = ("repeated_ingress", _INFO)
+    """A repeated application frame (same message id on the same id space) was dropped at
+    the owner: an application message never runs twice."""
+    DISPATCH_REFUSED = ("dispatch_refused", _INFO)
+    """A one-way send from another node found the Actor's queue full and was refused (a
+    send has no terminal to carry the refusal)."""
+    SEND_NOT_ADMITTED = ("send_not_admitted", _INFO)
+    """A one-way send from another node was not admitted (unknown Actor, not admitting):
+    a send has no terminal, so the outcome is only logged and counted."""
+    REQUEST_EXPIRED = ("request_expired", _DEBUG)
+    """A request's deadline passed before its turn: its handler never ran."""
+    NO_HANDLER = ("no_handler", _INFO)
+    """No handler is registered for the message's (kind, packet)."""
+    PAYLOAD_UNDECODABLE = ("payload_undecodable", _INFO)
+    """A payload did not decode as the handler's declared type: it never reached the
+    handler (a request ends InvalidOperation)."""
+    HANDLER_ERROR = ("handler_error", _INFO)
+    """A handler raised an expected application error (a ZLinkError): one line, no
+    traceback."""
+    HANDLER_CRASHED = ("handler_crashed", _WARNING)
+    """A handler raised an unexpected exception: it is answered ApplicationError."""
+    DROPPED_BY_DESTROY = ("dropped_by_destroy", _INFO)
+    """Queued messages of an Actor that was destroyed before their turn."""
+    REPLY_UNDELIVERABLE = ("reply_undeliverable", _INFO)
+    """A terminal could not be delivered to its caller (the connection broke, the caller
+    went away): the caller's outcome is unknown to it."""
+    # --- durable creation / reservations (spec 04 §6) ---------------------------------------
+    CREATE_REPLAYED = ("create_replayed", _DEBUG)
+    """A create was answered from the retained terminal of its OperationId."""
+    RESERVATION_GIVEN_BACK = ("reservation_given_back", _DEBUG)
+    """A Creating reservation whose attempt ended without a terminal was aborted."""
+    RESERVATION_SETTLED = ("reservation_settled", _INFO)
+    """A reservation left by a gone source or owner lifecycle was aborted by another node."""
+    # --- sessions and relocation (spec 02 §8) -----------------------------------------------
+    LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING)
+    """A command 44 (or another relocation's update) arrived after its seal was resolved:
+    ignored (spec 02 §8)."""
+    CUTOVER_TIMEOUT = ("cutover_timeout", _WARNING)
+    """The relocation cutover did not confirm within the fallback: the fallback runs
+    (spec 02 §8.1)."""
