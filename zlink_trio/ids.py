@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import secrets
 import uuid
-from typing import Any, Final, Self, TypeVar
+from typing import ClassVar, Final, Self, TypeVar
 
 import attrs
 
@@ -81,13 +81,6 @@ def check_text_id(value: object, what: str) -> str:
     return value
 
 
-def _text_validator(what: str) -> Any:
-    def validate(_inst: object, _attr: object, value: object) -> None:
-        check_text_id(value, what)
-
-    return validate
-
-
 _T = TypeVar("_T")
 _OBJECT_NEW: Final = object.__new__
 _OBJECT_SETATTR: Final = object.__setattr__
@@ -107,11 +100,21 @@ def _trusted_value(cls: type[_T], value: object, *, cached_hash: bool) -> _T:
     return self
 
 
-@attrs.frozen(slots=True, cache_hash=True, order=True)
-class ActorId:
-    """Global logical Actor identity (the only Actor message target)."""
+def _check_text_field(inst: _TextId, _attr: object, value: str) -> None:
+    check_text_id(value, inst._WHAT)
 
-    value: str = attrs.field(validator=_text_validator("ActorId"))
+
+@attrs.frozen(slots=True, order=True)
+class _TextId:
+    """Base of the text ids: one ``value: str`` validated by :func:`check_text_id`, built
+    from untrusted input with :meth:`parse`, printed as the bare text, ordered and equal
+    only within one concrete class (attrs compares ``__class__`` first, so an ActorId
+    never equals a SpotId of the same text). Each subclass names itself in ``_WHAT``
+    (the prefix of its :class:`InvalidId` messages) and is decorated again with
+    ``cache_hash=True``."""
+
+    _WHAT: ClassVar[str] = "text id"
+    value: str = attrs.field(validator=_check_text_field)
 
     @classmethod
     def _trusted(cls, value: str) -> Self:
@@ -122,78 +125,43 @@ class ActorId:
     def parse(cls, value: object) -> Self:
         if isinstance(value, cls):
             return value
-        return cls(check_text_id(value, "ActorId"))
+        return cls(check_text_id(value, cls._WHAT))
 
     def __str__(self) -> str:
         return self.value
 
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)
-class SpotId:
+class ActorId(_TextId):
+    """Global logical Actor identity (the only Actor message target)."""
+
+    _WHAT: ClassVar[str] = "ActorId"
+
+
+@attrs.frozen(slots=True, cache_hash=True, order=True)
+class SpotId(_TextId):
     """Global Spot identity (Entry, User or Instance Spot)."""
 
-    value: str = attrs.field(validator=_text_validator("SpotId"))
-
-    @classmethod
-    def _trusted(cls, value: str) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=True)
-
-    @classmethod
-    def parse(cls, value: object) -> Self:
-        if isinstance(value, cls):
-            return value
-        return cls(check_text_id(value, "SpotId"))
+    _WHAT: ClassVar[str] = "SpotId"
 
     @property
     def is_reserved_entry_shape(self) -> bool:
         """True when the id has the framework-reserved Entry Spot shape."""
         return is_reserved_entry_spot_id(self.value)
 
-    def __str__(self) -> str:
-        return self.value
-
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)
-class StableType:
+class StableType(_TextId):
     """Stable Actor/Spot type name chosen by the application (never a class name)."""
 
-    value: str = attrs.field(validator=_text_validator("stable type"))
-
-    @classmethod
-    def _trusted(cls, value: str) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=True)
-
-    @classmethod
-    def parse(cls, value: object) -> Self:
-        if isinstance(value, cls):
-            return value
-        return cls(check_text_id(value, "stable type"))
-
-    def __str__(self) -> str:
-        return self.value
+    _WHAT: ClassVar[str] = "stable type"
 
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)
-class MeshName:
+class MeshName(_TextId):
     """Name of one RouteMesh (a physical connection group). Placement only, not identity."""
 
-    value: str = attrs.field(validator=_text_validator("MeshName"))
-
-    @classmethod
-    def _trusted(cls, value: str) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=True)
-
-    @classmethod
-    def parse(cls, value: object) -> Self:
-        if isinstance(value, cls):
-            return value
-        return cls(check_text_id(value, "MeshName"))
-
-    def __str__(self) -> str:
-        return self.value
+    _WHAT: ClassVar[str] = "MeshName"
 
 
 _UUID4 = r"[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}"
@@ -257,25 +225,31 @@ class NodeRid:
         return self.value.hex()
 
 
-def _u63_validator(what: str) -> Any:
-    def validate(_inst: object, _attr: object, value: object) -> None:
-        if type(value) is not int or not 1 <= value <= U63_MAX:
-            raise InvalidId(f"{what} must be an int in 1..2**63-1, got {value!r}")
-
-    return validate
+def _check_u63_field(inst: _U63, _attr: object, value: int) -> None:
+    if type(value) is not int or not 1 <= value <= U63_MAX:
+        raise InvalidId(f"{inst._WHAT} must be an int in 1..2**63-1, got {value!r}")
 
 
 @attrs.frozen(slots=True, order=True)
-class ObjectGeneration:
-    """Logical incarnation of an ActorId/SpotId. Issued by the Store at reservation from
-    one global sequence; unchanged by relocation. JSON renders it as a decimal string."""
+class _U63:
+    """Base of the generations: one ``value: int`` in 1..2**63-1, ordered and equal only
+    within one concrete class. Each subclass names itself in ``_WHAT``."""
 
-    value: int = attrs.field(validator=_u63_validator("ObjectGeneration"))
+    _WHAT: ClassVar[str] = "generation"
+    value: int = attrs.field(validator=_check_u63_field)
 
     @classmethod
     def _trusted(cls, value: int) -> Self:
         """``value`` already validated by the caller (see ``_trusted_value``)."""
         return _trusted_value(cls, value, cached_hash=False)
+
+
+@attrs.frozen(slots=True, order=True)
+class ObjectGeneration(_U63):
+    """Logical incarnation of an ActorId/SpotId. Issued by the Store at reservation from
+    one global sequence; unchanged by relocation. JSON renders it as a decimal string."""
+
+    _WHAT: ClassVar[str] = "ObjectGeneration"
 
     def to_json(self) -> str:
         return str(self.value)
@@ -291,30 +265,20 @@ class ObjectGeneration:
 
 
 @attrs.frozen(slots=True, order=True)
-class AuthorityOwnerGeneration:
+class AuthorityOwnerGeneration(_U63):
     """Counts owner changes of one incarnation; starts at 1, +1 on every owner CAS."""
 
-    value: int = attrs.field(validator=_u63_validator("AuthorityOwnerGeneration"))
-
-    @classmethod
-    def _trusted(cls, value: int) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=False)
+    _WHAT: ClassVar[str] = "AuthorityOwnerGeneration"
 
     def next(self) -> AuthorityOwnerGeneration:
         return AuthorityOwnerGeneration(self.value + 1)
 
 
 @attrs.frozen(slots=True, order=True)
-class NodeGeneration:
+class NodeGeneration(_U63):
     """Identifies one node process lifecycle (fresh per process start)."""
 
-    value: int = attrs.field(validator=_u63_validator("NodeGeneration"))
-
-    @classmethod
-    def _trusted(cls, value: int) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=False)
+    _WHAT: ClassVar[str] = "NodeGeneration"
 
     @classmethod
     def new(cls) -> Self:
@@ -322,15 +286,10 @@ class NodeGeneration:
 
 
 @attrs.frozen(slots=True, order=True)
-class OwnerLeaseGeneration:
+class OwnerLeaseGeneration(_U63):
     """Identifies one owner-lease lifecycle of a host; issued by the Store."""
 
-    value: int = attrs.field(validator=_u63_validator("OwnerLeaseGeneration"))
-
-    @classmethod
-    def _trusted(cls, value: int) -> Self:
-        """``value`` already validated by the caller (see ``_trusted_value``)."""
-        return _trusted_value(cls, value, cached_hash=False)
+    _WHAT: ClassVar[str] = "OwnerLeaseGeneration"
 
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)

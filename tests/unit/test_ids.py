@@ -7,8 +7,12 @@ import pytest
 from zlink_trio import ActorId, ObjectGeneration, OperationId, SpotId, StableType
 from zlink_trio.errors import ConfigurationError
 from zlink_trio.ids import (
+    AuthorityOwnerGeneration,
     InvalidId,
+    MeshName,
+    NodeGeneration,
     NodeRid,
+    OwnerLeaseGeneration,
     is_reserved_entry_spot_id,
     new_entry_spot_id,
     new_user_spot_id,
@@ -70,3 +74,34 @@ def test_operation_id_and_rid() -> None:
     assert NodeRid.from_hex(rid.hex) == rid
     with pytest.raises(InvalidId):
         NodeRid(b"short")
+
+
+TEXT_IDS = [(ActorId, "ActorId"), (SpotId, "SpotId"), (StableType, "stable type")]
+
+
+@pytest.mark.parametrize(("cls", "what"), [*TEXT_IDS, (MeshName, "MeshName")])
+def test_text_ids_share_one_base_but_stay_distinct(cls: type[ActorId], what: str) -> None:
+    """One base gives every text id the same parse/str/order; each stays its own type."""
+    a, b = cls("a"), cls.parse(b"b")
+    assert type(b) is cls and cls.parse(a) is a
+    assert str(a) == "a" and a < b and sorted([b, a]) == [a, b]
+    assert hash(cls("a")) == hash(a) and cls("a") == a
+    with pytest.raises(InvalidId, match=f"^{what}: empty$"):
+        cls("")
+    with pytest.raises(InvalidId, match=f"^{what}: expected str"):
+        cls.parse(3)
+    for other, _ in TEXT_IDS:
+        if other is not cls:
+            assert a != other("a")
+            with pytest.raises(TypeError):
+                _ = a < other("b")  # type: ignore[operator]
+
+
+@pytest.mark.parametrize(
+    "cls", [ObjectGeneration, AuthorityOwnerGeneration, NodeGeneration, OwnerLeaseGeneration]
+)
+def test_generations_share_one_base_but_stay_distinct(cls: type[NodeGeneration]) -> None:
+    assert cls(1) < cls(2) and cls(2) == cls(2)
+    assert cls(1) != (NodeGeneration(1) if cls is not NodeGeneration else ObjectGeneration(1))
+    with pytest.raises(InvalidId, match=f"^{cls.__name__} must be an int in 1..2\\*\\*63-1"):
+        cls(0)
