@@ -59,7 +59,6 @@ import attrs
 
 from ..config import ObjectRole
 from ..ids import (
-    U63_MAX,
     AuthorityOwnerGeneration,
     InvalidId,
     MeshName,
@@ -72,6 +71,7 @@ from ..ids import (
     StableType,
     check_text_id,
 )
+from .validate import check_expected_version, check_replay_cursor
 
 __all__ = [
     "ENTRY_SPOT_TYPE",
@@ -137,21 +137,8 @@ def _check_object_id(_inst: object, _attr: object, value: str) -> None:
     check_text_id(value, "object id")
 
 
-def _is_u63(value: object) -> bool:
-    return type(value) is int and 0 <= value <= U63_MAX
-
-
-def check_expected_version(expected_version: object) -> int:
-    """The ``expected_version`` of a CAS, checked the same way by every store: an int in
-    0..2**63-1 (store versions are positive int8 values), else ``ValueError``."""
-    if not _is_u63(expected_version):
-        raise ValueError(f"expected_version must be an int in 0..2**63-1, got {expected_version!r}")
-    return expected_version  # type: ignore[return-value]
-
-
 def _check_replay_cursor(_inst: object, _attr: object, value: int) -> None:
-    if not _is_u63(value):
-        raise ValueError(f"replay_cursor must be an int in 0..2**63-1, got {value!r}")
+    check_replay_cursor(value)
 
 
 @attrs.frozen(slots=True)

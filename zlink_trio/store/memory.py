@@ -55,7 +55,14 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+)
+from .validate import (
+    check_clock_advance,
     check_expected_version,
+    check_list_limit,
+    check_registration,
+    check_retention,
+    check_ttl,
 )
 
 __all__ = ["MemoryLocationStore"]
@@ -124,19 +131,6 @@ class _Expiring(Generic[K, V]):
                 del self._items[key]
 
 
-def _check_retention(retain_for: float | None) -> float:
-    if retain_for is None:
-        return math.inf
-    if not retain_for >= 0:
-        raise ValueError(f"retain_for must be >= 0, got {retain_for!r}")
-    return float(retain_for)
-
-
-def _check_ttl(lease_ttl: float) -> None:
-    if not (lease_ttl > 0 and math.isfinite(lease_ttl)):
-        raise ValueError(f"lease_ttl must be finite and > 0, got {lease_ttl!r}")
-
-
 def _registered_types(descriptor: NodeDescriptor, kind: ObjectKind) -> frozenset[StableType]:
     if kind is ObjectKind.ACTOR:
         return descriptor.actor_types
@@ -180,10 +174,9 @@ class MemoryLocationStore:
 
     async def _advance_clock_for_tests(self, seconds: float) -> None:
         """Move store time forward by ``seconds`` (test hook)."""
-        if not (seconds >= 0 and math.isfinite(seconds)):
-            raise ValueError(f"store time only moves forward, got {seconds!r}")
+        step = check_clock_advance(seconds)
         await trio.lowlevel.checkpoint()
-        self._clock_offset += seconds
+        self._clock_offset += step
 
     async def _simulate_recovery_for_tests(self) -> None:
         """Pretend the store recovered from an outage: ``recovery_epoch`` + 1 (test hook)."""
@@ -243,8 +236,7 @@ class MemoryLocationStore:
     async def list_rows(
         self, namespace: Namespace, *, after: str | None, limit: int
     ) -> Sequence[AuthorityRow]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ValueError(f"limit must be in 1..1000, got {limit!r}")
+        check_list_limit(limit)
         await trio.lowlevel.checkpoint()
         rows = [
             row
@@ -307,7 +299,7 @@ class MemoryLocationStore:
         return Applied(row)
 
     def _record_terminal(self, record: TerminalRecord, retain_for: float) -> TerminalRecord:
-        expires_in = _check_retention(retain_for)
+        expires_in = check_retention(retain_for)
         now = self._now()
         existing = self._terminals.get(record.key, now)
         if existing is not None:
@@ -323,7 +315,7 @@ class MemoryLocationStore:
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
-        _check_retention(retain_for)
+        check_retention(retain_for)
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _CREATING)
         if isinstance(row, Conflict):
@@ -344,7 +336,7 @@ class MemoryLocationStore:
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[None]:
-        _check_retention(retain_for)
+        check_retention(retain_for)
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _CREATING)
         if isinstance(row, Conflict):
@@ -432,17 +424,9 @@ class MemoryLocationStore:
         if old is not None and now < old.expires_at:
             mesh = descriptors[0].mesh_name if descriptors else None
             raise DescriptorConflict(f"descriptor ({mesh}, {node_rid}) is held by a live lease")
-        meshes: set[MeshName] = set()
-        claimed: set[ObjectKey] = set()
         replaced: list[ObjectKey] = []
-        for descriptor in descriptors:
-            if descriptor.mesh_name in meshes:
-                raise DescriptorConflict(f"mesh {descriptor.mesh_name} is published twice")
-            meshes.add(descriptor.mesh_name)
+        for descriptor in descriptors:  # distinct meshes and ids: check_registration
             key = ObjectKey.spot(descriptor.entry_spot_id.value)
-            if key in claimed:
-                raise DescriptorConflict(f"Entry Spot id {key.object_id} is claimed twice")
-            claimed.add(key)
             row = self._rows.get(key)
             if row is None:
                 continue
@@ -472,13 +456,9 @@ class MemoryLocationStore:
         capacity: int,
         lease_ttl: float,
     ) -> NodeLease:
-        batch = tuple(descriptors)
-        _check_ttl(lease_ttl)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        for descriptor in batch:
-            if descriptor.node_rid != node_rid or descriptor.node_generation != node_generation:
-                raise ValueError("every descriptor must name the registering node lifecycle")
+        batch = check_registration(
+            node_rid, node_generation, descriptors, capacity=capacity, lease_ttl=lease_ttl
+        )
         await trio.lowlevel.checkpoint()
         now = self._now()
         replaced = self._registration_conflicts(node_rid, batch, now)
@@ -517,7 +497,7 @@ class MemoryLocationStore:
     async def renew_lease(
         self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
     ) -> NodeLease:
-        _check_ttl(lease_ttl)
+        check_ttl(lease_ttl)
         await trio.lowlevel.checkpoint()
         now = self._now()
         node = self._nodes.get(node_rid)
@@ -578,7 +558,7 @@ class MemoryLocationStore:
 
     # ----- durable operation terminals --------------------------------------------------------
     async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
-        _check_retention(retain_for)
+        check_retention(retain_for)
         await trio.lowlevel.checkpoint()
         return self._record_terminal(record, retain_for)
 
@@ -589,7 +569,7 @@ class MemoryLocationStore:
 
     # ----- Relocation Store (immutable roots) ---------------------------------------------------
     async def put_root(self, data: bytes, *, retain_for: float | None = None) -> ContentRef:
-        expires_in = _check_retention(retain_for)
+        expires_in = check_retention(retain_for)
         content = bytes(data)
         ref = ContentRef.of(content)
         await trio.lowlevel.checkpoint()

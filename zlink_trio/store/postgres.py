@@ -75,7 +75,14 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+)
+from .validate import (
+    check_clock_advance,
     check_expected_version,
+    check_list_limit,
+    check_registration,
+    check_retention,
+    check_ttl,
 )
 
 __all__ = [
@@ -96,20 +103,6 @@ _TYPED_ERRORS: Final[dict[str, type[ZLinkError]]] = {
     "ZL005": DescriptorConflict,
 }
 _UNIQUE_VIOLATION: Final = "23505"
-
-
-def _check_retention(retain_for: float | None) -> float:
-    if retain_for is None:
-        return math.inf
-    if not retain_for >= 0:
-        raise ValueError(f"retain_for must be >= 0, got {retain_for!r}")
-    return float(retain_for)
-
-
-def _check_ttl(lease_ttl: float) -> float:
-    if not (lease_ttl > 0 and math.isfinite(lease_ttl)):
-        raise ValueError(f"lease_ttl must be finite and > 0, got {lease_ttl!r}")
-    return float(lease_ttl)
 
 
 def _raise_typed(exc: Exception, *, unique_is_conflict: bool = False) -> NoReturn:
@@ -187,9 +180,8 @@ class PostgresLocationStore:
     async def _advance_clock_for_tests(self, seconds: float) -> None:
         """Move store time forward by ``seconds`` for every client of this schema (the
         offset lives in the database, next to ``now()``). Test hook."""
-        if not (seconds >= 0 and math.isfinite(seconds)):
-            raise ValueError(f"store time only moves forward, got {seconds!r}")
-        await self._write("execute", self._sql.advance_clock, float(seconds))
+        step = check_clock_advance(seconds)
+        await self._write("execute", self._sql.advance_clock, step)
 
     # ----- authority rows ------------------------------------------------------------------
     async def read(self, key: ObjectKey) -> AuthorityRow | None:
@@ -203,8 +195,7 @@ class PostgresLocationStore:
     async def list_rows(
         self, namespace: Namespace, *, after: str | None, limit: int
     ) -> Sequence[AuthorityRow]:
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= 1000:
-            raise ValueError(f"limit must be in 1..1000, got {limit!r}")
+        check_list_limit(limit)
         if after is None:
             records = await self._read("fetch", self._sql.list_first, namespace.value, limit)
         else:
@@ -225,7 +216,7 @@ class PostgresLocationStore:
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
-        retain = _check_retention(retain_for)
+        retain = check_retention(retain_for)
         check_expected_version(expected_version)
         if terminal is not None:
             await self._maybe_sweep()
@@ -247,7 +238,7 @@ class PostgresLocationStore:
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[None]:
-        retain = _check_retention(retain_for)
+        retain = check_retention(retain_for)
         check_expected_version(expected_version)
         if terminal is not None:
             await self._maybe_sweep()
@@ -330,19 +321,10 @@ class PostgresLocationStore:
         capacity: int,
         lease_ttl: float,
     ) -> NodeLease:
-        batch = tuple(descriptors)
-        ttl = _check_ttl(lease_ttl)
-        if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
-            raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
-        for d in batch:
-            if d.node_rid != node_rid or d.node_generation != node_generation:
-                raise ValueError("every descriptor must name the registering node lifecycle")
-        meshes = [d.mesh_name for d in batch]
-        if len(set(meshes)) != len(meshes):
-            raise DescriptorConflict("a mesh is published twice in one registration")
-        entries = [d.entry_spot_id for d in batch]
-        if len(set(entries)) != len(entries):
-            raise DescriptorConflict("an Entry Spot id is claimed twice in one registration")
+        batch = check_registration(
+            node_rid, node_generation, descriptors, capacity=capacity, lease_ttl=lease_ttl
+        )
+        ttl = float(lease_ttl)  # checked by check_registration
         record = await self._write(
             "fetchrow",
             self._sql.register_node,
@@ -359,7 +341,7 @@ class PostgresLocationStore:
     async def renew_lease(
         self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
     ) -> NodeLease:
-        ttl = _check_ttl(lease_ttl)
+        ttl = check_ttl(lease_ttl)
         record = await self._write(
             "fetchrow",
             self._sql.renew_lease,
@@ -398,7 +380,7 @@ class PostgresLocationStore:
 
     # ----- durable operation terminals -------------------------------------------------------
     async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
-        retain = _check_retention(retain_for)
+        retain = check_retention(retain_for)
         await self._maybe_sweep()
         stored = await self._write(
             "fetchval",
@@ -416,7 +398,7 @@ class PostgresLocationStore:
 
     # ----- Relocation Store (immutable roots) --------------------------------------------------
     async def put_root(self, data: bytes, *, retain_for: float | None = None) -> ContentRef:
-        retain = _check_retention(retain_for)
+        retain = check_retention(retain_for)
         content = bytes(data)
         ref = ContentRef.of(content)
         await self._maybe_sweep()

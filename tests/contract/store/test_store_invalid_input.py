@@ -3,20 +3,24 @@ before anything is read or written (api.py validates it for all of them)."""
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Awaitable, Callable
 
 import pytest
-from store_kit import actor, applied, ready, register, snapshot, spot
+from store_kit import TTL, Node, actor, applied, operation_key, ready, register, snapshot, spot
 
-from zlink_trio.ids import U63_MAX, InvalidId, OperationId
+from zlink_trio.ids import U63_MAX, InvalidId, NodeRid, OperationId
 from zlink_trio.store.api import (
     AuthorityRow,
     ContentRef,
     LocationStore,
+    Namespace,
     ObjectKey,
     ObjectKind,
     RecoveryPointer,
     RelocationMark,
+    TerminalRecord,
 )
 
 BAD_VERSIONS = [2**63, 2**64, -1, True, 1.0]
@@ -84,3 +88,57 @@ async def test_the_largest_replay_cursor_round_trips(store: LocationStore) -> No
     assert await store.read(row.key) == row
     mark = RelocationMark(OperationId(1), node.fence(), sealed=False)
     applied(await store.set_relocation(row.key, row.store_version, mark))
+
+
+ArgCall = Callable[[LocationStore, Node], Awaitable[object]]
+
+ARGUMENT_MISUSE: dict[str, tuple[ArgCall, str]] = {
+    "list_rows limit 0": (
+        lambda s, n: s.list_rows(Namespace.ACTOR, after=None, limit=0),
+        "limit must be in 1..1000, got 0",
+    ),
+    "list_rows limit True": (
+        lambda s, n: s.list_rows(Namespace.ACTOR, after=None, limit=True),
+        "limit must be in 1..1000, got True",
+    ),
+    "record_terminal retain -1": (
+        lambda s, n: s.record_terminal(TerminalRecord(operation_key(n), b"t"), retain_for=-1.0),
+        "retain_for must be >= 0, got -1.0",
+    ),
+    "put_root retain nan": (
+        lambda s, n: s.put_root(b"x", retain_for=math.nan),
+        "retain_for must be >= 0, got nan",
+    ),
+    "renew_lease ttl 0": (
+        lambda s, n: s.renew_lease(n.rid, n.lease.lease_generation, 0.0),
+        "lease_ttl must be finite and > 0, got 0.0",
+    ),
+    "register_node ttl inf": (
+        lambda s, n: s.register_node(n.rid, n.generation, (), capacity=1, lease_ttl=math.inf),
+        "lease_ttl must be finite and > 0, got inf",
+    ),
+    "register_node capacity -1": (
+        lambda s, n: s.register_node(n.rid, n.generation, (), capacity=-1, lease_ttl=TTL),
+        "capacity must be an int >= 0, got -1",
+    ),
+    "register_node foreign descriptor": (
+        lambda s, n: s.register_node(
+            NodeRid.new(), n.generation, n.descriptors, capacity=1, lease_ttl=TTL
+        ),
+        "every descriptor must name the registering node lifecycle",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ARGUMENT_MISUSE))
+async def test_argument_misuse_is_the_same_value_error_on_every_store(
+    store: LocationStore, case: str
+) -> None:
+    """Both stores call one validator set (zlink_trio/store/validate.py): the same misuse
+    gets the same ValueError and message, and changes nothing."""
+    node = await register(store)
+    before = await snapshot(store)
+    call, message = ARGUMENT_MISUSE[case]
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
+        await call(store, node)
+    assert await snapshot(store) == before

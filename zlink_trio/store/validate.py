@@ -1,0 +1,120 @@
+"""Argument checks every Location Store makes before it touches its state.
+
+One set, called by :mod:`zlink_trio.store.memory` and :mod:`zlink_trio.store.postgres`
+alike, so both stores refuse the same arguments with the same error and message (the
+Store contract suite runs the same misuse against both). Each check raises before any
+state changes and returns the value normalised for the implementation.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Final
+
+from ..errors import DescriptorConflict
+from ..ids import U63_MAX, NodeGeneration, NodeRid
+
+if TYPE_CHECKING:
+    from .api import NodeDescriptor
+
+__all__ = [
+    "MAX_LIST_LIMIT",
+    "check_capacity",
+    "check_clock_advance",
+    "check_expected_version",
+    "check_list_limit",
+    "check_registration",
+    "check_replay_cursor",
+    "check_retention",
+    "check_ttl",
+]
+
+MAX_LIST_LIMIT: Final = 1000
+"""The largest page ``list_rows`` returns."""
+
+
+def _is_u63(value: object) -> bool:
+    return type(value) is int and 0 <= value <= U63_MAX
+
+
+def check_expected_version(expected_version: object) -> int:
+    """The ``expected_version`` of a CAS: an int in 0..2**63-1 (store versions are
+    positive int8 values), else ``ValueError``."""
+    if not _is_u63(expected_version):
+        raise ValueError(f"expected_version must be an int in 0..2**63-1, got {expected_version!r}")
+    return expected_version  # type: ignore[return-value]
+
+
+def check_replay_cursor(value: object) -> int:
+    """A ``RecoveryPointer.replay_cursor``: an int in 0..2**63-1, else ``ValueError``."""
+    if not _is_u63(value):
+        raise ValueError(f"replay_cursor must be an int in 0..2**63-1, got {value!r}")
+    return value  # type: ignore[return-value]
+
+
+def check_retention(retain_for: float | None) -> float:
+    """A retention in seconds (``None``: forever, returned as ``math.inf``); >= 0."""
+    if retain_for is None:
+        return math.inf
+    if not retain_for >= 0:
+        raise ValueError(f"retain_for must be >= 0, got {retain_for!r}")
+    return float(retain_for)
+
+
+def check_ttl(lease_ttl: float) -> float:
+    """A lease time-to-live in seconds: finite and > 0."""
+    if not (lease_ttl > 0 and math.isfinite(lease_ttl)):
+        raise ValueError(f"lease_ttl must be finite and > 0, got {lease_ttl!r}")
+    return float(lease_ttl)
+
+
+def check_list_limit(limit: object) -> int:
+    """The page size of ``list_rows``: an int in 1..:data:`MAX_LIST_LIMIT`."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIST_LIMIT:
+        raise ValueError(f"limit must be in 1..{MAX_LIST_LIMIT}, got {limit!r}")
+    return limit
+
+
+def check_capacity(capacity: object) -> int:
+    """A node's Actor/Spot capacity: an int >= 0."""
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"capacity must be an int >= 0, got {capacity!r}")
+    return capacity
+
+
+def check_clock_advance(seconds: float) -> float:
+    """A store-clock step of the test hook: finite and >= 0 (store time never goes back)."""
+    if not (seconds >= 0 and math.isfinite(seconds)):
+        raise ValueError(f"store time only moves forward, got {seconds!r}")
+    return float(seconds)
+
+
+def check_registration(
+    node_rid: NodeRid,
+    node_generation: NodeGeneration,
+    descriptors: Sequence[NodeDescriptor],
+    *,
+    capacity: object,
+    lease_ttl: float,
+) -> tuple[NodeDescriptor, ...]:
+    """The arguments of ``register_node``; returns the descriptors as a tuple.
+
+    Raises:
+        ValueError: a bad ``lease_ttl`` or ``capacity``, or a descriptor naming another
+            node lifecycle.
+        DescriptorConflict: one mesh published, or one Entry Spot id claimed, twice.
+    """
+    batch = tuple(descriptors)
+    check_ttl(lease_ttl)
+    check_capacity(capacity)
+    for descriptor in batch:
+        if descriptor.node_rid != node_rid or descriptor.node_generation != node_generation:
+            raise ValueError("every descriptor must name the registering node lifecycle")
+    meshes = [d.mesh_name for d in batch]
+    if len(set(meshes)) != len(meshes):
+        raise DescriptorConflict("a mesh is published twice in one registration")
+    entries = [d.entry_spot_id for d in batch]
+    if len(set(entries)) != len(entries):
+        raise DescriptorConflict("an Entry Spot id is claimed twice in one registration")
+    return batch
