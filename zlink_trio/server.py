@@ -35,6 +35,7 @@ from typing import Any, Final, cast, final
 import attrs
 import trio
 
+from ._exceptions import raise_single_error
 from .actors.manager import ActorManager
 from .actors.runtime import ActorRuntime, serve_actors
 from .actors.stats import ActorRuntimeStatistics
@@ -229,15 +230,7 @@ async def _open_server(
                 await node.aclose()
                 nursery.cancel_scope.cancel(reason="zlink_trio server closed")
     except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        exc = group.exceptions[0]
-        context_exc = exc.__context__
-        try:
-            raise exc  # unwrap the nursery's group of one
-        finally:
-            exc.__context__ = context_exc
-            del exc, context_exc
+        raise_single_error(group)  # one error leaves as itself
 
 
 def _store_for(config: ServerConfig) -> AbstractAsyncContextManager[LocationStore | None]:

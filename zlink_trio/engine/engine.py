@@ -30,6 +30,7 @@ from typing import Any, Final, TypeVar, cast, final
 import attrs
 import trio
 
+from .._exceptions import raise_single_error
 from ..config import ServerConfig
 from ..errors import ConfigurationError, InvalidOperation, ShuttingDown
 from ._construct import NoPublicConstructor
@@ -357,12 +358,4 @@ async def open_engine(
             finally:
                 engine._shut_down()
     except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        exc = group.exceptions[0]
-        context = exc.__context__
-        try:
-            raise exc  # unwrap the nursery's group of one
-        finally:
-            exc.__context__ = context
-            del exc, context
+        raise_single_error(group)  # one error leaves as itself

@@ -26,6 +26,7 @@ from typing import Any, Final, final
 import attrs
 import trio
 
+from .._exceptions import raise_single_error
 from ..app import App
 from ..config import MeshConfig, ServerConfig
 from ..ids import MeshName
@@ -262,12 +263,4 @@ async def open_cluster(
                     for index in reversed(range(n)):
                         await cluster.stop(index)
     except BaseExceptionGroup as group:
-        if len(group.exceptions) != 1:
-            raise
-        exc = group.exceptions[0]
-        context = exc.__context__
-        try:
-            raise exc
-        finally:
-            exc.__context__ = context
-            del exc, context
+        raise_single_error(group)  # one error leaves as itself

@@ -224,3 +224,26 @@ async def test_one_engine_runs_every_lane_kind(recorder: Recorder) -> None:
             lane.submit_nowait(n)
         await engine.wait_idle()
     assert sorted(recorder.seen) == [0, 1, 2]  # type: ignore[type-var]
+
+
+async def test_an_error_during_outer_cancellation_leaves_open_engine_as_itself() -> None:
+    """A running turn is cancelled by the surrounding scope while the body raises: the
+    engine's nursery holds that Cancelled beside the error, and the error still leaves as
+    itself (zlink_trio/_exceptions.py)."""
+
+    class Boom(Exception):
+        pass
+
+    entered = trio.Event()
+
+    async def handler(_: int) -> None:
+        entered.set()
+        await trio.sleep_forever()
+
+    with trio.CancelScope() as outer, pytest.raises(Boom):
+        async with open_engine() as engine:
+            engine.new_lane(SpotLane(), handler).submit_nowait(0)
+            await entered.wait()
+            outer.cancel()
+            raise Boom
+    assert not outer.cancelled_caught
