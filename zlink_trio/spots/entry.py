@@ -4,7 +4,9 @@ An Entry Spot is a Spot lane on the engine. Its lifecycle queue receives only li
 control (Actor creation approval now; join, leave and relocation later) and never an Actor's
 application payload: those go straight to the Actor's own queue (spec 04 §3, §4). Creating an
 Actor runs the factory and the application's ``OnCreateActor`` in one lifecycle turn here, so
-a node's Entry Spot approves one staging Actor at a time.
+a node's Entry Spot approves one staging Actor at a time. Its application queue runs the
+Spot's own application work (:meth:`EntrySpot.run_application_turn`; the STREAM issue
+dispatches Spot packet handlers through it), which the statistics count apart.
 """
 
 from __future__ import annotations
@@ -24,12 +26,15 @@ from ..engine.oneshot import OneShot
 from ..errors import DeadlineExceeded, ShuttingDown
 from ..ids import MeshName, SpotId
 
-__all__ = ["EntrySpot", "EntrySpotStatistics", "StagingStep"]
+__all__ = ["ApplicationWork", "EntrySpot", "EntrySpotStatistics", "StagingStep"]
 
 logger = logging.getLogger("zlink_trio.spots")
 
 StagingStep = Callable[[], Awaitable[ActorCreateEvent]]
 """Builds the staging Actor (runs the factory) and returns the event OnCreateActor sees."""
+
+ApplicationWork = Callable[[], Awaitable[None]]
+"""One application turn's work on the Entry Spot (a Spot packet handler call)."""
 
 
 @attrs.frozen
@@ -37,8 +42,10 @@ class EntrySpotStatistics:
     spot_id: str
     mesh_name: str
     lifecycle_turns: int
+    """Turns of the lifecycle queue that ran an approval (factory + OnCreateActor)."""
     application_turns: int
-    """Always 0: an Entry Spot has no application queue use for Actor payloads."""
+    """Turns of the application queue (:meth:`EntrySpot.run_application_turn`). Actor
+    payloads never count here: they go to the Actor's own queue (spec 04 §3)."""
     on_create_actor_calls: int
     queued_lifecycle: int
 
@@ -54,8 +61,25 @@ class _Approval:
 
 
 @final
+class _Application:
+    __slots__ = ("result", "work")
+
+    def __init__(self, work: ApplicationWork) -> None:
+        self.work = work
+        self.result: OneShot[None] = OneShot()
+
+
+@final
 class EntrySpot:
-    __slots__ = ("_calls", "_lane", "_lifecycle_turns", "_on_create", "mesh_name", "spot_id")
+    __slots__ = (
+        "_application_turns",
+        "_calls",
+        "_lane",
+        "_lifecycle_turns",
+        "_on_create",
+        "mesh_name",
+        "spot_id",
+    )
 
     def __init__(
         self, engine: Engine, spot_id: SpotId, mesh_name: MeshName, on_create: OnCreateActor | None
@@ -65,7 +89,8 @@ class EntrySpot:
         self._on_create = on_create
         self._calls = 0
         self._lifecycle_turns = 0
-        self._lane: Lane[SpotLane, _Approval] = engine.new_lane(
+        self._application_turns = 0
+        self._lane: Lane[SpotLane, _Approval | _Application] = engine.new_lane(
             SpotLane(), self._turn, on_drop=self._dropped
         )
 
@@ -83,7 +108,25 @@ class EntrySpot:
         await self._lane.submit(item, lifecycle=True)
         return await item.result.wait()
 
-    async def _turn(self, item: _Approval) -> None:
+    async def run_application_turn(self, work: ApplicationWork) -> None:
+        """Run ``work`` as one turn of this Spot's application queue: after the lifecycle
+        work the lane policy puts first, never beside another turn of this Spot. Waits
+        for room in the queue (back-pressure); an exception from ``work`` propagates to
+        the caller. Once queued the turn runs even if the caller stops waiting."""
+        item = _Application(work)
+        await self._lane.submit(item)
+        await item.result.wait()
+
+    async def _turn(self, item: _Approval | _Application) -> None:
+        if isinstance(item, _Application):
+            self._application_turns += 1
+            try:
+                await item.work()
+            except Exception as exc:
+                item.result.fail(exc)
+                return
+            item.result.set(None)
+            return
         if item.deadline <= trio.current_time():
             item.result.fail(DeadlineExceeded("the creation deadline passed before approval"))
             return
@@ -106,7 +149,7 @@ class EntrySpot:
             return
         item.result.fail(DeadlineExceeded("the approval did not finish before the deadline"))
 
-    def _dropped(self, item: _Approval) -> None:
+    def _dropped(self, item: _Approval | _Application) -> None:
         item.result.fail(ShuttingDown("the Entry Spot closed"))
 
     def close(self) -> None:
@@ -118,7 +161,7 @@ class EntrySpot:
             spot_id=self.spot_id.value,
             mesh_name=self.mesh_name.value,
             lifecycle_turns=self._lifecycle_turns,
-            application_turns=0,
+            application_turns=self._application_turns,
             on_create_actor_calls=self._calls,
             queued_lifecycle=lane.lifecycle,
         )

@@ -27,17 +27,16 @@ async def test_a04_01_entry_spot_actor_payloads_go_to_the_actor_queue(
     clock: object, store: CountingStore
 ) -> None:
     """A04-01: payloads for an Entry-Spot Actor reach the Actor's handler, from the local
-    node and from a remote one, and no Spot callback or Spot queue is involved."""
+    node and from a remote one, and no Spot callback or Spot queue is involved.
+
+    "No Spot callback" is observed on the one Spot callback this runtime runs
+    (OnCreateActor, counted by ``on_create_actor_calls``) and "no Spot queue" on both
+    queues of the Entry Spot lane (``lifecycle_turns``, ``application_turns``, which
+    tests/unit/spots proves can move). Spot packet handlers (``App.on_packet``) are not
+    dispatched by this runtime at all, so an assertion that none ran could never fail;
+    it was removed (issue 9, item 9) until the STREAM issue dispatches them."""
     rec = Recorder()
     apps = [make_app(rec), client_app()]
-    packet_handler_calls: list[str] = []
-    for app in apps:  # packet handlers under the Actor's own packet names, counted
-        for key in ("echo", "note", "whoami"):
-
-            async def counted(*args: object, key: str = key) -> None:
-                packet_handler_calls.append(key)
-
-            app.on_packet(key)(counted)
     async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
         await cluster.wait_all_admitted()
         created = await cluster.servers[0].actors.create("entry-actor", "player").timeout(10)
@@ -61,7 +60,6 @@ async def test_a04_01_entry_spot_actor_payloads_go_to_the_actor_queue(
             (s.lifecycle_turns, s.application_turns, s.on_create_actor_calls) for s in spot_before
         ]
         assert all(s.application_turns == 0 for s in spots)
-        assert packet_handler_calls == []
 
 
 async def test_a04_02_blocked_entry_spot_does_not_block_actor_payloads(
