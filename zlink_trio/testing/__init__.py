@@ -24,6 +24,7 @@ from .cluster import (
     node_of as node_of,
     open_cluster as open_cluster,
 )
+from .descriptors import published_descriptors as published_descriptors
 from .postgres import open_private_postgres as open_private_postgres
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,

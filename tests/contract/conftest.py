@@ -1,4 +1,5 @@
-"""Fixtures of the Actor contract tests.
+"""Fixtures of the contract tests that run nodes on both stores (actors/, spots/; store/
+has its own ``store`` fixture).
 
 ``backend`` runs each test on the in-memory store and (once it is importable and a server
 answers; under CI=true a missing server fails) on PostgreSQL. ``clock`` is a
