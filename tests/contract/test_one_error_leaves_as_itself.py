@@ -9,8 +9,7 @@ import pytest
 import trio
 from trio.testing import MockClock
 
-from zlink_trio import ServerConfig, open_server
-from zlink_trio.store.memory import MemoryLocationStore
+from zlink_trio import open_server
 from zlink_trio.testing import open_cluster
 
 
@@ -21,21 +20,22 @@ class Boom(Exception):
 async def test_an_error_during_outer_cancellation_leaves_open_server_as_itself(
     autojump_clock: MockClock,
 ) -> None:
-    store = MemoryLocationStore()
-    with trio.CancelScope() as outer, pytest.raises(Boom):
-        async with open_server(ServerConfig(location_store=store)):
-            outer.cancel()
-            raise Boom
-    assert not outer.cancelled_caught  # the error won over the cancellation
-    assert await store.list_nodes() == ()
+    async with open_cluster(1) as cluster:  # its store and config, a peer to talk to
+        config, store = cluster.configs[0], cluster.store
+        with trio.CancelScope() as outer, pytest.raises(Boom):
+            async with open_server(config):
+                outer.cancel()
+                raise Boom
+        assert not outer.cancelled_caught  # the error won over the cancellation
+        assert len(await store.list_nodes()) == 1  # only the cluster's own node
 
 
 async def test_an_error_during_outer_cancellation_leaves_open_cluster_as_itself(
     autojump_clock: MockClock,
 ) -> None:
-    store = MemoryLocationStore()
     with trio.CancelScope() as outer, pytest.raises(Boom):
-        async with open_cluster(2, store=store):
+        async with open_cluster(2) as cluster:
+            store = cluster.store
             outer.cancel()
             raise Boom
     assert not outer.cancelled_caught
@@ -45,15 +45,16 @@ async def test_an_error_during_outer_cancellation_leaves_open_cluster_as_itself(
 async def test_an_outer_cancellation_alone_is_caught_by_its_scope(
     autojump_clock: MockClock,
 ) -> None:
-    store = MemoryLocationStore()
+    async with open_cluster(1) as cluster:
+        with trio.CancelScope() as outer:
+            async with open_server(cluster.configs[0]):
+                outer.cancel()
+                await trio.sleep_forever()
+        assert outer.cancelled_caught
+        assert len(await cluster.store.list_nodes()) == 1
     with trio.CancelScope() as outer:
-        async with open_server(ServerConfig(location_store=store)):
+        async with open_cluster(2) as cluster:
             outer.cancel()
             await trio.sleep_forever()
     assert outer.cancelled_caught
-    with trio.CancelScope() as outer:
-        async with open_cluster(2, store=store):
-            outer.cancel()
-            await trio.sleep_forever()
-    assert outer.cancelled_caught
-    assert await store.list_nodes() == ()
+    assert await cluster.store.list_nodes() == ()
