@@ -1,81 +1,93 @@
-"""Repeated application messages at the Actor owner: dropped, never run twice.
+"""Repeated application messages at the Actor owner: dropped, never run twice, and a
+fresh message is never taken for a repeat.
 
 Application sends and requests are never re-sent by the framework (spec 04 §5.1, §8.1), so
-a second arrival of one command 24 can only be a transport-level repeat (a duplicated or
-re-delivered frame). Every remote 24 carries a message id in ``operation_id``, unique per
-source node lifecycle (a counter stamped by the sender); the owner keeps, per source
-lifecycle, an anti-replay window (the highest id seen and a bitmap of the
-:data:`WINDOW` ids below it) and drops an id it has seen.
+a second arrival of one command 24 can only be a transport-level repeat (a duplicated
+frame). Every remote 24 carries a message id in ``operation_id``, unique per source node
+lifecycle (one counter of the sender, shared by all its meshes and peers).
 
-An id older than the window cannot be told apart from a repeat and is dropped too: for the
-sender that is indistinguishable from a frame lost on the wire (a request ends
-DeadlineExceeded, a send is lost), which faults may do anyway, whereas running a message
-twice is never allowed. Ids are stamped in send order and one connection delivers in
-order, so a fresh id falls behind the window only when more than :data:`WINDOW` later
-messages of the same source overtook it (a frame held back by a fault plan).
+The window is kept **per link**: per (mesh, source NodeRid, NodeGeneration), i.e. per
+:class:`~zlink_trio.mesh.api.PeerIdentity` of the connection the frame came in on. It
+remembers the ids of the last :data:`WINDOW` commands 24 that arrived on that link, in
+arrival order, and drops an id that is among them. It never remembers an id it did not
+see, so it can never discard a frame it has not seen, however far other frames ran ahead.
+
+Why a window by *arrival*, not by id distance (the earlier design kept the highest id per
+source lifecycle and a bitmap of the 4,096 ids below it): the id space is per source
+lifecycle, but a source's ids are split over several connections (two meshes between the
+same nodes, other peers), so on one connection they are sparse, and a frame held back on
+one connection fell "behind the window" when enough ids were spent elsewhere, and was
+dropped as a repeat although it had never arrived (issue 9, item 8). No bounded window
+over a sparse id space can tell an old fresh id from an old repeat; arrival order can,
+because of where repeats come from:
+
+* A repeat of a frame arrives on the connection that carried the original: nothing
+  re-sends on another connection (a send is never retried), and the fault plan's
+  *duplicate* writes the copy right after the original, in the same write.
+* What "per connection" means across a reconnect: successive connections of one link
+  carry disjoint frames (a frame is written on exactly one connection; frames held back on
+  a connection are lost with it), so the link's window may simply carry over: it then holds
+  only ids that really arrived on this link, and a fresh frame on the new connection is
+  never among them. Keying by link (what the inbound handler is given) instead of by
+  connection object costs nothing and needs no connection handle above the mesh.
+* A repeat is therefore caught while fewer than :data:`WINDOW` other 24s of the same link
+  arrived after its original; the transport's repeats arrive right after it.
 """
 
 from __future__ import annotations
 
+from collections import deque
 from typing import Final, final
 
-from ..ids import NodeGeneration, NodeRid
+from ..mesh.api import PeerIdentity
 
-__all__ = ["WINDOW", "IngressDedupe"]
+__all__ = ["MAX_LINKS", "WINDOW", "IngressDedupe"]
 
 WINDOW: Final = 4096
-"""Ids remembered below the highest one, per source lifecycle (a 512-byte bitmap)."""
+"""Message ids remembered per link: those of its last WINDOW arrivals."""
 
-MAX_SOURCES: Final = 4096
-"""Source lifecycles remembered; the oldest is forgotten first (restarted nodes come back
-as new lifecycles, so an old one only ever repeats frames already in flight)."""
-
-_MASK: Final = (1 << WINDOW) - 1
+MAX_LINKS: Final = 1024
+"""Links remembered; the oldest is forgotten first (a restarted peer comes back as a new
+lifecycle, so an old link only ever repeats frames already in flight)."""
 
 
 @final
 class _Window:
-    __slots__ = ("bits", "high")
+    __slots__ = ("order", "seen")
 
     def __init__(self) -> None:
-        self.high = 0
-        self.bits = 0  # bit k set: id (high - k) was seen
+        self.seen: set[int] = set()
+        self.order: deque[int] = deque()
 
     def first(self, message_id: int) -> bool:
-        high = self.high
-        if message_id > high:
-            shift = message_id - high
-            self.bits = ((self.bits << shift) | 1) & _MASK if shift < WINDOW else 1
-            self.high = message_id
-            return True
-        offset = high - message_id
-        if offset >= WINDOW:
+        seen = self.seen
+        if message_id in seen:
             return False
-        bit = 1 << offset
-        if self.bits & bit:
-            return False
-        self.bits |= bit
+        seen.add(message_id)
+        order = self.order
+        order.append(message_id)
+        if len(order) > WINDOW:
+            seen.discard(order.popleft())
         return True
 
 
 @final
 class IngressDedupe:
-    """Per source node lifecycle, which message ids were already accepted."""
+    """Per link, which message ids arrived recently (see the module docstring)."""
 
-    __slots__ = ("_sources", "repeats")
+    __slots__ = ("_links", "repeats")
 
     def __init__(self) -> None:
-        self._sources: dict[tuple[NodeRid, NodeGeneration], _Window] = {}
+        self._links: dict[PeerIdentity, _Window] = {}
         self.repeats = 0
 
-    def first(self, rid: NodeRid, generation: NodeGeneration, message_id: int) -> bool:
-        """True the first time ``message_id`` of that source lifecycle is seen."""
-        key = (rid, generation)
-        window = self._sources.get(key)
+    def first(self, link: PeerIdentity, message_id: int) -> bool:
+        """True unless ``message_id`` is among the last WINDOW ids that arrived on ``link``."""
+        window = self._links.get(link)
         if window is None:
-            if len(self._sources) >= MAX_SOURCES:
-                del self._sources[next(iter(self._sources))]
-            window = self._sources[key] = _Window()
+            if len(self._links) >= MAX_LINKS:
+                del self._links[next(iter(self._links))]
+            window = self._links[link] = _Window()
         if window.first(message_id):
             return True
         self.repeats += 1

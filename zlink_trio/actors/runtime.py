@@ -154,9 +154,8 @@ class ActorRuntime:
 
     async def _on_actor_send(self, peer: PeerIdentity, record: ActorSend) -> None:
         message_id = record.operation_id
-        if message_id is not None and not self._dedupe.first(
-            record.source_rid, record.source_generation, message_id.value
-        ):
+        # Ingress matched the source to ``peer``: the link's window (see .dedupe).
+        if message_id is not None and not self._dedupe.first(peer, message_id.value):
             # A repeated frame: the first arrival was (or is being) handled; an application
             # message never runs twice, and the original answers a request.
             return
