@@ -21,6 +21,7 @@ if TYPE_CHECKING:
     from .store.api import LocationStore
 
 __all__ = [
+    "MAX_PAYLOAD_BYTES",
     "MIB",
     "MeshConfig",
     "ObjectRole",
@@ -30,6 +31,10 @@ __all__ = [
 ]
 
 MIB: Final = 1024 * 1024
+MAX_PAYLOAD_BYTES: Final = MIB
+"""The largest application payload (request, reply, push, creation request and reply;
+spec 04 §6.4, 06 §3.1): the wire's field bound and the ceiling of ``max_request_bytes`` and
+``max_reply_bytes``."""
 
 
 class ObjectRole(enum.Enum):
@@ -252,8 +257,15 @@ class ServerConfig:
             raise ConfigurationError("reconnect_backoff_initial exceeds reconnect_backoff_max")
         if not 0 <= self.listen_port <= 65535:
             raise ConfigurationError("listen_port must be in 0..65535")
+        for name in ("max_request_bytes", "max_reply_bytes"):
+            if getattr(self, name) > MAX_PAYLOAD_BYTES:
+                # The wire carries at most this (the spec's limit): a higher limit would
+                # let a local call do what a remote one cannot (docs/decisions.md).
+                raise ConfigurationError(f"{name} must be at most {MAX_PAYLOAD_BYTES} bytes")
         if self.max_request_bytes > self.max_frame_bytes // 2:
             raise ConfigurationError("max_frame_bytes must be at least twice max_request_bytes")
+        if self.max_reply_bytes > self.max_frame_bytes // 2:
+            raise ConfigurationError("max_frame_bytes must be at least twice max_reply_bytes")
 
     def object_meshes(self) -> tuple[MeshConfig, ...]:
         """Meshes where this node has an Object Client or Server role."""

@@ -166,7 +166,15 @@ class RemoteSink:
     ) -> None:
         self._done = True
         try:
-            await self._node.send(self._peer, wire_reply, flush=flush, wait=wait)
+            try:
+                await self._node.send(self._peer, wire_reply, flush=flush, wait=wait)
+            except ProtocolError as exc:
+                # The terminal cannot leave (too big, cannot encode; nothing was queued):
+                # a typed failure instead, so the requester never waits for its deadline.
+                refused = TerminalReply.failed(
+                    self._correlation, ErrorKind.APPLICATION, f"the reply cannot be sent: {exc}"
+                )
+                await self._node.send(self._peer, refused, flush=flush, wait=wait)
         except trio.WouldBlock:
             logger.info(
                 "terminal for correlation %d to %r not sent: the writer lane is full",

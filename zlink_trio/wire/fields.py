@@ -18,7 +18,7 @@ import enum
 from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
-from ..config import MIB
+from ..config import MAX_PAYLOAD_BYTES as _PAYLOAD_LIMIT, MIB
 from ..ids import (
     MAX_ID_BYTES,
     U63_MAX,
@@ -80,8 +80,9 @@ __all__ = [
 WIRE_KEY: Final = "zlink_trio.wire"
 """attrs metadata key holding a field's :class:`FieldType`."""
 
-MAX_PAYLOAD_BYTES: Final = MIB
-"""Application payloads (request, reply, push, creation reply): 1 MiB (spec 04 §6.4, 06 §3.1)."""
+MAX_PAYLOAD_BYTES: Final = _PAYLOAD_LIMIT
+"""Application payloads (request, reply, push, creation reply): 1 MiB (spec 04 §6.4, 06 §3.1),
+``config.MAX_PAYLOAD_BYTES``, which also caps ``max_request_bytes``/``max_reply_bytes``."""
 MAX_METADATA_BYTES: Final = 64 * 1024
 """Command 39's optional metadata frame."""
 MAX_SHORT_TEXT_BYTES: Final = 1024
