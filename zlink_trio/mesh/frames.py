@@ -1,9 +1,9 @@
 """Sequenced peer frames: the wire frame of a peer connection (docs/wire.md, "Peer
 connections").
 
-A peer connection carries ordinary wire frames (4-byte big-endian length, then the body,
-:mod:`zlink_trio.wire.framing`) whose body is an 8-byte big-endian *sequence number*
-followed by the CBOR record body. Each direction of a connection numbers its frames 1, 2,
+A peer connection carries frames of a 4-byte big-endian length, then the body: an 8-byte
+big-endian *sequence number* followed by the CBOR record body (the one framing of the
+project: records are framed only here). Each direction of a connection numbers its frames 1, 2,
 3, ... (the handshake included). TCP never loses, duplicates or reorders bytes, so a
 sequence number that is not exactly the previous one + 1 means a frame was lost (the
 fault plan's "drop" models exactly that) or injected: the receiver raises
@@ -11,9 +11,8 @@ fault plan's "drop" models exactly that) or injected: the receiver raises
 (``LinkLost`` for requests in flight, reconnect while the intent exists).
 
 I/O-free: :func:`pack_frame` builds one frame, :class:`SequencedDecoder` splits a byte
-stream into bodies after checking their sequence numbers (it parses the 4-byte length
-the same way :class:`zlink_trio.wire.FrameDecoder` does, with the sequence check folded
-into the same pass).
+stream into bodies, checking each length against its bound as soon as the 4 length bytes
+are in (before any of that body is buffered) and each sequence number in the same pass.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Wire records and their CBOR codec (DESIGN.md §6, docs/wire.md).
 
 The only package that imports cbor2. Records are frozen attrs classes with a command
-number; :func:`encode`/:func:`decode` turn them into CBOR bodies and back, strictly;
-:func:`encode_frame` and :class:`FrameDecoder` add and remove the 4-byte length prefix.
+number; :func:`encode`/:func:`decode` turn them into CBOR bodies and back, strictly. Framing
+(length prefix and sequence number) is the transport's: :mod:`zlink_trio.mesh.frames`.
 """
 
 from .base import WireRecord as WireRecord
@@ -25,12 +25,6 @@ from .fields import (
     MAX_METADATA_BYTES as MAX_METADATA_BYTES,
     MAX_PAYLOAD_BYTES as MAX_PAYLOAD_BYTES,
     MAX_SHORT_TEXT_BYTES as MAX_SHORT_TEXT_BYTES,
-)
-from .framing import (
-    HEADER_BYTES as HEADER_BYTES,
-    FrameDecoder as FrameDecoder,
-    encode_frame as encode_frame,
-    frame as frame,
 )
 from .peer import (
     HELLO_MAX_FRAME_BYTES as HELLO_MAX_FRAME_BYTES,
