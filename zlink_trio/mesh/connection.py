@@ -4,8 +4,13 @@ connection.
 
 Writer lane: a bounded memory channel (``peer_send_queue``) of ``(record, body)`` items.
 The writer takes everything queued (up to :data:`BATCH_BYTES`), stamps sequence numbers
-and writes the batch with ONE ``send_all``. With a fault plan or reordered/delayed frames
-pending it takes the slower path that applies the plan (:mod:`.faults`).
+and writes the batch with ONE ``send_all``.
+
+The connection knows only its :class:`~.state.TransportState` and its :class:`~.frameio.PeerIO`
+(any ``trio.abc.Stream``). Test instrumentation (fault plan, wire tap: :mod:`.instrumented`)
+replaces the three hooks :attr:`Connection.write_direct`, :attr:`Connection.write_batch`
+and :attr:`Connection.deliver` from outside, and may set :attr:`Connection.wake_at` (the
+writer then also wakes at that time); the production path has no branch for it.
 
 Corking: while a reader handles several frames that arrived in one read, sends made by
 the handlers (on any connection) are queued without yielding, so a burst of replies
@@ -30,9 +35,10 @@ spends in handlers does not count as silence (it reads nothing meanwhile).
 
 from __future__ import annotations
 
-import heapq
 import logging
-from typing import TYPE_CHECKING, Any, Final, final
+import math
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any, Final
 
 import trio
 
@@ -47,15 +53,14 @@ from ..wire import (
     encode,
 )
 from .api import PeerIdentity, PeerNotAdmitted
-from .faults import FaultKind
-from .frameio import YIELD_EVERY, FrameIO, PeerClosed
+from .frameio import YIELD_EVERY, PeerClosed, PeerIO, close_io
 from .frames import SEQ_BYTES, SequenceGap, pack_header
 from .ingress import ANSWERED_BY_20, HANDSHAKE_TYPES, REPLY_TYPES, SOURCE_OF
 from .reasons import CloseReason, DropReason
+from .stats import NodePhase
 
 if TYPE_CHECKING:
-    from .faults import FaultPlan
-    from .node import MeshNode
+    from .state import TransportState
 
 __all__ = ["BATCH_BYTES", "Connection"]
 
@@ -75,55 +80,64 @@ class _Rest:
 
 
 _REST: Final = _Rest()
+_RUNNING: Final = NodePhase.RUNNING
 
 
 class _Stop(Exception):
     """The writer closed the connection (cut, goodbye): stop writing."""
 
 
-@final
 class Connection:
-    """Made by the node once the handshake admitted ``peer``; :meth:`run` until it ends."""
+    """Made once the handshake admitted ``peer`` (by ``state.connect``); :meth:`run` until
+    it ends."""
 
     __slots__ = (
         "_busy",
-        "_delayed",
-        "_delayed_serial",
         "_handling",
         "_io",
         "_lane_recv",
         "_lane_send",
-        "_node",
         "_queued",
-        "_reordered",
         "_scope",
+        "_state",
         "address",
         "close_reason",
+        "deliver",
         "dialed",
         "peer",
         "preferred",
+        "wake_at",
+        "write_batch",
+        "write_direct",
     )
 
-    def __init__(self, node: MeshNode, peer: PeerIdentity, io: FrameIO, *, dialed: bool) -> None:
-        self._node = node
+    def __init__(
+        self, state: TransportState, peer: PeerIdentity, io: PeerIO, *, dialed: bool
+    ) -> None:
+        self._state = state
         self.peer: Final = peer
         self.address: Final = peer.address
         self.dialed: Final = dialed
-        self.preferred: Final = dialed == (node.identity.node_rid.value < peer.node_rid.value)
+        self.preferred: Final = dialed == (state.identity.node_rid.value < peer.node_rid.value)
         """Dialed by the lower NodeRid: wins over a concurrent connection with the peer."""
         self._io = io
-        io.decoder.max_body_bytes = node.config.max_frame_bytes
-        send, recv = trio.open_memory_channel[_Item](node.config.peer_send_queue)
+        io.decoder.max_body_bytes = state.max_frame_bytes
+        send, recv = trio.open_memory_channel[_Item](state.peer_send_queue)
         self._lane_send = send
         self._lane_recv = recv
         self._scope: trio.CancelScope | None = None
         self.close_reason: CloseReason | None = None
-        self._delayed: list[tuple[float, int, _Item]] = []
-        self._delayed_serial = 0
-        self._reordered: list[_Item] = []
         self._queued = 0  # items put in the lane and not yet written
         self._busy = False  # the writer is writing a batch
         self._handling = False  # the reader is handling frames, not reading
+        self.write_direct: Callable[[Any, bytes], Awaitable[bool]] = self._write_direct
+        """Write one frame now if the kernel takes it (see :meth:`send`)."""
+        self.write_batch: Callable[[list[_Item]], Awaitable[None]] = self._write_plain
+        """Write one batch taken from the lane (may be empty after a :attr:`wake_at`)."""
+        self.deliver: Callable[[Any], Awaitable[None]] = self._dispatch
+        """Handle one decoded inbound record."""
+        self.wake_at = math.inf
+        """The writer also wakes at this time (with an empty batch)."""
 
     def __repr__(self) -> str:
         return f"<Connection to {self.peer} {'dialed' if self.dialed else 'accepted'}>"
@@ -131,19 +145,15 @@ class Connection:
     # --- lifetime ---------------------------------------------------------------------------
     async def run(self) -> CloseReason:
         """Run until the connection ends; return why. The stream is closed on return."""
-        node = self._node
+        state = self._state
         try:
             async with trio.open_nursery() as nursery:
                 self._scope = nursery.cancel_scope
-                if self.close_reason is not None:  # closed before it ran
-                    nursery.cancel_scope.cancel()
-                plan = node._faults
-                if plan is not None and plan._partitioned(node._rid, self.peer):
-                    self.close_reason = CloseReason.FAULT_CUT
+                if self.close_reason is not None:  # closed before it ran: never attached
                     return self.close_reason
                 nursery.start_soon(self._writer, name=f"zlink_trio.mesh.writer {self.peer}")
                 nursery.start_soon(self._keepalive, name=f"zlink_trio.mesh.keepalive {self.peer}")
-                if not node._links.attach(self):
+                if not state.links.attach(self):
                     self.close_reason = CloseReason.DUPLICATE
                     self.say_goodbye(GoodbyeReason.DUPLICATE_CONNECTION)
                     await trio.sleep_forever()  # until the writer wrote the goodbye
@@ -153,10 +163,10 @@ class Connection:
             if self.close_reason is None:
                 self.close_reason = CloseReason.SHUTDOWN
             self._lane_send.close()
-            node._links.detach(self)
-            node._replies.connection_broke(self)
-            node._counters.closed(self.close_reason)
-            self._io.close()
+            state.links.detach(self)
+            state.replies.connection_broke(self)
+            state.counters.closed(self.close_reason)
+            await close_io(self._io)
         return self.close_reason
 
     def close(self, reason: CloseReason) -> None:
@@ -200,22 +210,19 @@ class Connection:
         sends them all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing
         queued) instead of waiting for lane space."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        corked = self._node._corked or not flush
+        state = self._state
+        corked = state.corked or not flush
         if (
             not corked
             and not self._busy
             and self._queued == 0
-            and self._node._faults is None
-            and not self._delayed
-            and not self._reordered
             and self.close_reason is None
-            and await self._write_direct(record, body)
+            and await self.write_direct(record, body)
         ):
             if checkpoint:
-                node = self._node
-                node._send_streak += 1
-                if node._send_streak >= YIELD_EVERY:
-                    node._send_streak = 0
+                state.send_streak += 1
+                if state.send_streak >= YIELD_EVERY:
+                    state.send_streak = 0
                     await trio.lowlevel.cancel_shielded_checkpoint()
             return
         item = (record, body)
@@ -235,7 +242,7 @@ class Connection:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_slow(self, item: _Item) -> None:
-        timeout = self._node.config.peer_send_timeout
+        timeout = self._state.peer_send_timeout
         self._queued += 1
         try:
             with trio.move_on_after(timeout) as scope:
@@ -268,12 +275,9 @@ class Connection:
         if written < len(data):
             self._queued += 1
             self._lane_send.send_nowait((_REST, data[written:]))  # the lane is empty
-        counters = self._node._counters
+        counters = self._state.counters
         counters.frames_out += 1
         counters.bytes_out += len(data)
-        tap = self._node._tap
-        if tap is not None:
-            tap._record(self._node._rid, True, self.peer, record)
         return True
 
     def send_nowait(self, record: Any) -> bool:
@@ -289,15 +293,14 @@ class Connection:
     # --- writer ---------------------------------------------------------------------------
     async def _writer(self) -> None:
         recv = self._lane_recv
-        node = self._node
         try:
             while True:
                 batch: list[_Item] = []
-                if self._delayed:
-                    with trio.move_on_at(self._delayed[0][0]):
-                        batch.append(await recv.receive())
-                else:
+                if self.wake_at == math.inf:
                     batch.append(await recv.receive())
+                else:
+                    with trio.move_on_at(self.wake_at):
+                        batch.append(await recv.receive())
                 size = len(batch[0][1]) if batch else 0
                 while size < BATCH_BYTES:
                     try:
@@ -308,11 +311,7 @@ class Connection:
                     size += len(item[1])
                 try:
                     self._busy = True
-                    plan = node._faults
-                    if plan is None and not self._delayed and not self._reordered:
-                        await self._write_plain(batch)
-                    else:
-                        await self._write_faulty(batch, plan)
+                    await self.write_batch(batch)
                 finally:
                     self._queued -= len(batch)
                     self._busy = False
@@ -327,7 +326,6 @@ class Connection:
         parts: list[bytes] = []
         seq = self._io.sent
         closing = False
-        tap = self._node._tap
         frames = 0
         for record, body in batch:
             if record is None:
@@ -340,88 +338,25 @@ class Connection:
             seq += 1
             parts.append(pack_header(len(body) + SEQ_BYTES, seq))
             parts.append(body)
-            if tap is not None:
-                tap._record(self._node._rid, True, self.peer, record)
         self._io.sent = seq
         if parts:
-            await self._flush(parts, frames)
+            await self.flush(parts, frames)
         if closing:
             self.close(CloseReason.SHUTDOWN)
             raise _Stop
 
-    async def _flush(self, parts: list[bytes], frames: int) -> None:
+    async def flush(self, parts: list[bytes], frames: int) -> None:
+        """Write ``parts`` (``frames`` frames, already numbered) in one write."""
         data = b"".join(parts)
-        counters = self._node._counters
+        counters = self._state.counters
         counters.frames_out += frames
         counters.bytes_out += len(data)
         await self._io.write_all(data)
 
-    async def _write_faulty(self, batch: list[_Item], plan: FaultPlan | None) -> None:
-        parts: list[bytes] = []
-        node = self._node
-        tap = node._tap
-        io = self._io
-        frames = 0
-
-        def emit(item: _Item) -> None:
-            nonlocal frames
-            record, body = item
-            frames += 1
-            io.sent += 1
-            parts.append(pack_header(len(body) + SEQ_BYTES, io.sent))
-            parts.append(body)
-            if tap is not None:
-                tap._record(node._rid, True, self.peer, record)
-
-        def emit_then_reordered(item: _Item) -> None:
-            emit(item)
-            while self._reordered:
-                emit(self._reordered.pop(0))
-
-        now = trio.current_time()
-        while self._delayed and self._delayed[0][0] <= now:
-            emit_then_reordered(heapq.heappop(self._delayed)[2])
-        for item in batch:
-            record = item[0]
-            if record is None:
-                if parts:
-                    await self._flush(parts, frames)
-                self.close(CloseReason.SHUTDOWN)
-                raise _Stop
-            if record is _REST:
-                parts.append(item[1])
-                continue
-            if plan is not None and plan._partitioned(node._rid, self.peer):
-                if parts:
-                    await self._flush(parts, frames)
-                self.close(CloseReason.FAULT_CUT)
-                raise _Stop
-            rule = None if plan is None else plan._decide(node._rid, self.peer, record.COMMAND)
-            if rule is None:
-                emit_then_reordered(item)
-            elif rule.kind is FaultKind.DROP:
-                io.sent += 1  # the number is used: the receiver will see the gap
-            elif rule.kind is FaultKind.DUPLICATE:
-                emit_then_reordered(item)
-                emit(item)
-            elif rule.kind is FaultKind.DELAY:
-                self._delayed_serial += 1
-                heapq.heappush(self._delayed, (now + rule.seconds, self._delayed_serial, item))
-            elif rule.kind is FaultKind.REORDER:
-                self._reordered.append(item)
-            else:  # CUT
-                if rule.deliver:
-                    emit(item)
-                if parts:
-                    await self._flush(parts, frames)
-                self.close(CloseReason.FAULT_CUT)
-                raise _Stop
-        if parts:
-            await self._flush(parts, frames)
-
     # --- keepalive -------------------------------------------------------------------------
     async def _keepalive(self) -> None:
-        interval, timeout = self._node._keepalive
+        state = self._state
+        interval, timeout = state.keepalive_interval, state.keepalive_timeout
         io = self._io
         token = 0
         seen = io.chunks
@@ -443,8 +378,8 @@ class Connection:
     # --- reader ----------------------------------------------------------------------------
     async def _reader(self) -> None:
         io = self._io
-        counters = self._node._counters
-        node = self._node
+        state = self._state
+        counters = state.counters
         bodies = io.take_buffered()
         try:
             while True:
@@ -453,18 +388,18 @@ class Connection:
                 # yield each and leaves in one write per connection once we park.
                 corked = len(bodies) > 1
                 if corked:
-                    node._corked += 1
+                    state.corked += 1
                 self._handling = True
                 try:
                     for body in bodies:
                         counters.bytes_in += len(body) + SEQ_BYTES + 4
-                        await self._dispatch(decode(body))
+                        await self.deliver(decode(body))
                         if self.close_reason is not None:
                             return
                 finally:
                     self._handling = False
                     if corked:
-                        node._corked -= 1
+                        state.corked -= 1
                 bodies = await io.receive_some()
         except SequenceGap as exc:
             counters.drop(DropReason.SEQUENCE_GAP)
@@ -478,15 +413,12 @@ class Connection:
             self.close(CloseReason.PEER_CLOSED)
 
     async def _dispatch(self, record: Any) -> None:
-        node = self._node
-        counters = node._counters
+        state = self._state
+        counters = state.counters
         counters.frames_in += 1
-        tap = node._tap
-        if tap is not None:
-            tap._record(node._rid, False, self.peer, record)
         kind = type(record)
         if kind in REPLY_TYPES:
-            reason = node._replies.deliver(self.peer, record.correlation, record)
+            reason = state.replies.deliver(self.peer, record.correlation, record)
             if reason is not None:
                 counters.drop(reason)
             return
@@ -499,11 +431,11 @@ class Connection:
         if kind is PeerGoodbye:
             self.close(CloseReason.GOODBYE)
             if record.reason is not GoodbyeReason.DUPLICATE_CONNECTION:
-                node._peer_left()
+                state.peer_left()
             return
         if kind in HANDSHAKE_TYPES:
             raise ProtocolError(f"command {int(record.COMMAND)} after the handshake")
-        if not node._admitting_now():
+        if state.phase is not _RUNNING:
             counters.drop(DropReason.NOT_ADMITTING)
             correlation = getattr(record, "correlation", 0)
             if kind in ANSWERED_BY_20 and correlation:
@@ -520,7 +452,7 @@ class Connection:
             if rid.value != peer.node_rid.value or generation.value != peer.node_generation.value:
                 counters.drop(DropReason.SOURCE_MISMATCH)
                 return
-        handler = node._handlers.get(record.COMMAND)
+        handler = state.handlers.get(record.COMMAND)
         if handler is None:
             counters.drop(DropReason.NO_HANDLER)
             return

@@ -3,8 +3,9 @@ duplicate, reorder and cut outbound frames, deterministically from a seed.
 
 Install a :class:`FaultPlan` on nodes (``zlink_trio.testing.open_cluster(fault_plan=...)``
 or ``zlink_trio.testing.instrument``); add and remove rules at any time. The plan acts
-inside each connection's writer, after the writer lane and before sequence numbers and
-the socket (see docs/decisions.md, "Fault plan"):
+on each instrumented connection's writer (:mod:`.instrumented`, installed from outside the
+connection), after the writer lane and before sequence numbers and the stream (see
+docs/decisions.md, "Fault plan semantics"):
 
 * **drop**: the frame takes its sequence number but is never written: a frame lost on
   the wire. The receiver sees the gap at the next frame on that connection (a keepalive

@@ -1,9 +1,15 @@
-"""The byte side of one peer connection: a non-blocking socket, its sequenced decoder and
-the outbound sequence counter, shared by the handshake and, once admitted, the
-connection's reader and writer (whatever the handshake read past its last frame stays
-buffered here).
+"""The byte side of one peer connection: a stream, its sequenced decoder and the outbound
+sequence counter, shared by the handshake and, once admitted, the connection's reader and
+writer (whatever the handshake read past its last frame stays buffered here).
 
-The socket is a plain ``socket.socket`` detached from the trio stream that connected
+:class:`PeerIO` is what the transport needs; :func:`open_frame_io` picks the
+implementation for a ``trio.abc.Stream``: :class:`FrameIO` for a TCP socket stream (the
+fast path below), :class:`StreamFrameIO` for any other stream (``trio.SSLStream``,
+``trio.testing.memory_stream_pair``), which goes through the stream's own
+``receive_some``/``send_all`` and never writes directly (:meth:`StreamFrameIO.try_write`
+takes nothing, so every frame goes through the connection's writer lane).
+
+:class:`FrameIO`'s socket is a plain ``socket.socket`` detached from the trio stream that connected
 it, driven with ``trio.lowlevel.wait_readable`` / ``wait_writable``: a read or write that
 the kernel completes at once costs one system call and no trip through the scheduler
 (trio's socket wrapper yields after every successful call). Fairness is kept explicitly:
@@ -17,7 +23,7 @@ import contextlib
 import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
-from typing import Final, final
+from typing import Final, Protocol, final
 
 import trio
 
@@ -25,7 +31,17 @@ from ..errors import ProtocolError
 from ..wire import HELLO_MAX_FRAME_BYTES, Record, WireRecord, decode, encode
 from .frames import SequencedDecoder, pack_frame
 
-__all__ = ["HANDSHAKE_MAX_BODY", "RECEIVE_BYTES", "YIELD_EVERY", "FrameIO", "PeerClosed"]
+__all__ = [
+    "HANDSHAKE_MAX_BODY",
+    "RECEIVE_BYTES",
+    "YIELD_EVERY",
+    "FrameIO",
+    "PeerClosed",
+    "PeerIO",
+    "StreamFrameIO",
+    "close_io",
+    "open_frame_io",
+]
 
 HANDSHAKE_MAX_BODY: Final = HELLO_MAX_FRAME_BYTES
 """Largest record body accepted before the peer is admitted (the wire's hello bound)."""
@@ -36,6 +52,59 @@ YIELD_EVERY: Final = 16
 
 class PeerClosed(Exception):
     """The stream ended (cleanly, at a frame boundary), broke, or was closed."""
+
+
+class PeerIO(Protocol):
+    """The framed byte side of one peer connection, as the transport uses it."""
+
+    @property
+    def decoder(self) -> SequencedDecoder: ...
+
+    sent: int
+    """Sequence number of the last frame written (or consumed by a drop)."""
+    chunks: int
+    """Reads that returned data (the keepalive watches it move)."""
+
+    @property
+    def closed(self) -> bool: ...
+
+    async def aclose(self) -> None:
+        """Close the stream (idempotent; never raises)."""
+        ...
+
+    def take_buffered(self) -> list[bytes]: ...
+
+    async def receive_some(self) -> list[bytes]: ...
+
+    async def read_record(self) -> Record: ...
+
+    def try_write(self, data: bytes | memoryview) -> int: ...
+
+    async def write_all(self, data: bytes | memoryview) -> None: ...
+
+    async def write_record(self, record: WireRecord) -> None: ...
+
+
+def open_frame_io(stream: trio.abc.Stream) -> PeerIO:
+    """The frame layer for a freshly connected or accepted stream (see the module)."""
+    if type(stream) is trio.SocketStream:
+        return FrameIO.from_stream(stream)
+    return StreamFrameIO(stream)
+
+
+async def close_io(io: PeerIO) -> None:
+    """Close ``io`` even in a cancelled scope (for ``finally`` blocks)."""
+    with trio.CancelScope(shield=True):
+        await io.aclose()
+
+
+def _take_buffered(decoder: SequencedDecoder, bodies: deque[bytes]) -> list[bytes]:
+    if decoder.buffered and decoder.failure is None:
+        with contextlib.suppress(ProtocolError):
+            bodies.extend(decoder.feed(b""))
+    taken = list(bodies)
+    bodies.clear()
+    return taken
 
 
 @final
@@ -66,18 +135,15 @@ class FrameIO:
             trio.lowlevel.notify_closing(self.sock)
             self.sock.close()
 
+    async def aclose(self) -> None:
+        self.close()
+
     # --- reading -------------------------------------------------------------------------
     def take_buffered(self) -> list[bytes]:
         """Bodies decoded but not yet consumed (the reader handles them first), with
         those complete in the decoder's buffer that a bound raised since admits (a
         protocol error found there stays in ``decoder.failure``: the next read raises it)."""
-        decoder = self.decoder
-        if decoder.buffered and decoder.failure is None:
-            with contextlib.suppress(ProtocolError):
-                self._bodies.extend(decoder.feed(b""))
-        bodies = list(self._bodies)
-        self._bodies.clear()
-        return bodies
+        return _take_buffered(self.decoder, self._bodies)
 
     async def receive_some(self) -> list[bytes]:
         """Read once (waiting for data if there is none); return the bodies completed.
@@ -154,3 +220,71 @@ class FrameIO:
             await wait(self.sock)
         except (trio.ClosedResourceError, trio.BusyResourceError, OSError) as exc:
             raise PeerClosed(str(exc) or "closed") from None
+
+
+@final
+class StreamFrameIO:
+    """:class:`PeerIO` over any ``trio.abc.Stream`` (see the module docstring)."""
+
+    __slots__ = ("_bodies", "_closed", "chunks", "decoder", "sent", "stream")
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream: Final = stream
+        self.decoder: Final = SequencedDecoder(HANDSHAKE_MAX_BODY)
+        self.sent = 0
+        self.chunks = 0
+        self._closed = False
+        self._bodies: deque[bytes] = deque()
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            await trio.aclose_forcefully(self.stream)
+
+    def take_buffered(self) -> list[bytes]:
+        return _take_buffered(self.decoder, self._bodies)
+
+    async def receive_some(self) -> list[bytes]:
+        """As :meth:`FrameIO.receive_some`."""
+        failure = self.decoder.failure
+        if failure is not None:
+            raise failure
+        if self._closed:
+            raise PeerClosed("closed")
+        try:
+            data = await self.stream.receive_some(RECEIVE_BYTES)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise PeerClosed(str(exc) or "closed") from None
+        if not data:
+            self.decoder.check_eof()
+            raise PeerClosed("end of stream")
+        self.chunks += 1
+        return self.decoder.feed(data)
+
+    async def read_record(self) -> Record:
+        while not self._bodies:
+            self._bodies.extend(await self.receive_some())
+        return decode(self._bodies.popleft())
+
+    def try_write(self, data: bytes | memoryview) -> int:
+        """Takes nothing (a stream has no non-blocking write): the frame goes to the
+        writer lane. PeerClosed if closed."""
+        if self._closed:
+            raise PeerClosed("closed")
+        return 0
+
+    async def write_all(self, data: bytes | memoryview) -> None:
+        if self._closed:
+            raise PeerClosed("closed")
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            raise PeerClosed(str(exc) or "closed") from None
+
+    async def write_record(self, record: WireRecord) -> None:
+        self.sent += 1
+        await self.write_all(pack_frame(self.sent, encode(record)))

@@ -36,7 +36,7 @@ from ..wire import (
     WireRecord,
 )
 from .api import NodeIdentity, PeerIdentity
-from .frameio import FrameIO, PeerClosed
+from .frameio import PeerClosed, PeerIO
 from .proof import HandshakeIdentity, ack_proof, confirm_proof, hello_proof, proof_matches
 from .reasons import DropReason
 
@@ -69,7 +69,7 @@ def _ignore(sent: bool, peer: PeerIdentity | None, record: object) -> None:
     pass
 
 
-async def _read(io: FrameIO, peer: PeerIdentity | None, observe: Observer) -> Record:
+async def _read(io: PeerIO, peer: PeerIdentity | None, observe: Observer) -> Record:
     try:
         record = await io.read_record()
     except PeerClosed as exc:
@@ -79,7 +79,7 @@ async def _read(io: FrameIO, peer: PeerIdentity | None, observe: Observer) -> Re
 
 
 async def _write(
-    io: FrameIO, record: WireRecord, peer: PeerIdentity | None, observe: Observer
+    io: PeerIO, record: WireRecord, peer: PeerIdentity | None, observe: Observer
 ) -> None:
     try:
         await io.write_record(record)
@@ -89,7 +89,7 @@ async def _write(
 
 
 async def dial_hello(
-    io: FrameIO,
+    io: PeerIO,
     *,
     secret: bytes,
     local: NodeIdentity,
@@ -132,7 +132,7 @@ async def dial_hello(
 
 
 async def accept_hello(
-    io: FrameIO,
+    io: PeerIO,
     *,
     secret: bytes,
     local: NodeIdentity,
@@ -183,9 +183,7 @@ async def accept_hello(
     return claimed
 
 
-async def _refuse(
-    io: FrameIO, reason: DropReason, claimed: PeerIdentity, observe: Observer
-) -> None:
+async def _refuse(io: PeerIO, reason: DropReason, claimed: PeerIdentity, observe: Observer) -> None:
     goodbye = _GOODBYE_FOR.get(reason)
     if goodbye is not None:
         with contextlib.suppress(HandshakeRejected):

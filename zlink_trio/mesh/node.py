@@ -52,11 +52,13 @@ from .api import (
 from .descriptors import advertised_host, build_descriptors
 from .dialer import dial_loop
 from .faults import FaultPlan
+from .instrumented import Instrumentation
 from .lease import LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
-from .links import Link, PeerTable
+from .links import Link
 from .reasons import CloseReason
-from .replies import Pending, ReplyRegistry
-from .stats import Counters, MeshNodeStatistics, NodePhase, frozen_counts
+from .replies import Pending
+from .state import TransportState
+from .stats import MeshNodeStatistics, NodePhase, frozen_counts
 from .tap import WireTap
 from .watcher import DescriptorView, DescriptorWatcher
 
@@ -78,9 +80,6 @@ TRANSPORT_COMMANDS: Final = frozenset(
     }
 )
 """Commands the transport handles itself: no ``on`` handler may claim them."""
-
-KEEPALIVE_INTERVAL_SHARE: Final = 3
-"""A ping every ``hello_timeout / 3``; silence for ``hello_timeout`` closes the link."""
 
 
 @final
@@ -105,29 +104,33 @@ class MeshNode:
         self._entry_ids: Final[Mapping[MeshName, SpotId]] = {
             m.name: new_entry_spot_id(config.node_name) for m in config.meshes
         }
-        self._phase = NodePhase.CREATED
-        self._handlers: dict[int, InboundHandler] = {}
-        self._replies = ReplyRegistry()
-        self._links = PeerTable(on_gone=self._replies.peer_gone)
-        self._counters = Counters()
-        self._faults = fault_plan
-        self._tap = tap
-        self._keepalive: Final = (
-            config.hello_timeout / KEEPALIVE_INTERVAL_SHARE,
-            config.hello_timeout,
-        )
+        # What the connections, the acceptor and the dialer share (mesh/state.py):
+        state = self._state = TransportState.for_config(self._identity, self._meshes, config)
+        self._handlers: dict[int, InboundHandler] = state.handlers
+        self._replies: Final = state.replies
+        self._links: Final = state.links
+        self._counters: Final = state.counters
+        self._instrumentation: Instrumentation | None = None
+        if fault_plan is not None or tap is not None:
+            self.instrument(fault_plan=fault_plan, tap=tap)
         self._keeper: LeaseKeeper | None = None
         self._watcher: DescriptorWatcher | None = None
         self._endpoint: Endpoint | None = None
         self._nursery: trio.Nursery | None = None
         self._net: trio.Nursery | None = None
         self._lease_lost = trio.Event()
-        self._corked = 0  # readers handling a burst of frames (see connection.py)
-        self._send_streak = 0  # direct writes since the last yield (see connection.py)
         self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
 
     def __repr__(self) -> str:
         return f"<MeshNode {self._rid.hex[:12]} {self._phase.value}>"
+
+    @property
+    def _phase(self) -> NodePhase:
+        return self._state.phase
+
+    @_phase.setter
+    def _phase(self, phase: NodePhase) -> None:
+        self._state.phase = phase
 
     # --- MeshNodeApi ------------------------------------------------------------------------
     @property
@@ -283,9 +286,16 @@ class MeshNode:
     def instrument(
         self, *, fault_plan: FaultPlan | None = None, tap: WireTap | None = None
     ) -> None:
-        """Install (or with None, remove) a fault plan and a wire tap, at any time."""
-        self._faults = fault_plan
-        self._tap = tap
+        """Install (or with None, remove) a fault plan and a wire tap, at any time (test
+        plumbing, :mod:`.instrumented`). A node made with neither runs uninstrumented
+        connections; instrumenting it later applies to connections admitted from then
+        on (``open_server`` hooks and ``open_cluster`` install it before the node starts)."""
+        instrumentation = self._instrumentation
+        if instrumentation is None:
+            instrumentation = self._instrumentation = Instrumentation()
+            instrumentation.install(self._state)
+        instrumentation.plan = fault_plan
+        instrumentation.tap = tap
 
     def statistics(self) -> MeshNodeStatistics:
         counters = self._counters
@@ -422,7 +432,7 @@ class MeshNode:
         try:
             async with trio.open_nursery() as net:
                 self._net = net
-                self._watcher = DescriptorWatcher(
+                watcher = self._watcher = DescriptorWatcher(
                     self._store,
                     self._meshes,
                     self._rid,
@@ -430,11 +440,17 @@ class MeshNode:
                     self._apply_view,
                     lambda: self._links.serial,
                 )
-                await net.start(self._watcher.run, name="zlink_trio.mesh.watcher")
+                state = self._state
+                state.live, state.refresh, state.peer_left = (
+                    watcher.live,
+                    watcher.refresh,
+                    watcher.kick,
+                )
+                await net.start(watcher.run, name="zlink_trio.mesh.watcher")
                 await net.start(
                     functools.partial(
                         trio.serve_listeners,
-                        functools.partial(serve_inbound, self),
+                        functools.partial(serve_inbound, state),
                         listeners,
                         handler_nursery=net,
                     ),
@@ -464,9 +480,7 @@ class MeshNode:
 
     # --- lease loss ---------------------------------------------------------------------------
     def _admitting_now(self) -> bool:
-        # The lease task flips the phase at the local deadline (it sleeps until then,
-        # and a renewal in flight is cancelled at it), so the hot path reads one field.
-        return self._phase is NodePhase.RUNNING
+        return self._state.admitting()
 
     def _lease_expired(self, expired: LeaseExpired) -> None:
         """Fail-stop: no admission, no connection, no intent, no Store update."""
@@ -510,18 +524,8 @@ class MeshNode:
         scope = trio.CancelScope()
         link.dialer = scope
         self._net.start_soon(
-            dial_loop, self, link, scope, name=f"zlink_trio.mesh.dialer {link.address}"
+            dial_loop, self._state, link, scope, name=f"zlink_trio.mesh.dialer {link.address}"
         )
-
-    # --- used by connections ----------------------------------------------------------------------
-    def _peer_left(self) -> None:
-        if self._watcher is not None:
-            self._watcher.kick()
-
-    def _observe_handshake(self, sent: bool, peer: PeerIdentity | None, record: object) -> None:
-        tap = self._tap
-        if tap is not None:
-            tap._record(self._rid, sent, peer, record)
 
     def _encode(self, record: Any) -> bytes:
         body = encode(record)

@@ -2,9 +2,9 @@
 connections, in order, with the peer and direction ("exactly one command 38 on the
 wire").
 
-Install one on nodes (``open_cluster(tap=...)`` or ``zlink_trio.testing.instrument``).
-Without a tap the transport pays one ``is None`` test per batch written and per record
-read. *Sent* means written to the socket (a dropped frame is not sent; a duplicated one is
+Install one on nodes (``open_cluster(tap=...)`` or ``zlink_trio.testing.instrument``);
+it records through :mod:`.instrumented`, from outside the connection: a node without
+instrumentation pays nothing for it. *Sent* means written to the socket (a dropped frame is not sent; a duplicated one is
 sent twice); *received* means decoded at ingress, before admission checks (so refused
 records show up too). Handshake records are included.
 """
