@@ -81,6 +81,7 @@ class _Rest:
 
 _REST: Final = _Rest()
 _RUNNING: Final = NodePhase.RUNNING
+_NEVER: Final = math.inf
 
 
 class _Stop(Exception):
@@ -136,7 +137,7 @@ class Connection:
         """Write one batch taken from the lane (may be empty after a :attr:`wake_at`)."""
         self.deliver: Callable[[Any], Awaitable[None]] = self._dispatch
         """Handle one decoded inbound record."""
-        self.wake_at = math.inf
+        self.wake_at = _NEVER
         """The writer also wakes at this time (with an empty batch)."""
 
     def __repr__(self) -> str:
@@ -296,7 +297,7 @@ class Connection:
         try:
             while True:
                 batch: list[_Item] = []
-                if self.wake_at == math.inf:
+                if self.wake_at == _NEVER:
                     batch.append(await recv.receive())
                 else:
                     with trio.move_on_at(self.wake_at):

@@ -480,7 +480,7 @@ class MeshNode:
 
     # --- lease loss ---------------------------------------------------------------------------
     def _admitting_now(self) -> bool:
-        return self._state.admitting()
+        return self._state.phase is NodePhase.RUNNING  # as TransportState.admitting()
 
     def _lease_expired(self, expired: LeaseExpired) -> None:
         """Fail-stop: no admission, no connection, no intent, no Store update."""
