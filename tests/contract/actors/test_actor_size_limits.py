@@ -12,14 +12,19 @@ import trio
 import trio.testing
 from actor_kit import Recorder, client_app, make_app
 
-from zlink_trio import App, ApplicationError, ConfigurationError
-from zlink_trio.actors.handlers import on_request
-from zlink_trio.actors.policy import RecreateOnRelocation
-from zlink_trio.actors.results import Created
-from zlink_trio.config import MIB, ServerConfig
+from zlink_trio import (
+    App,
+    ApplicationError,
+    ConfigurationError,
+    Created,
+    RecreateOnRelocation,
+    ServerConfig,
+    on_request,
+)
 from zlink_trio.testing import CountingStore, open_cluster
 
 SECRET = b"size-limits-secret-0123456789"
+MIB = 1024 * 1024
 
 
 @pytest.mark.parametrize("field", ["max_request_bytes", "max_reply_bytes"])

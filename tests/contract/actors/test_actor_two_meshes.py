@@ -9,12 +9,10 @@ import trio
 import trio.testing
 from actor_kit import Recorder, client_app, make_app
 
-from zlink_trio.actors.results import Created
-from zlink_trio.config import MeshConfig, ServerConfig
-from zlink_trio.ids import MeshName
+from zlink_trio import Created, MeshConfig, MeshName, ServerConfig
 from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
-from zlink_trio.wire.commands import Command
 
+ACTOR_SEND = 24  # the command that carries an Actor message
 BURST = 5000
 HOLD = 2.0
 SECRET = b"two-meshes-secret-0123456789"
@@ -40,7 +38,7 @@ async def test_a_send_held_back_on_one_mesh_still_runs_after_a_burst_on_the_othe
         assert slow.actor.node_rid == fast.actor.node_rid == owner.identity.node_rid
         held = plan.delay(
             HOLD,
-            command=Command.ACTOR_SEND,
+            command=ACTOR_SEND,
             mesh=MeshName("a"),
             to=owner.identity.node_rid,
             count=1,
