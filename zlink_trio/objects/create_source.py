@@ -66,6 +66,13 @@ logger = logging.getLogger("zlink_trio.objects")
 ResultT = TypeVar("ResultT")
 
 
+def _about(reply: TerminalReply, row: AuthorityRow) -> bool:
+    """Whether ``reply`` is the terminal of the attempt on the reservation ``row`` (its
+    create tail names that incarnation), which the target committed or gave back."""
+    tail = reply.tail
+    return isinstance(tail, CreateTail) and tail.object_generation == row.object_generation
+
+
 @final
 class CreateSource(Generic[IdT, ResultT]):
     def __init__(
@@ -191,6 +198,11 @@ class CreateSource(Generic[IdT, ResultT]):
                 # No terminal (deadline, the caller's cancellation, a transport failure,
                 # anything): give the reservation back unless the target committed it.
                 await self._give_back(reserved.key, reserved.store_version)
+        if not _about(reply, reserved):
+            # A terminal, but not of this reservation: the operation's terminal recorded
+            # for an earlier one (a replay that raced its give-back, or a fence the target
+            # refused). The target never touched this row: give it back, never orphan it.
+            await self._give_back(reserved.key, reserved.store_version)
         return self._result(reply)
 
     async def _reserve(

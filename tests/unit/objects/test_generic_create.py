@@ -8,6 +8,7 @@ kind supplies (see the ``zlink_trio.objects`` docstring)."""
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
@@ -18,11 +19,20 @@ import trio
 import trio.testing
 
 from zlink_trio.config import ObjectRole, ServerConfig
-from zlink_trio.errors import AlreadyExists, DeadlineExceeded, NotFound, TypeMismatch
+from zlink_trio.errors import (
+    AlreadyExists,
+    DeadlineExceeded,
+    InvalidOperation,
+    NotFound,
+    TypeMismatch,
+    Unavailable,
+    ZLinkError,
+)
 from zlink_trio.ids import (
     MeshName,
     NodeGeneration,
     NodeRid,
+    ObjectGeneration,
     OperationId,
     SpotId,
     SpotRef,
@@ -33,8 +43,9 @@ from zlink_trio.mesh.api import NodeIdentity
 from zlink_trio.objects.authority import Authority
 from zlink_trio.objects.create_source import CreateSource
 from zlink_trio.objects.create_target import CreateTarget
+from zlink_trio.objects.destroy import Destroyer, Release, ReleaseOutcome
 from zlink_trio.objects.kind import Commit, CreateOrder, Decision, Refuse
-from zlink_trio.objects.reclaim import Reclaimer
+from zlink_trio.objects.reclaim import RETRY_INTERVAL, Reclaimer
 from zlink_trio.objects.results import Created, CreateResult, Existing, Rejected
 from zlink_trio.routing.route_cache import RouteCache
 from zlink_trio.store.api import (
@@ -140,6 +151,30 @@ class SpotFactory:
         return _Staging(self, order, row, request)
 
 
+@attrs.define
+class SpotHost:
+    """Destroy of the Spots the factory published: the shared Store step, then drop it."""
+
+    factory: SpotFactory
+
+    def hosted(self, object_id: SpotId) -> AuthorityRow | None:
+        published = self.factory.published.get(object_id.value)
+        return None if published is None else published[0]
+
+    def generation(self, hosted: AuthorityRow) -> ObjectGeneration:
+        return hosted.object_generation
+
+    def in_own_turn(self, object_id: SpotId) -> bool:
+        return False
+
+    async def destroy(self, hosted: AuthorityRow, release: Release) -> ZLinkError | None:
+        outcome = await release(fresh=True)
+        if outcome is ReleaseOutcome.GONE:
+            del self.factory.published[hosted.key.object_id]
+            return None
+        return Unavailable(f"not released: {outcome}")
+
+
 @attrs.frozen
 class _Node:
     """This process's node lifecycle, as the create path sees it (its identity only:
@@ -171,6 +206,7 @@ class Kit:
     target: CreateTarget[SpotId]
     factory: SpotFactory
     reclaimer: Reclaimer
+    destroyer: Destroyer[SpotId, AuthorityRow]
 
     async def record(self) -> NodeRecord:
         me = self.node.identity
@@ -200,10 +236,37 @@ class Kit:
         )
 
 
-@pytest.fixture
-async def kit(autojump_clock: trio.testing.MockClock) -> AsyncIterator[Kit]:
-    # Time-dependent (backoff, deadlines): on the MockClock, never real sleeps.
-    store = MemoryLocationStore()
+class FlakyStore:
+    """The real memory store whose next ``failures`` ``abort_creation`` calls cannot reach
+    it (Unavailable, nothing applied)."""
+
+    def __init__(self, store: MemoryLocationStore, failures: int) -> None:
+        self._store = store
+        self.failures = failures
+        self.hide_terminal_once = False
+
+    async def read_terminal(self, key: OperationKey) -> Any:
+        """With ``hide_terminal_once``: the next read misses a terminal recorded at the
+        same moment (a read that raced the give-back committing it)."""
+        found = await self._store.read_terminal(key)
+        if self.hide_terminal_once:
+            self.hide_terminal_once = False
+            return None
+        return found
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def abort_creation(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures > 0:
+            self.failures -= 1
+            await trio.lowlevel.checkpoint()
+            raise Unavailable("the Store is unreachable")
+        return await self._store.abort_creation(*args, **kwargs)
+
+
+@contextlib.asynccontextmanager
+async def open_kit(store: Any) -> AsyncIterator[Kit]:
     rid, generation = NodeRid.new(), NodeGeneration.new()
     await store.register_node(
         rid,
@@ -248,8 +311,23 @@ async def kit(autojump_clock: trio.testing.MockClock) -> AsyncIterator[Kit]:
             authority=authority,
             reclaimer=reclaimer,
         )
-        yield Kit(store, node, source, target, factory, reclaimer)
+        destroyer: Destroyer[SpotId, AuthorityRow] = Destroyer(
+            kind=SpotHost(factory),
+            object_kind=ObjectKind.USER_SPOT,
+            store=store,
+            authority=authority,
+            drain_timeout=config.drain_timeout,
+            nursery=nursery,
+        )
+        yield Kit(store, node, source, target, factory, reclaimer, destroyer)
         nursery.cancel_scope.cancel()
+
+
+@pytest.fixture
+async def kit(autojump_clock: trio.testing.MockClock) -> AsyncIterator[Kit]:
+    # Time-dependent (backoff, deadlines, background give-backs): on the MockClock.
+    async with open_kit(MemoryLocationStore()) as kit:
+        yield kit
 
 
 async def test_concurrent_get_or_create_converges_on_one_factory_run(kit: Kit) -> None:
@@ -376,3 +454,76 @@ async def test_a_waiter_reclaims_a_reservation_whose_source_is_gone(kit: Kit) ->
     assert sum(kit.factory.runs.values()) == 1
     record = await kit.record()
     assert (record.active, record.pending) == (1, 0)
+
+
+async def test_a_give_back_the_store_missed_is_settled_in_the_background(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """The refused Spot's abort cannot reach the Store inline (nor in the first background
+    round): the caller still gets its Rejected terminal at once, a replay of the operation
+    gets the same terminal from the target while the give-back is pending, and the
+    reclaimer settles it later (row gone, capacity back, terminal recorded)."""
+    store = FlakyStore(MemoryLocationStore(), failures=2)
+    async with open_kit(store) as kit:
+        operation = OperationId.new()
+        first = await kit.get_or_create("f", request=b"refuse", operation_id=operation)
+        assert first == Rejected(b"no room")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(kit.reclaimer) == 1 and store.failures == 0
+        row = await kit.store.read(_spot_key(SpotId("f")))
+        assert row is not None and row.state is AuthorityState.CREATING  # not given back yet
+        # The replay finds the row Creating under its own operation and drives it: the
+        # target answers with the held terminal (no second factory run).
+        again = await kit.get_or_create("f", request=b"refuse", operation_id=operation)
+        assert again == first and sum(kit.factory.runs.values()) == 1
+        await trio.sleep(RETRY_INTERVAL * 2)
+        assert len(kit.reclaimer) == 0 and kit.reclaimer.settled == 1
+        assert await kit.store.read(_spot_key(SpotId("f"))) is None
+        record = await kit.record()
+        assert (record.active, record.pending) == (0, 0)
+        me = kit.node.identity
+        key = OperationKey(me.node_rid, me.node_generation, operation)
+        assert await kit.store.read_terminal(key) is not None  # recorded with the abort
+
+
+async def test_a_replay_racing_the_give_back_leaves_no_reservation_behind(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Regression: a re-submitted operation whose terminal was recorded just after its
+    retained-terminal check reserved the id again under the same OperationId, got the old
+    terminal from the target and left that new Creating row for ever (both lifecycles
+    live, so no waiter's backstop aborts it)."""
+    store = FlakyStore(MemoryLocationStore(), failures=1)
+    async with open_kit(store) as kit:
+        operation = OperationId.new()
+        first = await kit.get_or_create("g", request=b"refuse", operation_id=operation)
+        assert first == Rejected(b"no room")
+        await trio.testing.wait_all_tasks_blocked()
+        assert kit.reclaimer.settled == 1  # given back, terminal recorded
+        store.hide_terminal_once = True
+        again = await kit.get_or_create("g", request=b"refuse", operation_id=operation)
+        assert again == first  # the operation's one terminal
+        assert sum(kit.factory.runs.values()) == 1
+        assert await kit.store.read(_spot_key(SpotId("g"))) is None
+        record = await kit.record()
+        assert (record.active, record.pending) == (0, 0)
+        # The id is free: another operation creates it at once.
+        assert isinstance(await kit.get_or_create("g", timeout=1.0), Created)
+
+
+async def test_destroy_names_one_incarnation(kit: Kit) -> None:
+    first = await kit.get_or_create("d")
+    assert isinstance(first, Created)
+    spot, generation = first.ref.spot_id, first.ref.object_generation
+    assert await kit.destroyer.destroy(spot, generation) is True
+    assert await kit.store.read(_spot_key(spot)) is None
+    record = await kit.record()
+    assert (record.active, record.pending) == (0, 0)
+    assert await kit.destroyer.destroy(spot, generation) is False  # already gone
+    second = await kit.get_or_create("d")
+    assert isinstance(second, Created)
+    assert second.ref.object_generation != generation
+    with pytest.raises(InvalidOperation, match="user spot 'd' is now generation"):
+        await kit.destroyer.destroy(spot, generation)
+    row = await kit.store.read(_spot_key(spot))
+    assert row is not None and row.object_generation == second.ref.object_generation
