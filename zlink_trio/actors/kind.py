@@ -122,7 +122,6 @@ class ActorTargetKind:
         self._stats_for = stats_for
         self._node_rid = node_rid
         self._nursery = nursery
-        self.factory_runs = 0
 
     def refuse(self, order: CreateOrder[ActorId], row: AuthorityRow) -> ZLinkError | None:
         if order.stable_type not in self._types or row.stable_type != order.stable_type:
@@ -141,6 +140,28 @@ class ActorTargetKind:
         )
         self._host.begin_staging(actor_id)
         return _ActorStaging(self, self._types[order.stable_type], entry, context, row, request)
+
+    def publish(
+        self, actor_type: ActorType, context: ActorContext, instance: Any, committed: AuthorityRow
+    ) -> None:
+        """Host the approved, committed Actor (it is reachable from now on)."""
+        host = self._host
+        hosted_kind = host.kind(
+            actor_type,
+            self._node_rid(),
+            self._stats_for(actor_type.stable_type),
+            self._config.max_reply_bytes,
+        )
+        host.publish(HostedActor(hosted_kind, context, instance, committed.owner_generation))
+
+    def end_staging(self, actor_id: ActorId) -> None:
+        """The attempt is over: frames parked for the staging Actor fail unless it was
+        published (they are then its queue)."""
+        parked = self._host.end_staging(actor_id)
+        if parked:  # frames admitted for it while it was staging; it was not published
+            self._nursery.start_soon(
+                fail_parked, parked, StaleRoute(f"actor {actor_id.value!r} was not created")
+            )
 
 
 @final
@@ -168,7 +189,6 @@ class _ActorStaging:
 
     async def _build(self) -> ActorCreateEvent:
         """The factory, inside the Entry Spot's lifecycle turn."""
-        self._kind.factory_runs += 1
         context = self._context
         instance = self._actor_type.factory(context)
         if inspect.isawaitable(instance):
@@ -194,23 +214,7 @@ class _ActorStaging:
         return Refuse(decision.reply)
 
     def publish(self, committed: AuthorityRow) -> None:
-        kind = self._kind
-        host = kind._host
-        actor_type = self._actor_type
-        hosted_kind = host.kind(
-            actor_type,
-            kind._node_rid(),
-            kind._stats_for(actor_type.stable_type),
-            kind._config.max_reply_bytes,
-        )
-        host.publish(
-            HostedActor(hosted_kind, self._context, self._instance, committed.owner_generation)
-        )
+        self._kind.publish(self._actor_type, self._context, self._instance, committed)
 
     def end(self) -> None:
-        actor_id = self._context.actor_id
-        parked = self._kind._host.end_staging(actor_id)
-        if parked:  # frames admitted for it while it was staging; it was not published
-            self._kind._nursery.start_soon(
-                fail_parked, parked, StaleRoute(f"actor {actor_id.value!r} was not created")
-            )
+        self._kind.end_staging(self._context.actor_id)

@@ -103,7 +103,6 @@ class CreateTarget(Generic[IdT]):
         self._owner = owner
         self._task_name = task_name
         self._inflight: dict[OperationKey, list[TerminalSink]] = {}
-        self.staged = 0
         self.rejected = 0
         self.failed = 0
 
@@ -237,7 +236,6 @@ class CreateTarget(Generic[IdT]):
         try:
             decision: Decision | None = None
             with trio.move_on_at(deadline) as scope:
-                self.staged += 1
                 try:
                     decision = await staging.stage(deadline)
                 except ZLinkError as exc:

@@ -47,6 +47,7 @@ from zlink_trio.objects.destroy import Destroyer, Release, ReleaseOutcome
 from zlink_trio.objects.kind import Commit, CreateOrder, Decision, Refuse
 from zlink_trio.objects.reclaim import RETRY_INTERVAL, Reclaimer
 from zlink_trio.objects.results import Created, CreateResult, Existing, Rejected
+from zlink_trio.objects.sinks import LocalSink
 from zlink_trio.routing.route_cache import RouteCache
 from zlink_trio.store.api import (
     Applied,
@@ -63,8 +64,10 @@ from zlink_trio.store.api import (
 )
 from zlink_trio.store.memory import MemoryLocationStore
 from zlink_trio.testing import advance_store_clock
-from zlink_trio.wire.enums import CreateState
-from zlink_trio.wire.tails import CreateTail
+from zlink_trio.wire.codec import decode, encode
+from zlink_trio.wire.enums import CreateState, TerminalResult
+from zlink_trio.wire.records import UserSpotCreate
+from zlink_trio.wire.tails import CreateTail, ReservationFence
 
 MESH = MeshName("m")
 ROOM = StableType("room")
@@ -101,8 +104,31 @@ class SpotSourceKind:
         ref = tail.spot_ref()
         return Existing(ref) if tail.state is CreateState.EXISTING else Created(ref, tail.reply)
 
-    def record(self, order: CreateOrder[SpotId]) -> Any:
-        raise AssertionError("every target is local in this test")
+    def record(self, order: CreateOrder[SpotId]) -> UserSpotCreate:
+        operation = order.operation
+        return UserSpotCreate(
+            correlation=0,
+            operation_id=operation.operation_id,
+            source_rid=operation.source_rid,
+            source_generation=operation.source_generation,
+            spot_id=order.object_id,
+            stable_type=order.stable_type,
+            reservation=order.fence,
+            timeout_ms=order.timeout_ms,
+        )
+
+
+def spot_order(record: UserSpotCreate) -> CreateOrder[SpotId]:
+    """The creation attempt a command 47 carries (what its inbound handler hands to
+    ``CreateTarget.handle``)."""
+    return CreateOrder(
+        operation=OperationKey(record.source_rid, record.source_generation, record.operation_id),
+        object_id=record.spot_id,
+        key=_spot_key(record.spot_id),
+        stable_type=record.stable_type,
+        fence=record.reservation,
+        timeout_ms=record.timeout_ms,
+    )
 
 
 @attrs.define
@@ -296,7 +322,7 @@ async def open_kit(store: Any) -> AsyncIterator[Kit]:
         target: CreateTarget[SpotId] = CreateTarget(
             kind=factory,
             config=config,
-            node=node,  # type: ignore[arg-type]
+            node=node,  # only .identity is used: every target here is this node
             store=store,
             nursery=nursery,
             authority=authority,
@@ -305,7 +331,7 @@ async def open_kit(store: Any) -> AsyncIterator[Kit]:
         source: CreateSource[SpotId, CreateResult[SpotRef]] = CreateSource(
             kind=SpotSourceKind(),
             config=config,
-            node=node,  # type: ignore[arg-type]
+            node=node,  # only .identity is used: every target here is this node
             store=store,
             target=target,
             authority=authority,
@@ -527,3 +553,65 @@ async def test_destroy_names_one_incarnation(kit: Kit) -> None:
         await kit.destroyer.destroy(spot, generation)
     row = await kit.store.read(_spot_key(spot))
     assert row is not None and row.object_generation == second.ref.object_generation
+
+
+async def test_a_command_47_from_another_source_is_run_once_and_replayed(kit: Kit) -> None:
+    """The target side over the wire shape: a reservation made by another (live) source
+    lifecycle, carried by a command 47 that went through the wire codec, is staged and
+    committed once; a replay of the same record gets the retained terminal."""
+    source, source_generation = NodeRid.new(), NodeGeneration.new()
+    await kit.store.register_node(
+        source, source_generation, [_descriptor(source, source_generation)],
+        capacity=1, lease_ttl=1000.0,
+    )  # fmt: skip
+    me = await kit.record()
+    owner = OwnerFence(
+        MESH, me.descriptor.node_rid, me.descriptor.node_generation, me.lease_generation
+    )
+    operation = OperationKey(source, source_generation, OperationId.new())
+    content = await kit.store.put_root(b"from afar")
+    reserved = await kit.store.reserve(
+        Reservation(
+            key=_spot_key(SpotId("remote")),
+            kind=ObjectKind.USER_SPOT,
+            stable_type=ROOM,
+            owner=owner,
+            content=content,
+            operation=operation,
+        )
+    )
+    assert isinstance(reserved, Applied)
+    row = reserved.row
+    fence = ReservationFence(
+        expected_store_version=row.store_version,
+        object_generation=row.object_generation,
+        authority_owner_generation=row.owner_generation,
+        target_rid=row.owner.node_rid,
+        target_generation=row.owner.node_generation,
+        target_owner_lease_generation=row.owner.lease_generation,
+        pending_capacity_delta=1,
+    )
+    order = CreateOrder(operation, SpotId("remote"), row.key, ROOM, fence, 5000)
+    record = SpotSourceKind().record(order)
+    received = decode(encode(attrs.evolve(record, correlation=7)))
+    assert isinstance(received, UserSpotCreate)
+    assert spot_order(received) == order
+
+    async def deliver() -> CreateTail:
+        sink = LocalSink()
+        kit.target.handle(spot_order(received), sink)
+        terminal = await sink.wait()
+        assert terminal.terminal_result is TerminalResult.OK
+        assert isinstance(terminal.tail, CreateTail)
+        return terminal.tail
+
+    first = await deliver()
+    assert first.state is CreateState.CREATED and first.reply == b"welcome"
+    assert first.spot_ref() == SpotRef(
+        SpotId("remote"), row.object_generation, MESH, me.descriptor.node_rid
+    )
+    assert kit.factory.published["remote"][1] == {"spot": "remote", "request": b"from afar"}
+    assert await deliver() == first  # the replay: its retained terminal
+    assert sum(kit.factory.runs.values()) == 1
+    current = await kit.store.read(row.key)
+    assert current is not None and current.state is AuthorityState.READY
