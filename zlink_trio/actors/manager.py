@@ -11,20 +11,21 @@ from ..config import ServerConfig
 from ..errors import InvalidOperation, Unavailable
 from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress
+from ..objects.create_source import CreateSource
+from ..objects.durable import remaining_ms
+from ..objects.placement import choose_mesh
+from ..objects.sinks import raise_for_failure
 from ..store.api import AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .calls import FluentCall
 from .client import ActorClient, RequestCall, SendCall
-from .create_source import CreateSource
-from .durable import remaining_ms
-from .placement import choose_mesh
 from .results import ActorCreateResult
-from .sinks import raise_for_failure
 
 if TYPE_CHECKING:
-    from .destroy import Destroyer
+    from ..objects.destroy import Destroyer
+    from .hosted import HostedActor
 
 __all__ = ["ActorManager", "CreateCall"]
 
@@ -95,8 +96,8 @@ class ActorManager:
         config: ServerConfig,
         node: MeshNodeApi,
         store: LocationStore,
-        source: CreateSource,
-        destroyer: Destroyer,
+        source: CreateSource[ActorId, ActorCreateResult],
+        destroyer: Destroyer[ActorId, HostedActor],
         client: ActorClient,
         authority: Authority,
     ) -> None:

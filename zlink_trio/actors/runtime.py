@@ -18,26 +18,29 @@ from ..config import ServerConfig
 from ..errors import ConfigurationError, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, MeshName, StableType
 from ..mesh.api import PeerIdentity
+from ..objects.create_source import CreateSource
+from ..objects.create_target import CreateTarget
+from ..objects.destroy import Destroyer
+from ..objects.reclaim import Reclaimer
+from ..objects.sinks import RemoteSink, failure, ok
 from ..routing.route_cache import RouteCache
 from ..spots.entry import EntrySpot, EntrySpotStatistics
-from ..store.api import LocationStore
+from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
 from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .client import ActorClient
-from .create_source import CreateSource
-from .create_target import CreateTarget
 from .deadlines import ReplyDeadlines
 from .dedupe import IngressDedupe
-from .destroy import Destroyer
+from .destroy import ActorDestroyKind
 from .host import ActorHost
-from .hosted import Deliver, Destroying, Ready
+from .hosted import Deliver, Destroying, HostedActor, Ready
+from .kind import ActorSourceKind, ActorTargetKind, actor_order
 from .manager import ActorManager
 from .messenger import NEVER, Messenger
-from .reclaim import Reclaimer
-from .sinks import RemoteSink, failure, ok
+from .results import ActorCreateResult
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
 if TYPE_CHECKING:
@@ -96,20 +99,28 @@ class ActorRuntime:
             for mesh in config.meshes
             if mesh.object_role.can_host
         }
-        self.target = CreateTarget(
+        self.target: CreateTarget[ActorId] = CreateTarget(
+            kind=ActorTargetKind(
+                config=config,
+                host=self.host,
+                types=app.actor_types,
+                entry_spots=self.entry_spots,
+                client=self.client,
+                stats_for=self._stats_for,
+                node_rid=lambda: node.identity.node_rid,
+                nursery=nursery,
+            ),
             config=config,
             node=node,
             store=store,
-            host=self.host,
-            types=app.actor_types,
-            entry_spots=self.entry_spots,
-            client=self.client,
-            stats_for=self._stats_for,
             nursery=nursery,
             authority=authority,
             reclaimer=self.reclaimer,
+            owner="Actor runtime",
+            task_name="zlink_trio.actor.create",
         )
-        self.source = CreateSource(
+        self.source: CreateSource[ActorId, ActorCreateResult] = CreateSource(
+            kind=ActorSourceKind(),
             config=config,
             node=node,
             store=store,
@@ -117,13 +128,15 @@ class ActorRuntime:
             authority=authority,
             reclaimer=self.reclaimer,
         )
-        self.destroyer = Destroyer(
-            config=config,
-            node=node,
+        self.destroyer: Destroyer[ActorId, HostedActor] = Destroyer(
+            kind=ActorDestroyKind(self.host, authority),
+            object_kind=ObjectKind.ACTOR,
             store=store,
-            host=self.host,
             authority=authority,
+            drain_timeout=config.drain_timeout,
             nursery=nursery,
+            owner="Actor runtime",
+            task_name="zlink_trio.actor.destroy",
         )
         self.manager = ActorManager(
             config=config,
@@ -197,7 +210,7 @@ class ActorRuntime:
         if not self._node.admitting:
             await sink.deliver(failure(Unavailable("this owner's lease expired")))
             return
-        self.target.handle(record, sink)
+        self.target.handle(actor_order(record), sink)
 
     async def _on_actor_destroy(self, peer: PeerIdentity, record: ActorDestroy) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)

@@ -1,29 +1,22 @@
-"""Terminal sinks: where the one terminal of a request goes.
-
-Local and remote callers get the SAME outcome. Remotely the terminal is a command-20
-``TerminalReply`` sent to the requesting peer with the request's correlation; the caller
-raises the error its kind names (:func:`raise_for_failure`). Locally a create's terminal is
-handed over in memory as the same record (:class:`LocalSink`), and an Actor message's
-reply skips the record altogether: a :class:`LocalReply` slot gets the reply bytes, or the
-error exactly as a remote caller would rebuild it (:func:`public_error`). Either way the
-first delivery wins and later ones are no-ops (terminal once).
-"""
+"""Re-export of :mod:`zlink_trio.objects.sinks` for the Actor message path (the messenger
+and hosted Actors import their terminal sinks from here); new code imports from
+``objects``."""
 
 from __future__ import annotations
 
-import logging
-from typing import Protocol, TypeAlias, final
-
-import attrs
-import trio
-
-from ..engine.oneshot import OneShot
-from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
-from ..mesh.api import MeshNodeApi, PeerAddress
-from ..wire.codec import decode, encode
-from ..wire.enums import TerminalResult
-from ..wire.records import TerminalReply
-from ..wire.tails import CreateTail, ReplyPayloadTail, Tail
+from ..objects.sinks import (
+    LocalReply,
+    LocalSink,
+    RemoteSink,
+    ReplySink,
+    TerminalSink,
+    decode_terminal,
+    encode_terminal,
+    failure,
+    ok,
+    public_error,
+    raise_for_failure,
+)
 
 __all__ = [
     "LocalReply",
@@ -38,173 +31,3 @@ __all__ = [
     "public_error",
     "raise_for_failure",
 ]
-
-logger = logging.getLogger("zlink_trio.actors")
-
-
-def failure(error: ZLinkError, tail: CreateTail | None = None) -> TerminalReply:
-    """The FAILED terminal (correlation 0) carrying ``error``'s kind and message."""
-    return TerminalReply.failed(0, error.kind, error.message, tail)
-
-
-def _error_of(reply: TerminalReply) -> ZLinkError:
-    kind = reply.failure_code if reply.failure_code is not None else ErrorKind.UNAVAILABLE
-    return error_from_kind(kind, reply.failure_message or "")
-
-
-def raise_for_failure(reply: TerminalReply) -> TerminalReply:
-    """Return an OK terminal; raise the public error a FAILED one carries."""
-    if reply.terminal_result is TerminalResult.OK:
-        return reply
-    raise _error_of(reply)
-
-
-def public_error(error: ZLinkError) -> ZLinkError:
-    """``error`` as a caller receives it through a terminal: the public class of its kind
-    and its (possibly truncated) message; what a remote caller would raise."""
-    return _error_of(failure(error))
-
-
-class TerminalSink(Protocol):
-    async def deliver(self, reply: TerminalReply) -> None:
-        """Deliver the terminal (its correlation is replaced by the sink's own)."""
-        ...
-
-
-class ReplySink(Protocol):
-    """The remote side of an Actor request's terminal (a local request uses a
-    :data:`LocalReply` slot directly, without awaiting)."""
-
-    async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
-        """The handler's reply (OK). ``flush=False``: more replies follow at once (the
-        Actor's queue is not empty), let them leave together."""
-        ...
-
-    async def fail(self, error: ZLinkError) -> None:
-        """A typed failure (FAILED with ``error``'s kind and message)."""
-        ...
-
-
-LocalReply: TypeAlias = OneShot[bytes | None]
-"""A local request's terminal slot: ``set(reply)``, or ``fail(public_error(error))``."""
-
-
-@final
-class LocalSink:
-    """In-process terminal: the caller awaits :meth:`wait`."""
-
-    __slots__ = ("_slot",)
-
-    def __init__(self) -> None:
-        self._slot: OneShot[TerminalReply] = OneShot()
-
-    async def deliver(self, reply: TerminalReply) -> None:
-        self._slot.set(reply)
-
-    def deliver_nowait(self, reply: TerminalReply) -> None:
-        self._slot.set(reply)
-
-    def fail(self, error: BaseException) -> None:
-        """End the wait with ``error`` (no terminal: the attempt never finished)."""
-        self._slot.fail(error)
-
-    async def wait(self) -> TerminalReply:
-        return await self._slot.wait()
-
-    @property
-    def done(self) -> bool:
-        return self._slot.done
-
-
-@final
-class RemoteSink:
-    """Terminal for a peer's request: one command 20 back over the mesh."""
-
-    __slots__ = ("_correlation", "_done", "_node", "_peer")
-
-    def __init__(self, node: MeshNodeApi, peer: PeerAddress, correlation: int) -> None:
-        self._node = node
-        self._peer = peer
-        self._correlation = correlation
-        self._done = False
-
-    async def deliver(self, reply: TerminalReply) -> None:
-        if self._done:
-            return
-        await self._send(
-            TerminalReply(
-                correlation=self._correlation,
-                terminal_result=reply.terminal_result,
-                failure_code=reply.failure_code,
-                tail=reply.tail,
-                failure_message=reply.failure_message,
-            )
-        )
-
-    async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
-        if self._done:
-            return
-        tail = None if payload is None else ReplyPayloadTail(payload=payload)
-        await self._send(TerminalReply.ok(self._correlation, tail), flush=flush)
-
-    async def fail(self, error: ZLinkError) -> None:
-        if self._done:
-            return
-        await self._send(TerminalReply.failed(self._correlation, error.kind, error.message))
-
-    async def fail_nowait(self, error: ZLinkError) -> None:
-        """Like :meth:`fail`, but never waits for space in the connection's writer lane
-        (for a connection's reader): a full lane loses the terminal, and the requester
-        ends at its deadline, as with a frame lost on the wire."""
-        if self._done:
-            return
-        reply = TerminalReply.failed(self._correlation, error.kind, error.message)
-        await self._send(reply, wait=False)
-
-    async def _send(
-        self, wire_reply: TerminalReply, *, flush: bool = True, wait: bool = True
-    ) -> None:
-        self._done = True
-        try:
-            try:
-                await self._node.send(self._peer, wire_reply, flush=flush, wait=wait)
-            except ProtocolError as exc:
-                # The terminal cannot leave (too big, cannot encode; nothing was queued):
-                # a typed failure instead, so the requester never waits for its deadline.
-                refused = TerminalReply.failed(
-                    self._correlation, ErrorKind.APPLICATION, f"the reply cannot be sent: {exc}"
-                )
-                await self._node.send(self._peer, refused, flush=flush, wait=wait)
-        except trio.WouldBlock:
-            logger.info(
-                "terminal for correlation %d to %r not sent: the writer lane is full",
-                self._correlation,
-                self._peer,
-            )
-        except ZLinkError as exc:
-            # The requester owns the outcome (its deadline); a lost reply is never resent
-            # by the application path. Durable operations replay from the source.
-            logger.info(
-                "terminal for correlation %d to %r not sent: %r", self._correlation, self._peer, exc
-            )
-
-
-def ok(tail: Tail | None = None) -> TerminalReply:
-    return TerminalReply.ok(0, tail)
-
-
-_RECORDED_CORRELATION = 1
-"""Terminal records hold the command-20 terminal encoded with this placeholder correlation
-(the wire requires a non-zero one); every delivery re-stamps the requester's own."""
-
-
-def encode_terminal(reply: TerminalReply) -> bytes:
-    """The bytes a durable operation's terminal record keeps (re-encodable as-is)."""
-    return encode(attrs.evolve(reply, correlation=_RECORDED_CORRELATION))
-
-
-def decode_terminal(data: bytes) -> TerminalReply:
-    reply = decode(data)
-    if not isinstance(reply, TerminalReply):
-        raise ProtocolError("a terminal record does not hold a command 20 terminal")
-    return attrs.evolve(reply, correlation=0)

@@ -1,4 +1,5 @@
-"""The source side of Actor Create / GetOrCreate (spec 04 §6.2–§6.5).
+"""The source side of Create / GetOrCreate, for any object kind (spec 04 §6.2–§6.5,
+spec 06 §3.2–§3.3).
 
 One end-to-end deadline, fixed at submit, covers resolve, reservation, the target's
 factory and approval, and the Ready barrier. Only the caller whose Store reservation CAS
@@ -11,14 +12,19 @@ A reservation is never left behind: an operation that ends without a terminal �
 failure, the caller's own cancellation — gives it back under a bounded shield, a reserve
 cut short is settled by a read, and a waiter aborts a Creating row whose source or owner
 lifecycle is gone (:mod:`.reclaim`).
+
+What is about one kind — its Store key, the membership a reservation records, its result
+values and the command that carries the create to a remote target — comes from its
+:class:`~.kind.SourceKind`.
 """
 
 from __future__ import annotations
 
 import logging
 import random
-from typing import final
+from typing import Generic, TypeVar, final
 
+import attrs
 import trio
 
 from ..config import ServerConfig
@@ -31,7 +37,7 @@ from ..errors import (
     TypeMismatch,
     Unavailable,
 )
-from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
+from ..ids import MeshName, OperationId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..store.api import (
     Applied,
@@ -39,58 +45,49 @@ from ..store.api import (
     AuthorityState,
     LocationStore,
     ObjectKey,
-    ObjectKind,
     OperationKey,
     OwnerFence,
     Reservation,
 )
-from ..wire.enums import CreateState
-from ..wire.records import ActorCreate, TerminalReply
+from ..wire.records import TerminalReply
 from ..wire.tails import CreateTail, ReservationFence
 from .authority import Authority
 from .create_target import CreateTarget
 from .durable import remaining_ms, run_durable
+from .kind import CreateOrder, IdT, SourceKind, noun
 from .placement import choose_node
 from .reclaim import Reclaimer, give_back, orphaned
-from .results import ActorCreateResult, Created, Existing, Rejected
 from .sinks import LocalSink, decode_terminal, raise_for_failure
 
 __all__ = ["CreateSource"]
 
-logger = logging.getLogger("zlink_trio.actors")
+logger = logging.getLogger("zlink_trio.objects")
+
+ResultT = TypeVar("ResultT")
 
 
-def _ref(row: AuthorityRow) -> ActorRef:
-    return ActorRef(
-        ActorId(row.key.object_id), row.object_generation, row.owner.mesh_name, row.owner.node_rid
-    )
-
-
-def _result(reply: TerminalReply) -> ActorCreateResult:
-    raise_for_failure(reply)
+def _about(reply: TerminalReply, row: AuthorityRow) -> bool:
+    """Whether ``reply`` is the terminal of the attempt on the reservation ``row`` (its
+    create tail names that incarnation), which the target committed or gave back."""
     tail = reply.tail
-    if not isinstance(tail, CreateTail):
-        raise Unavailable("the create terminal carries no create tail")
-    if tail.state is CreateState.REJECTED:
-        return Rejected(tail.reply)
-    ref = tail.actor_ref()
-    if tail.state is CreateState.EXISTING:
-        return Existing(ref)
-    return Created(ref, tail.reply)
+    return isinstance(tail, CreateTail) and tail.object_generation == row.object_generation
 
 
 @final
-class CreateSource:
+class CreateSource(Generic[IdT, ResultT]):
     def __init__(
         self,
         *,
+        kind: SourceKind[IdT, ResultT],
         config: ServerConfig,
         node: MeshNodeApi,
         store: LocationStore,
-        target: CreateTarget,
-        authority: Authority,
+        target: CreateTarget[IdT],
+        authority: Authority[IdT],
         reclaimer: Reclaimer,
     ) -> None:
+        self._kind = kind
+        self._noun = noun(kind.kind)
         self._config = config
         self._authority = authority
         self._reclaimer = reclaimer
@@ -101,9 +98,16 @@ class CreateSource:
         self.creates = 0
         self.replays = 0
 
+    def _result(self, reply: TerminalReply) -> ResultT:
+        raise_for_failure(reply)
+        tail = reply.tail
+        if not isinstance(tail, CreateTail):
+            raise Unavailable("the create terminal carries no create tail")
+        return self._kind.outcome(tail)
+
     async def run(
         self,
-        actor_id: ActorId,
+        object_id: IdT,
         stable_type: StableType,
         mesh: MeshName,
         request: bytes | None,
@@ -111,12 +115,13 @@ class CreateSource:
         *,
         exclusive: bool,
         operation_id: OperationId | None,
-    ) -> ActorCreateResult:
+    ) -> ResultT:
         me = self._node.identity
         explicit = operation_id is not None
         op = operation_id or OperationId.new()
         key = OperationKey(me.node_rid, me.node_generation, op)
-        object_key = ObjectKey.actor(actor_id.value)
+        object_key = self._kind.key(object_id)
+        kind = self._kind.kind
         reserved: AuthorityRow | None = None
         unsure = False  # a reserve may have committed without our learning it
         # This scope covers resolve and reservation only: the durable operation that
@@ -129,11 +134,11 @@ class CreateSource:
                     # deadline + 5 min).
                     retained = await self._store.read_terminal(key)
                     if retained is not None:
-                        return _result(decode_terminal(retained.result))
+                        return self._result(decode_terminal(retained.result))
                 backoff = self._config.create_backoff_initial
                 stuck: int | None = None  # the version of a Creating row seen last round
                 while reserved is None:
-                    row = await self._authority.read(actor_id)
+                    row = await self._authority.read(object_id)
                     if row is not None and row.operation == key:
                         if row.state is AuthorityState.CREATING:
                             # Our own reservation, made by a reserve whose outcome was
@@ -144,15 +149,17 @@ class CreateSource:
                     else:
                         unsure = False  # that read settled our last reserve: not committed
                     if row is not None:
-                        if row.kind is not ObjectKind.ACTOR or row.stable_type != stable_type:
+                        if row.kind is not kind or row.stable_type != stable_type:
                             raise TypeMismatch(
-                                f"actor {actor_id.value!r} exists with type "
+                                f"{self._noun} {object_key.object_id!r} exists with type "
                                 f"{row.stable_type.value!r}"
                             )
                         if row.state is AuthorityState.READY:
                             if exclusive:
-                                raise AlreadyExists(f"actor {actor_id.value!r} already exists")
-                            return Existing(_ref(row))
+                                raise AlreadyExists(
+                                    f"{self._noun} {object_key.object_id!r} already exists"
+                                )
+                            return self._kind.existing(row)
                         if (
                             row.state is AuthorityState.CREATING
                             and stuck == row.store_version
@@ -170,7 +177,7 @@ class CreateSource:
                     # moved, or the outcome is unknown: read again).
                     unsure = True
                     reserved = await self._reserve(
-                        key, actor_id, stable_type, mesh, request, deadline
+                        key, object_key, stable_type, mesh, request, deadline
                     )
                     if reserved is not None:
                         unsure = False
@@ -178,25 +185,30 @@ class CreateSource:
             if reserved is None and unsure:
                 # Cancelled, timed out or failed right after a reserve whose outcome we
                 # never learned: if it committed, give it back now (never orphan it).
-                await self._settle_unsure(object_key, key)
+                await self._settle_unsure(object_id, object_key, key)
         if reserved is None:
             raise DeadlineExceeded(
-                f"create of {actor_id.value!r} did not finish before its deadline"
+                f"create of {object_key.object_id!r} did not finish before its deadline"
             )
         reply: TerminalReply | None = None
         try:
-            reply = await self._drive(key, reserved, deadline)
+            reply = await self._drive(key, object_id, reserved, deadline)
         finally:
             if reply is None:
                 # No terminal (deadline, the caller's cancellation, a transport failure,
                 # anything): give the reservation back unless the target committed it.
                 await self._give_back(reserved.key, reserved.store_version)
-        return _result(reply)
+        if not _about(reply, reserved):
+            # A terminal, but not of this reservation: the operation's terminal recorded
+            # for an earlier one (a replay that raced its give-back, or a fence the target
+            # refused). The target never touched this row: give it back, never orphan it.
+            await self._give_back(reserved.key, reserved.store_version)
+        return self._result(reply)
 
     async def _reserve(
         self,
         key: OperationKey,
-        actor_id: ActorId,
+        object_key: ObjectKey,
         stable_type: StableType,
         mesh: MeshName,
         request: bytes | None,
@@ -204,7 +216,8 @@ class CreateSource:
     ) -> AuthorityRow | None:
         store = self._store
         nodes = await store.list_nodes(mesh)
-        target = choose_node(nodes, stable_type, rng=self._rng)
+        kind = self._kind.kind
+        target = choose_node(nodes, stable_type, kind=kind, rng=self._rng)
         content = None
         if request is not None:
             retain = (
@@ -221,11 +234,11 @@ class CreateSource:
         try:
             result = await store.reserve(
                 Reservation(
-                    key=ObjectKey.actor(actor_id.value),
-                    kind=ObjectKind.ACTOR,
+                    key=object_key,
+                    kind=kind,
                     stable_type=stable_type,
                     owner=owner,
-                    membership=descriptor.entry_spot_id,
+                    membership=self._kind.membership(descriptor),
                     content=content,
                     operation=key,
                 )
@@ -237,20 +250,24 @@ class CreateSource:
         except StoreOutcomeUnknown as exc:
             # It may have committed: the caller's next read finds our reservation (its
             # operation is ``key``) or Missing, and goes on from there.
-            logger.info("reservation of %r has an unknown outcome (%r); re-reading", actor_id, exc)
+            logger.info(
+                "reservation of %r has an unknown outcome (%r); re-reading", object_key, exc
+            )
             return None
         if isinstance(result, Applied):
             self.creates += 1
             return result.row
         return None
 
-    async def _settle_unsure(self, object_key: ObjectKey, key: OperationKey) -> None:
+    async def _settle_unsure(
+        self, object_id: IdT, object_key: ObjectKey, key: OperationKey
+    ) -> None:
         """A reserve of ``key`` may have committed unseen: read (bounded, shielded) and
         give the reservation back if it is there."""
         row: AuthorityRow | None = None
         with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
             try:
-                row = await self._authority.read(ActorId(object_key.object_id))
+                row = await self._authority.read(object_id)
             except Unavailable as exc:
                 logger.info("settling the reservation of %r: %r", object_key, exc)
                 # Unknown still; the waiters' backstop (orphaned) covers a dead source,
@@ -271,7 +288,9 @@ class CreateSource:
         if not settled:
             self._reclaimer.later(object_key, version)
 
-    async def _drive(self, key: OperationKey, row: AuthorityRow, deadline: float) -> TerminalReply:
+    async def _drive(
+        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+    ) -> TerminalReply:
         """Send the create to the reserved target and wait for its terminal (replaying it
         under the same OperationId on transient transport failures)."""
         me = self._node.identity
@@ -285,24 +304,25 @@ class CreateSource:
             pending_capacity_delta=1,
         )
 
-        def record(timeout_ms: int) -> ActorCreate:
-            return ActorCreate(
-                correlation=0,
-                operation_id=key.operation_id,
-                source_rid=me.node_rid,
-                source_generation=me.node_generation,
-                actor_id=ActorId(row.key.object_id),
-                stable_type=row.stable_type,
-                reservation=fence,
-                timeout_ms=timeout_ms,
-            )
-
+        order = CreateOrder(
+            operation=key,
+            object_id=object_id,
+            key=row.key,
+            stable_type=row.stable_type,
+            fence=fence,
+            timeout_ms=remaining_ms(deadline),
+        )
         if row.owner.node_rid == me.node_rid:
             sink = LocalSink()
-            self._target.handle(record(remaining_ms(deadline)), sink)
+            self._target.handle(order, sink)
             with trio.move_on_at(deadline):
                 return await sink.wait()
             raise DeadlineExceeded("create did not finish before its deadline")
+        kind = self._kind
+
+        def record(timeout_ms: int) -> object:
+            return kind.record(attrs.evolve(order, timeout_ms=timeout_ms))
+
         attempts = 0
 
         def counted() -> None:

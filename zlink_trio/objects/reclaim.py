@@ -1,9 +1,9 @@
-"""Giving Creating reservations back, so none can block an ActorId for ever.
+"""Giving Creating reservations back, so none can block an object id for ever.
 
 A reservation (a Creating row) is driven by the operation that made it; when that
 operation ends without a terminal (deadline, the caller's cancellation, a Store answer that
 never came) it gives the reservation back: an ``abort_creation`` CAS on exactly the
-version it reserved (a target that committed first wins the CAS, and the Actor exists).
+version it reserved (a target that committed first wins the CAS, and the object exists).
 
 Three layers make that hold (docs/decisions.md, "Actor runtime: failure handling"):
 
@@ -12,7 +12,7 @@ Three layers make that hold (docs/decisions.md, "Actor runtime: failure handling
    settled by re-reading.
 2. :class:`Reclaimer` — when the Store could not be reached within that bound, the
    give-back (with the terminal the target meant to record, if any) is retried in the
-   background by a task of the Actor runtime's nursery until it is settled or the
+   background by a task of the owning runtime's nursery until it is settled or the
    runtime stops.
 3. :func:`orphaned` — the backstop for a process that died (or was fail-stopped) in
    between: a GetOrCreate/Create waiting on a Creating row that has not moved checks the
@@ -43,7 +43,7 @@ from ..wire.records import TerminalReply
 
 __all__ = ["Reclaimer", "give_back", "orphaned"]
 
-logger = logging.getLogger("zlink_trio.actors")
+logger = logging.getLogger("zlink_trio.objects")
 
 RETRY_INTERVAL: Final = 1.0
 """Seconds between background give-back rounds while the Store is unreachable."""
@@ -109,7 +109,7 @@ class _Pending:
 
 @final
 class Reclaimer:
-    """Background give-backs (layer 2): one task in the Actor runtime's nursery while
+    """Background give-backs (layer 2): one task in the owning runtime's nursery while
     any is pending."""
 
     __slots__ = ("_nursery", "_pending", "_replies", "_running", "_store", "settled")
@@ -142,7 +142,7 @@ class Reclaimer:
             self._replies[terminal.key] = reply
         if not self._running:
             self._running = True
-            self._nursery.start_soon(self._run, name="zlink_trio.actors.reclaim")
+            self._nursery.start_soon(self._run, name="zlink_trio.objects.reclaim")
 
     def reply_for(self, operation: OperationKey) -> TerminalReply | None:
         """The terminal of ``operation`` while its give-back is pending here."""

@@ -1,10 +1,12 @@
-"""Mesh selection and placement of a new Actor (spec 04 §6.3).
+"""Mesh selection and placement of a new object (spec 04 §6.3, spec 06 §3–§4).
 
 Mesh: InMesh if given (a mesh this node has no Object role in → NotFound); else the one
 Object-role mesh (none → NotConfigured, several → InvalidOperation).
 Target: live descriptors of that mesh, checked in the spec's order — Object Server role,
-stable type registered, active+pending capacity left — then a weighted random choice by
-node-wide placement weight. The caller never names a node.
+stable type registered for the object's kind (``actor_types``, ``spot_types`` or
+``instance_types``, as the Store's ``reserve`` checks), active+pending capacity left —
+then a weighted random choice by node-wide placement weight. The caller never names a
+node.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from collections.abc import Sequence
 from ..config import ServerConfig
 from ..errors import CapacityExceeded, InvalidOperation, NotConfigured, NotFound
 from ..ids import MeshName, StableType
-from ..store.api import NodeRecord
+from ..store.api import NodeDescriptor, NodeRecord, ObjectKind
+from .kind import noun
 
-__all__ = ["choose_mesh", "choose_node"]
+__all__ = ["choose_mesh", "choose_node", "hosted_types"]
 
 
 def choose_mesh(config: ServerConfig, in_mesh: MeshName | None) -> MeshName:
@@ -35,24 +38,37 @@ def choose_mesh(config: ServerConfig, in_mesh: MeshName | None) -> MeshName:
     return meshes[0]
 
 
+def hosted_types(descriptor: NodeDescriptor, kind: ObjectKind) -> frozenset[StableType]:
+    """The stable types of ``kind`` that ``descriptor``'s node registers."""
+    if kind is ObjectKind.ACTOR:
+        return descriptor.actor_types
+    if kind is ObjectKind.USER_SPOT:
+        return descriptor.spot_types
+    if kind is ObjectKind.INSTANCE_SPOT:
+        return descriptor.instance_types
+    return frozenset()  # Entry Spots are claimed by registration, never placed
+
+
 def choose_node(
     nodes: Sequence[NodeRecord],
     stable_type: StableType,
     *,
+    kind: ObjectKind = ObjectKind.ACTOR,
     rng: random.Random | None = None,
     exclude: frozenset[bytes] = frozenset(),
 ) -> NodeRecord:
-    """Pick the target among ``nodes`` (one mesh's records)."""
+    """Pick the target among ``nodes`` (one mesh's records) for a new ``kind`` object."""
     servers = [n for n in nodes if n.live and n.descriptor.object_role.can_host]
-    typed = [n for n in servers if stable_type in n.descriptor.actor_types]
+    typed = [n for n in servers if stable_type in hosted_types(n.descriptor, kind)]
+    name = noun(kind)
     if not typed:
-        raise NotFound(f"no live node hosts actor type {stable_type.value!r}")
+        raise NotFound(f"no live node hosts {name} type {stable_type.value!r}")
     free = [
         n
         for n in typed
         if n.active + n.pending < n.capacity and n.descriptor.node_rid.value not in exclude
     ]
     if not free:
-        raise CapacityExceeded(f"no capacity left for actor type {stable_type.value!r}")
+        raise CapacityExceeded(f"no capacity left for {name} type {stable_type.value!r}")
     weights = [n.descriptor.placement_weight for n in free]
     return (rng or random).choices(free, weights=weights, k=1)[0]

@@ -1,4 +1,4 @@
-"""The backstop for orphaned Creating rows (``actors/reclaim.py``): a reservation is
+"""The backstop for orphaned Creating rows (``objects/reclaim.py``): a reservation is
 aborted only when the lifecycle that must drive it is gone (its owner's lease or the node
 lifecycle that made it), never while both live."""
 
@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import pytest
 
-from zlink_trio.actors.reclaim import orphaned
 from zlink_trio.config import ObjectRole
 from zlink_trio.ids import (
     MeshName,
@@ -16,6 +15,7 @@ from zlink_trio.ids import (
     StableType,
     new_entry_spot_id,
 )
+from zlink_trio.objects.reclaim import orphaned
 from zlink_trio.store.api import (
     Applied,
     AuthorityRow,
