@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
-from ..app import ActorType
 from ..config import ServerConfig
 from ..errors import (
     ApplicationError,
@@ -41,6 +40,7 @@ from ..errors import (
 )
 from ..ids import ActorId, MeshName, StableType
 from ..mesh.api import MeshNodeApi
+from ..spots.approval import ActorCreateEvent, Approve
 from ..store.api import (
     Applied,
     AuthorityRow,
@@ -53,12 +53,12 @@ from ..store.api import (
 from ..wire.enums import CreateState
 from ..wire.records import ActorCreate, TerminalReply
 from ..wire.tails import CreateTail
-from .approval import ActorCreateEvent, Approve
 from .authority import Authority
 from .context import ActorContext
 from .host import ActorHost
 from .hosted import HostedActor, fail_parked
 from .reclaim import RETRY_INTERVAL, Reclaimer, give_back
+from .registry import ActorType
 from .sinks import LocalSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
 
 if TYPE_CHECKING:
