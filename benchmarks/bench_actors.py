@@ -39,8 +39,9 @@ import trio
 from zlink_trio import App, MeshConfig, ServerConfig
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import DisableRelocation
+from zlink_trio.server import runtime_of
 from zlink_trio.store.memory import MemoryLocationStore
-from zlink_trio.testing import open_cluster
+from zlink_trio.testing import open_cluster, server_engine
 
 
 class Sink:
@@ -233,7 +234,7 @@ def census(server: Any) -> dict[str, float]:
     """Bytes per hosted Actor of the objects the hosting runtime keeps for it, by part
     (``sys.getsizeof``; objects shared by all Actors of a type counted once, not per
     Actor). Reads runtime internals: a benchmark's look inside, not an API."""
-    host = server._actors.host
+    host = runtime_of(server).actors.host
     n = len(host)
     parts: Counter[str] = Counter()
     policies: set[int] = set()
@@ -275,13 +276,13 @@ async def scale(n: int) -> tuple[float, float, float, dict[str, float]]:
         for i in range(half):
             await actors.create(f"a{i}", "sink")
         rate = half / (time.perf_counter() - start)
-        await cluster.servers[0].engine.wait_idle()
+        await server_engine(cluster.servers[0]).wait_idle()
         gc.collect()
         tracemalloc.start(6)
         base_snapshot = tracemalloc.take_snapshot()
         for i in range(half, n):
             await actors.create(f"a{i}", "sink")
-        await cluster.servers[0].engine.wait_idle()
+        await server_engine(cluster.servers[0]).wait_idle()
         gc.collect()
         snapshot = tracemalloc.take_snapshot()
         tracemalloc.stop()

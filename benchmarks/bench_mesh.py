@@ -48,6 +48,7 @@ from zlink_trio.mesh.api import PeerAddress, PeerIdentity, PeerState
 from zlink_trio.mesh.services import ServiceContext
 from zlink_trio.server import _open_server
 from zlink_trio.store.memory import MemoryLocationStore
+from zlink_trio.testing import node_of, server_store
 from zlink_trio.wire import ActorSend, Command, MessageKind, TerminalReply, encode
 
 MESH = MeshName("bench")
@@ -99,15 +100,15 @@ def _request_record(a: Any, b_rid: Any, b_generation: Any) -> ActorSend:
 
 
 async def _drive_mesh(a: Any, peer: PeerAddress, callers: int, seconds: float) -> float:
-    while a.node.peer_state(peer) is not PeerState.ADMITTED:
-        await a.node.wait_peer_change(peer)
+    while node_of(a).peer_state(peer) is not PeerState.ADMITTED:
+        await node_of(a).wait_peer_change(peer)
     generation = next(
         r.descriptor.node_generation
-        for r in await a.store.list_nodes(MESH)
+        for r in await server_store(a).list_nodes(MESH)
         if r.descriptor.node_rid == peer.node_rid
     )
     record = _request_record(a, peer.node_rid, generation)
-    node = a.node
+    node = node_of(a)
 
     async def one() -> None:
         pending = await node.request(peer, record)

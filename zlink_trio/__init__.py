@@ -4,12 +4,6 @@ Only re-exports live here; the implementation is in the subpackages.
 """
 
 from ._version import __version__ as __version__
-from .actors.approval import (
-    ActorCreateEvent as ActorCreateEvent,
-    Approve as Approve,
-    CreateDecision as CreateDecision,
-    Reject as Reject,
-)
 from .actors.context import ActorContext as ActorContext, BoundSession as BoundSession
 from .actors.handlers import (
     MessageKind as MessageKind,
@@ -31,6 +25,7 @@ from .actors.results import (
 )
 from .app import App as App
 from .config import (
+    MemoryStoreConfig as MemoryStoreConfig,
     MeshConfig as MeshConfig,
     ObjectRole as ObjectRole,
     PostgresStoreConfig as PostgresStoreConfig,
@@ -73,4 +68,11 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
-from .server import Server as Server, open_server as open_server
+from .server import Server as Server, open_server as open_server, serve_server as serve_server
+from .spots.approval import (
+    ActorCreateEvent as ActorCreateEvent,
+    Approve as Approve,
+    CreateDecision as CreateDecision,
+    Reject as Reject,
+)
+from .store.memory import MemoryLocationStore as MemoryLocationStore

@@ -7,75 +7,46 @@ server never starts.
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast, final
+from typing import Any, final
 
 import attrs
 
-from .actors.approval import OnCreateActor
-from .actors.handlers import HandlerKey, MessageKind, declared_handlers
-from .actors.policy import (
-    DisableRelocation,
-    PreserveStateWith,
-    RecreateOnRelocation,
-    RelocationPolicy,
-)
+from .actors.handlers import MessageKind
+from .actors.policy import RelocationPolicy
+from .actors.registry import ActorHandler, ActorRegistry, ActorType, ActorTypes
 from .errors import ConfigurationError
-from .ids import InvalidId, StableType, check_text_id
+from .ids import StableType
+from .spots.approval import OnCreateActor
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
 
-ActorHandler = Callable[[Any, bytes], Awaitable[bytes | None]]
-"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``)."""
-
 PacketHandler = Callable[..., Awaitable[Any]]
-
-_POLICIES = (DisableRelocation, RecreateOnRelocation, PreserveStateWith)
-
-
-@attrs.frozen
-class ActorType:
-    """One registered Actor stable type, validated."""
-
-    stable_type: StableType
-    factory: Callable[[Any], Any]
-    relocation: RelocationPolicy
-    handlers: Mapping[tuple[MessageKind, str], ActorHandler]
 
 
 @attrs.frozen
 class ValidatedApp:
     actor_dispatch: bool
-    actor_types: Mapping[StableType, ActorType]
+    actor_types: ActorTypes
     on_create_actor: OnCreateActor | None
     packet_handlers: Mapping[str, PacketHandler]
 
-
-def _method_handler(cls: type, name: str) -> ActorHandler:
-    """The handler for method ``name`` of Actor class ``cls``: the class's own function
-    when it is a plain function (called as ``fn(actor, payload)``, no extra frame per
-    message), else a wrapper that looks the method up on the Actor at call time."""
-    fn = inspect.getattr_static(cls, name, None)
-    if inspect.isfunction(fn) and inspect.iscoroutinefunction(fn):
-        return cast(ActorHandler, fn)
-
-    async def call(actor: Any, payload: bytes) -> bytes | None:
-        result: bytes | None = await getattr(actor, name)(payload)
-        return result
-
-    call.__qualname__ = f"method:{name}"
-    return call
+    @property
+    def hosted_actor_types(self) -> frozenset[StableType]:
+        """The stable types a SERVER mesh descriptor of this node publishes."""
+        return frozenset(self.actor_types)
 
 
 @final
 class App:
-    """Registrations of one server: Actor types, handlers, Entry Spot callbacks, packets."""
+    """Registrations of one server: Actor types, handlers, Entry Spot callbacks, packets.
+
+    The Actor part is an :class:`~zlink_trio.actors.registry.ActorRegistry`; this object
+    composes it with the Entry Spot callback and the STREAM packet handlers."""
 
     def __init__(self) -> None:
         self._actor_dispatch = False
-        self._actor_types: list[tuple[object, object, object]] = []
-        self._actor_handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
+        self._actors = ActorRegistry()
         self._packet_handlers: list[tuple[object, PacketHandler]] = []
         self._on_create_actor: list[OnCreateActor] = []
 
@@ -99,18 +70,13 @@ class App:
         ``context`` attribute is that very object. When ``factory`` is a class, its methods
         marked with ``@on_send`` / ``@on_request`` become the type's handlers.
         """
-        self._actor_types.append((stable_type, factory, relocation))
-        if isinstance(factory, type):
-            for kind, packet, name in declared_handlers(factory):
-                self._actor_handlers.append(
-                    (stable_type, kind, packet, _method_handler(factory, name))
-                )
+        self._actors.register_actor(stable_type, factory, relocation=relocation)
 
     def register_actor_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
     ) -> None:
         """Register a function handler ``async def handler(actor, payload)``."""
-        self._actor_handlers.append((stable_type, kind, packet, handler))
+        self._actors.register_handler(stable_type, kind, packet, handler)
 
     def on_create_actor(self, fn: OnCreateActor) -> OnCreateActor:
         """Decorator: the Entry Spot's OnCreateActor approval callback (default: approve)."""
@@ -130,43 +96,7 @@ class App:
     def validate(self) -> ValidatedApp:
         """Check every registration; raise one ConfigurationError naming every problem."""
         problems: list[str] = []
-        types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
-        for raw, factory, policy in self._actor_types:
-            try:
-                st = StableType.parse(raw)
-            except InvalidId as exc:
-                problems.append(f"actor type {raw!r}: {exc}")
-                continue
-            if st in types:
-                problems.append(f"actor stable type {st.value!r} registered twice")
-                continue
-            if not isinstance(policy, _POLICIES):
-                problems.append(
-                    f"actor type {st.value!r}: relocation must be DisableRelocation, "
-                    f"RecreateOnRelocation or PreserveStateWith(adapter), got {policy!r}"
-                )
-                continue
-            if not callable(factory):
-                problems.append(f"actor type {st.value!r}: factory is not callable")
-                continue
-            types[st] = (factory, policy)
-        handlers: dict[StableType, dict[tuple[MessageKind, str], ActorHandler]] = {
-            st: {} for st in types
-        }
-        for raw, kind, packet, fn in self._actor_handlers:
-            try:
-                st = StableType.parse(raw)
-                name = check_text_id(packet, "packet name")
-            except InvalidId as exc:
-                problems.append(f"handler {raw!r}/{packet!r}: {exc}")
-                continue
-            if st not in handlers:
-                problems.append(f"handler for unregistered actor type {st.value!r}")
-                continue
-            if (kind, name) in handlers[st]:
-                problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
-                continue
-            handlers[st][(kind, name)] = fn
+        actor_types = self._actors.validate(problems)
         packets: dict[str, PacketHandler] = {}
         for packet_key, packet_fn in self._packet_handlers:
             if not isinstance(packet_key, str) or not packet_key:
@@ -181,10 +111,7 @@ class App:
             raise ConfigurationError("; ".join(problems))
         return ValidatedApp(
             actor_dispatch=self._actor_dispatch,
-            actor_types={
-                st: ActorType(st, factory, policy, handlers[st])
-                for st, (factory, policy) in types.items()
-            },
+            actor_types=actor_types,
             on_create_actor=self._on_create_actor[0] if self._on_create_actor else None,
             packet_handlers=packets,
         )

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from ._version import __version__
-from .mesh.cli_node import add_node_parser, run as run_node
+from .cli_node import add_node_parser, run as run_node
 from .store.cli import add_store_parser, run as run_store
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import math
+import re
 from typing import TYPE_CHECKING, Any, Final
 
 import attrs
@@ -18,16 +19,20 @@ from .errors import ConfigurationError
 from .ids import MeshName
 
 if TYPE_CHECKING:
+    # Names the Store protocol for the type of ``location_store`` only: config sits at the
+    # bottom of the layers and imports nothing from ``store`` at run time.
     from .store.api import LocationStore
 
 __all__ = [
     "MAX_PAYLOAD_BYTES",
     "MIB",
+    "MemoryStoreConfig",
     "MeshConfig",
     "ObjectRole",
     "PostgresStoreConfig",
     "RouterConfig",
     "ServerConfig",
+    "check_schema",
 ]
 
 MIB: Final = 1024 * 1024
@@ -35,6 +40,12 @@ MAX_PAYLOAD_BYTES: Final = MIB
 """The largest application payload (request, reply, push, creation request and reply;
 spec 04 §6.4, 06 §3.1): the wire's field bound and the ceiling of ``max_request_bytes`` and
 ``max_reply_bytes``."""
+
+_SCHEMA: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
+
+STORE_METHOD: Final = "register_node"
+"""A method every Location Store has: the construction-time shape check of a store object
+(the full protocol check is ``open_server``'s, which may import the store layer)."""
 
 
 class ObjectRole(enum.Enum):
@@ -90,9 +101,17 @@ def _object_role(_inst: object, attr: attrs.Attribute[Any], value: object) -> No
         raise ConfigurationError(f"{attr.name}: expected an ObjectRole, got {value!r}")
 
 
-def _postgres_schema(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
-    from .store._pgmigrate import check_schema  # the store package imports config
+def check_schema(schema: str) -> str:
+    """A plain PostgreSQL identifier (letters, digits, ``_``; at most 63 bytes), else
+    ConfigurationError. It is always quoted, so case is kept."""
+    if not isinstance(schema, str) or _SCHEMA.fullmatch(schema) is None:
+        raise ConfigurationError(
+            f"PostgreSQL schema must match [A-Za-z_][A-Za-z0-9_]{{0,62}}, got {schema!r}"
+        )
+    return schema
 
+
+def _postgres_schema(_inst: object, _attr: attrs.Attribute[Any], value: object) -> None:
     check_schema(value)  # type: ignore[arg-type]
 
 
@@ -118,6 +137,14 @@ class PostgresStoreConfig:
     dsn: str = attrs.field(validator=_instance_of(str, what="a DSN string"))
     schema: str = attrs.field(default="zlink", validator=_postgres_schema)
     connections: int = attrs.field(default=8, validator=_positive_int)
+
+
+@attrs.frozen
+class MemoryStoreConfig:
+    """Ask ``open_server`` to create (and own) an in-process ``MemoryLocationStore``: the
+    embedded default, so the smallest program needs no store argument. Such a store lives
+    and dies with its one server; several nodes in one process share a store through
+    ``zlink_trio.testing.open_cluster`` or one ``MemoryLocationStore`` passed to each."""
 
 
 @attrs.frozen(kw_only=True)
@@ -148,14 +175,19 @@ class RouterConfig:
 class ServerConfig:
     """Configuration of one MeshNode lifecycle (one ``open_server``).
 
-    ``location_store`` is either a store object the caller owns (e.g. one
-    ``MemoryLocationStore`` shared by several in-process nodes) or a
-    :class:`PostgresStoreConfig` that the server opens and closes itself.
+    ``location_store`` is a store object the caller owns (e.g. one
+    ``MemoryLocationStore`` shared by several in-process nodes), a
+    :class:`PostgresStoreConfig` that the server opens and closes itself, or -- the
+    default -- :class:`MemoryStoreConfig`: an in-process memory store the server creates.
+    ``None`` means no Location Store at all (then meshes and Actor dispatch are startup
+    configuration errors, spec 02 §3).
     """
 
     # --- identity and membership -------------------------------------------------------
     meshes: tuple[MeshConfig, ...] = attrs.field(default=(), converter=tuple)
-    location_store: LocationStore | PostgresStoreConfig | None = None
+    location_store: LocationStore | PostgresStoreConfig | MemoryStoreConfig | None = attrs.field(
+        factory=MemoryStoreConfig
+    )
     cluster_secret: bytes = attrs.field(default=b"", validator=_instance_of(bytes, what="bytes"))
     """Shared secret proving peers in the hello HMAC; at least 16 bytes when meshes are set."""
     node_name: str = attrs.field(default="node", validator=_instance_of(str, what="a string"))
@@ -227,13 +259,15 @@ class ServerConfig:
     )
 
     def __attrs_post_init__(self) -> None:
-        from .store.api import LocationStore  # the store API imports config
-
         for mesh in self.meshes:
             if not isinstance(mesh, MeshConfig):
                 raise ConfigurationError(f"meshes: expected MeshConfig objects, got {mesh!r}")
         store = self.location_store
-        if store is not None and not isinstance(store, PostgresStoreConfig | LocationStore):
+        if not (
+            store is None
+            or isinstance(store, PostgresStoreConfig | MemoryStoreConfig)
+            or callable(getattr(store, STORE_METHOD, None))
+        ):
             raise ConfigurationError(
                 "location_store: expected a Location Store object or a PostgresStoreConfig, "
                 f"got {store!r}"

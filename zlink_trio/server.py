@@ -1,66 +1,67 @@
-"""``open_server``: one MeshNode lifecycle in one nursery.
+"""``open_server`` / ``serve_server``: one MeshNode lifecycle in one nursery.
 
 ::
 
     async with zlink_trio.open_server(config, app) as server:
         ...
 
+    server = await nursery.start(zlink_trio.serve_server, config, app)   # until cancelled
+
 Startup (everything validated before anything starts, DESIGN.md §2):
 
-1. ``app.validate()``; the Actor-dispatch rules of spec 02 §3 (B02-01): dispatch needs an
-   Object Client/Server role in some mesh and a Location Store; a registered Actor type
-   needs a SERVER role somewhere; several meshes are fine. Meshes need a Location Store
-   (descriptors live there).
-2. The Store: a store object passed in is the caller's; a
-   :class:`~zlink_trio.config.PostgresStoreConfig` is opened here and closed at exit.
-3. The engine (``open_engine``).
-4. The server nursery: runtime services (:mod:`zlink_trio.mesh.services`) register their
-   inbound handlers and start their child nurseries, then the MeshNode binds, registers
-   (ONE ``register_node``: descriptors + Entry claims), starts its lease renewer and
-   descriptor watcher and accepts.
+1. :func:`check_startup`: ``app.validate()``; the Actor-dispatch rules of spec 02 §3
+   (B02-01): dispatch needs an Object Client/Server role in some mesh and a Location Store;
+   a registered Actor type needs a SERVER role somewhere; several meshes are fine. Meshes
+   need a Location Store (descriptors live there). The default ``location_store``,
+   :class:`~zlink_trio.config.MemoryStoreConfig`, is one: an in-process memory store the
+   server creates; only an explicit ``location_store=None`` means "no store".
+2. The composition root (:mod:`zlink_trio._runtime`) opens the Store (a store object passed
+   in is the caller's; a :class:`~zlink_trio.config.PostgresStoreConfig` or the memory
+   default is opened here and closed at exit) and the engine, then starts the roles in
+   order -- Spot owner, Actor owner -- and finally the MeshNode (bind, ONE
+   ``register_node``, lease renewer, descriptor watcher, accept).
 
 Exit (also when the body raises or is cancelled): the MeshNode closes gracefully
 (shielded, bounded by ``drain_timeout``: no admission, ``remove_node``, goodbyes), the
-services are cancelled, then the engine and the Store close. A single error leaves the
+roles are cancelled, then the engine and the Store close. A single error leaves the
 ``async with`` as itself, never wrapped in an ExceptionGroup.
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import AsyncIterator, Sequence
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, Final, cast, final
+from contextlib import asynccontextmanager
+from typing import final
 
 import attrs
 import trio
 
 from ._exceptions import raise_single_error
+from ._runtime import Runtime, open_runtime
 from .actors.manager import ActorManager
-from .actors.runtime import ActorRuntime, serve_actors
 from .actors.stats import ActorRuntimeStatistics
 from .app import App, ValidatedApp
-from .config import PostgresStoreConfig, ServerConfig
-from .engine import Engine, EngineStatistics, open_engine
+from .config import MemoryStoreConfig, PostgresStoreConfig, ServerConfig
+from .engine import EngineStatistics
 from .engine._construct import NoPublicConstructor
 from .errors import ConfigurationError, NotConfigured
-from .mesh.api import MeshNodeApi, NodeIdentity
+from .mesh.api import NodeIdentity
 from .mesh.descriptors import advertised_host
 from .mesh.faults import FaultPlan
 from .mesh.lease import LeaseExpired
-from .mesh.node import MeshNode
-from .mesh.services import RuntimeService, ServiceContext
+from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
 from .store.api import Endpoint, LocationStore
 
-__all__ = ["RUNTIME_SERVICES", "Server", "ServerStatistics", "check_startup", "open_server"]
-
-RUNTIME_SERVICES: Final[tuple[RuntimeService, ...]] = ()
-"""Services every server runs, in start order (later issues add the Actor owner, the
-Spot owner and the session owner here)."""
-
-POSTGRES_MODULE: Final = "zlink_trio.store.postgres"
+__all__ = [
+    "Server",
+    "ServerStatistics",
+    "check_startup",
+    "open_server",
+    "runtime_of",
+    "serve_server",
+]
 
 
 @attrs.frozen
@@ -75,51 +76,28 @@ class ServerStatistics:
 
 @final
 class Server(metaclass=NoPublicConstructor):
-    """A running server (made by :func:`open_server` only)."""
+    """A running server (made by :func:`open_server` / :func:`serve_server` only).
 
-    def __init__(
-        self,
-        config: ServerConfig,
-        app: ValidatedApp | None,
-        store: LocationStore | None,
-        engine: Engine,
-        node: MeshNode,
-        actors: ActorRuntime | None,
-    ) -> None:
-        self._config = config
-        self._app = app
-        self._store = store
-        self._engine = engine
-        self._node = node
-        self._actors = actors
+    Its surface is the manager APIs (:attr:`actors`), the node's :attr:`identity` and
+    :attr:`endpoint`, :meth:`statistics` and :meth:`wait_lease_lost`; the parts it is built
+    from (node, engine, Store, app) are not exposed (tests reach them through
+    ``zlink_trio.testing``)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self._runtime = runtime
 
     def __repr__(self) -> str:
-        return f"<Server {self._node.identity.node_rid.hex[:12]} {self._node.phase.value}>"
+        node = self._runtime.node
+        return f"<Server {node.identity.node_rid.hex[:12]} {node.phase.value}>"
 
     @property
     def config(self) -> ServerConfig:
-        return self._config
-
-    @property
-    def app(self) -> ValidatedApp | None:
-        return self._app
-
-    @property
-    def store(self) -> LocationStore | None:
-        """The Location Store (None for a server without meshes and without a store)."""
-        return self._store
-
-    @property
-    def engine(self) -> Engine:
-        return self._engine
-
-    @property
-    def node(self) -> MeshNodeApi:
-        return self._node
+        return self._runtime.config
 
     @property
     def identity(self) -> NodeIdentity:
-        return self._node.identity
+        """This lifecycle's NodeRid and NodeGeneration."""
+        return self._runtime.node.identity
 
     @property
     def actors(self) -> ActorManager:
@@ -128,20 +106,22 @@ class Server(metaclass=NoPublicConstructor):
         Raises:
             NotConfigured: the app did not enable Actor dispatch.
         """
-        if self._actors is None:
+        actors = self._runtime.actors
+        if actors is None:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
-        return self._actors.manager
+        return actors.manager
 
     @property
     def endpoint(self) -> Endpoint | None:
         """Advertised host and bound port of the mesh listener (None without meshes)."""
-        return self._node.endpoint
+        return self._runtime.node.endpoint
 
     def statistics(self) -> ServerStatistics:
+        runtime = self._runtime
         return ServerStatistics(
-            node=self._node.statistics(),
-            engine=self._engine.statistics(),
-            actors=None if self._actors is None else self._actors.statistics(),
+            node=runtime.node.statistics(),
+            engine=runtime.engine.statistics(),
+            actors=None if runtime.actors is None else runtime.actors.statistics(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:
@@ -149,7 +129,12 @@ class Server(metaclass=NoPublicConstructor):
         connection, no admission, no Store update) and stays so: exit and start a new
         lifecycle (a supervisor restarts the process; ``zlink-trio node`` exits with
         status 3)."""
-        return await self._node.wait_lease_lost()
+        return await self._runtime.node.wait_lease_lost()
+
+
+def runtime_of(server: Server) -> Runtime:
+    """The parts of ``server`` (package-private: for ``zlink_trio.testing`` and the CLI)."""
+    return server._runtime
 
 
 def check_startup(config: ServerConfig, app: App | None) -> ValidatedApp | None:
@@ -160,6 +145,12 @@ def check_startup(config: ServerConfig, app: App | None) -> ValidatedApp | None:
     """
     validated = app.validate() if app is not None else None
     store = config.location_store
+    if store is not None and not isinstance(
+        store, LocationStore | PostgresStoreConfig | MemoryStoreConfig
+    ):
+        raise ConfigurationError(
+            f"location_store: {store!r} does not implement the LocationStore protocol"
+        )
     if validated is not None and validated.actor_dispatch:
         if not config.object_meshes():
             raise ConfigurationError(
@@ -197,55 +188,44 @@ async def open_server(config: ServerConfig, app: App | None = None) -> AsyncIter
         yield server
 
 
+async def serve_server(
+    config: ServerConfig,
+    app: App | None = None,
+    *,
+    task_status: trio.TaskStatus[Server] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run one server until cancelled, for ``nursery.start`` users (as trio's ``serve_*``
+    functions)::
+
+        server = await nursery.start(zlink_trio.serve_server, config, app)
+
+    ``nursery.start`` returns the :class:`Server` once it is registered and accepting;
+    cancelling the task stops it the way leaving :func:`open_server`'s block does.
+
+    Raises:
+        The errors of :func:`open_server` (a startup error propagates from
+        ``nursery.start``).
+    """
+    async with _open_server(config, app) as server:
+        task_status.started(server)
+        await trio.sleep_forever()
+
+
 @asynccontextmanager
 async def _open_server(
     config: ServerConfig,
     app: App | None = None,
     *,
-    services: Sequence[RuntimeService] = RUNTIME_SERVICES,
+    services: Sequence[RuntimeService] = (),
     fault_plan: FaultPlan | None = None,
     tap: WireTap | None = None,
 ) -> AsyncIterator[Server]:
     """:func:`open_server` with the internal hooks (extra services, fault plan, tap)."""
     validated = check_startup(config, app)
     try:
-        async with (
-            _store_for(config) as store,
-            open_engine(
-                lane_capacity=config.lane_capacity, lifecycle_burst=config.lifecycle_burst
-            ) as engine,
-            trio.open_nursery() as nursery,
-        ):
-            node = MeshNode(config, store, validated, fault_plan=fault_plan, tap=tap)
-            try:
-                context = ServiceContext(config, validated, store, engine, node)
-                actors: ActorRuntime | None = await nursery.start(
-                    serve_actors, context, name="zlink_trio.actors"
-                )
-                for service in services:
-                    await nursery.start(service, context)
-                await nursery.start(node.serve, name="zlink_trio.mesh.node")
-                yield Server._create(config, validated, store, engine, node, actors)
-            finally:
-                await node.aclose()
-                nursery.cancel_scope.cancel(reason="zlink_trio server closed")
+        async with open_runtime(
+            config, validated, services=services, fault_plan=fault_plan, tap=tap
+        ) as runtime:
+            yield Server._create(runtime)
     except BaseExceptionGroup as group:
         raise_single_error(group)  # one error leaves as itself
-
-
-def _store_for(config: ServerConfig) -> AbstractAsyncContextManager[LocationStore | None]:
-    store = config.location_store
-    if isinstance(store, PostgresStoreConfig):
-        module: Any = importlib.import_module(POSTGRES_MODULE)
-        return cast(
-            "AbstractAsyncContextManager[LocationStore | None]",
-            module.open_postgres_store(
-                store.dsn, schema=store.schema, connections=store.connections
-            ),
-        )
-    return _borrowed(store)
-
-
-@asynccontextmanager
-async def _borrowed(store: LocationStore | None) -> AsyncIterator[LocationStore | None]:
-    yield store

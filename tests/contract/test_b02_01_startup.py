@@ -12,7 +12,7 @@ from zlink_trio.actors.policy import DisableRelocation
 from zlink_trio.app import App
 from zlink_trio.config import MeshConfig, ServerConfig
 from zlink_trio.store.memory import MemoryLocationStore
-from zlink_trio.testing import CountingStore
+from zlink_trio.testing import CountingStore, node_of
 
 SECRET = b"b" * 32
 
@@ -96,7 +96,7 @@ async def test_several_meshes_start_fine(autojump_clock: MockClock) -> None:
     app.register_actor("player", Player, relocation=DisableRelocation())
     cfg = config(ObjectRole.SERVER, ObjectRole.CLIENT, ObjectRole.SERVER)
     async with open_server(cfg, app) as server:
-        assert server.node.admitting
+        assert node_of(server).admitting
         records = await cfg.location_store.list_nodes()  # type: ignore[union-attr]
         assert len(records) == 3
         hosted = {str(r.descriptor.mesh_name): r.descriptor.actor_types for r in records}

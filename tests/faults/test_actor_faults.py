@@ -35,7 +35,14 @@ from zlink_trio.actors.manager import ActorManager
 from zlink_trio.actors.policy import RecreateOnRelocation
 from zlink_trio.actors.results import Created, Existing
 from zlink_trio.store.api import AuthorityState, Namespace, OperationKey
-from zlink_trio.testing import FaultPlan, TapDirection, WireTap, hosted_actors, open_cluster
+from zlink_trio.testing import (
+    FaultPlan,
+    TapDirection,
+    WireTap,
+    hosted_actors,
+    open_cluster,
+    server_engine,
+)
 from zlink_trio.testing.cluster import Cluster
 from zlink_trio.wire.commands import Command
 
@@ -262,7 +269,7 @@ async def test_random_faults_keep_the_actor_promises(
         with trio.fail_after(60):
             await cluster.wait_all_admitted()
             for server in cluster.servers:
-                await server.engine.wait_idle()
+                await server_engine(server).wait_idle()
         assert_single_ready(cluster)
         await assert_store_consistent(cluster)
         assert outcomes["Created"] >= 5 and outcomes["bytes"] >= 20, outcomes

@@ -103,3 +103,22 @@ def test_mesh_role_and_postgres_settings_are_validated() -> None:
     with pytest.raises(ConfigurationError):
         PostgresStoreConfig(dsn="postgresql://x/y", schema="a b")
     assert PostgresStoreConfig(dsn="postgresql://x/y").schema == "zlink"
+
+
+def test_the_engine_owns_defaults_equal_to_the_config_defaults() -> None:
+    # the engine no longer reads ServerConfig (it sits below config's users); a server
+    # passes its configured values, and the two defaults agree
+    from zlink_trio.engine.engine import DEFAULT_LANE_CAPACITY, DEFAULT_LIFECYCLE_BURST
+
+    config = ServerConfig()
+    assert (config.lane_capacity, config.lifecycle_burst) == (
+        DEFAULT_LANE_CAPACITY,
+        DEFAULT_LIFECYCLE_BURST,
+    )
+
+
+def test_the_default_location_store_is_the_embedded_memory_store() -> None:
+    from zlink_trio import MemoryStoreConfig
+
+    assert ServerConfig().location_store == MemoryStoreConfig()
+    assert ServerConfig(location_store=None).location_store is None

@@ -48,9 +48,23 @@ def test_core_names_are_public() -> None:
         "Reject",
         "ZLinkError",
         "ErrorKind",
+        "serve_server",
+        "MemoryLocationStore",
+        "MemoryStoreConfig",
+        "PostgresStoreConfig",
     ]:
         assert hasattr(zlink_trio, name), name
     from zlink_trio import testing
 
-    for name in ["open_cluster", "FaultPlan", "WireTap", "CountingStore", "advance_store_clock"]:
+    for name in [
+        "open_cluster",
+        "FaultPlan",
+        "WireTap",
+        "CountingStore",
+        "advance_store_clock",
+        "node_of",
+        "server_engine",
+        "server_store",
+        "server_app",
+    ]:
         assert hasattr(testing, name), name

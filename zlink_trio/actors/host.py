@@ -18,7 +18,7 @@ from ..ids import ActorId, NodeRid, StableType
 from .hosted import ACTOR_LANE, DESTROYING, READY, Deliver, HostedActor, HostedKind
 
 if TYPE_CHECKING:
-    from ..app import ActorType
+    from .registry import ActorType
     from .stats import DispatchStats
 
 __all__ = ["ActorHost"]

@@ -26,7 +26,7 @@ from .context import ActorContext
 from .sinks import LocalReply, ReplySink, public_error
 
 if TYPE_CHECKING:
-    from ..app import ActorHandler, ActorType
+    from .registry import ActorHandler, ActorType
     from .stats import DispatchStats
 
 __all__ = [

@@ -19,20 +19,20 @@ from typing import TYPE_CHECKING, Any, final
 
 import trio
 
-from ..app import ActorType
 from ..config import ServerConfig
 from ..errors import InvalidOperation, NotFound, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, MeshName, NodeRid, SpotId, StableType
 from ..objects.kind import Commit, CreateOrder, Decision, Refuse
+from ..spots.approval import ActorCreateEvent, Approve
 from ..store.api import AuthorityRow, NodeDescriptor, ObjectKey, ObjectKind, OperationKey
 from ..wire.enums import CreateState
 from ..wire.records import ActorCreate
 from ..wire.tails import CreateTail
-from .approval import ActorCreateEvent, Approve
 from .authority import actor_key
 from .context import ActorContext
 from .host import ActorHost
 from .hosted import HostedActor, fail_parked
+from .registry import ActorType
 from .results import ActorCreateResult, Created, Existing, Rejected
 
 if TYPE_CHECKING:

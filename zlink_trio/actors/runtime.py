@@ -1,21 +1,23 @@
 """The Actor runtime service: this node's Actor owner role plus the Actor manager.
 
-Started by ``open_server`` as a runtime service (see ``mesh/services.py``) when the app
-enabled Actor dispatch. It registers the inbound Actor commands on the MeshNode before the
-node admits anyone, owns one nursery for its tasks (creation attempts, destroys) and one
-Entry Spot lane per mesh where this node is an Object Server.
+Started by the composition root (:mod:`zlink_trio._runtime`) with ``nursery.start`` after
+the Spot owner, when the app enabled Actor dispatch. It gets its inputs as plain values
+(the validated Actor types, the Store, the engine, the MeshNode and the Spot owner's Entry
+Spots, one per mesh where this node is an Object Server), registers the inbound Actor
+commands on the MeshNode before the node admits anyone and owns one nursery for its tasks
+(creation attempts, destroys).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
 
-from ..app import ValidatedApp
 from ..config import ServerConfig
-from ..errors import ConfigurationError, StaleRoute, Unavailable, ZLinkError
+from ..errors import StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, MeshName, StableType
 from ..mesh.api import PeerIdentity
 from ..objects.create_source import CreateSource
@@ -24,7 +26,7 @@ from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
 from ..routing.route_cache import RouteCache
-from ..spots.entry import EntrySpot, EntrySpotStatistics
+from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
@@ -40,13 +42,13 @@ from .hosted import Deliver, Destroying, HostedActor, Ready
 from .kind import ActorSourceKind, ActorTargetKind, actor_order
 from .manager import ActorManager
 from .messenger import NEVER, Messenger
+from .registry import ActorTypes
 from .results import ActorCreateResult
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..mesh.node import MeshNode
-    from ..mesh.services import ServiceContext
 
 __all__ = ["ActorRuntime", "serve_actors"]
 
@@ -59,19 +61,17 @@ class ActorRuntime:
         self,
         *,
         config: ServerConfig,
-        app: ValidatedApp,
+        types: ActorTypes,
+        entry_spots: Mapping[MeshName, EntrySpot],
         store: LocationStore,
         node: MeshNode,
         engine: Engine,
         nursery: trio.Nursery,
     ) -> None:
         self._config = config
-        self._app = app
         self._store = store
         self._node = node
-        self._stats: dict[StableType, DispatchStats] = {
-            st: DispatchStats() for st in app.actor_types
-        }
+        self._stats: dict[StableType, DispatchStats] = {st: DispatchStats() for st in types}
         self.host = ActorHost(engine)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
@@ -92,19 +92,12 @@ class ActorRuntime:
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
         )
-        self.entry_spots: dict[MeshName, EntrySpot] = {
-            mesh.name: EntrySpot(
-                engine, node.entry_spot_id(mesh.name), mesh.name, app.on_create_actor
-            )
-            for mesh in config.meshes
-            if mesh.object_role.can_host
-        }
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
                 config=config,
                 host=self.host,
-                types=app.actor_types,
-                entry_spots=self.entry_spots,
+                types=types,
+                entry_spots=entry_spots,
                 client=self.client,
                 stats_for=self._stats_for,
                 node_rid=lambda: node.identity.node_rid,
@@ -236,9 +229,6 @@ class ActorRuntime:
         await sink.deliver(ok(DestroyTail(destroyed=destroyed)))
 
     # --- observability ------------------------------------------------------------------------
-    def entry_spot_statistics(self) -> tuple[EntrySpotStatistics, ...]:
-        return tuple(spot.statistics() for spot in self.entry_spots.values())
-
     def statistics(self) -> ActorRuntimeStatistics:
         per_type: dict[StableType, list[int]] = {st: [0, 0, 0, 0] for st in self._stats}
         meshes: dict[StableType, set[str]] = {st: set() for st in self._stats}
@@ -297,31 +287,27 @@ class ActorRuntime:
 
 
 async def serve_actors(
-    context: ServiceContext,
+    config: ServerConfig,
+    types: ActorTypes,
+    entry_spots: Mapping[MeshName, EntrySpot],
+    store: LocationStore,
+    node: MeshNode,
+    engine: Engine,
     *,
-    task_status: trio.TaskStatus[ActorRuntime | None] = trio.TASK_STATUS_IGNORED,
+    task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The Actor runtime service (a no-op unless the app enabled Actor dispatch)."""
-    app = context.app
-    if app is None or not app.actor_dispatch:
-        task_status.started(None)
-        return
-    if context.store is None:
-        raise ConfigurationError("Actor dispatch needs a Location Store")
+    """The Actor owner role: run until cancelled (start it before ``node`` serves)."""
     async with trio.open_nursery() as nursery:
         runtime = ActorRuntime(
-            config=context.config,
-            app=app,
-            store=context.store,
-            node=context.node,
-            engine=context.engine,
+            config=config,
+            types=types,
+            entry_spots=entry_spots,
+            store=store,
+            node=node,
+            engine=engine,
             nursery=nursery,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")
         task_status.started(runtime)
-        try:
-            await trio.sleep_forever()
-        finally:
-            for spot in runtime.entry_spots.values():
-                spot.close()
+        await trio.sleep_forever()

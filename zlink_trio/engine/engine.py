@@ -31,7 +31,6 @@ import attrs
 import trio
 
 from .._exceptions import raise_single_error
-from ..config import ServerConfig
 from ..errors import ConfigurationError, InvalidOperation, ShuttingDown
 from ._construct import NoPublicConstructor
 from .core import NOTHING, LaneCore, LaneLimits
@@ -47,14 +46,11 @@ P = TypeVar("P", bound=LanePolicy)
 T = TypeVar("T")
 
 
-def _config_default(name: str) -> int:
-    value = getattr(attrs.fields(ServerConfig), name).default
-    assert isinstance(value, int)
-    return value
-
-
-DEFAULT_LANE_CAPACITY: Final = _config_default("lane_capacity")
-DEFAULT_LIFECYCLE_BURST: Final = _config_default("lifecycle_burst")
+DEFAULT_LANE_CAPACITY: Final = 10_000
+"""The engine's own default lane bound (``ServerConfig.lane_capacity`` has the same
+default; a server passes its configured value)."""
+DEFAULT_LIFECYCLE_BURST: Final = 8
+"""The engine's own default yield debt (``ServerConfig.lifecycle_burst`` likewise)."""
 DEFAULT_BATCH_SIZE: Final = 64
 DEFAULT_IDLE_RUNNERS: Final = 16
 
@@ -337,9 +333,10 @@ async def open_engine(
     an exception group.
 
     Args:
-        lane_capacity: bound of each lane queue (``ServerConfig.lane_capacity``).
+        lane_capacity: bound of each lane queue (a server passes
+            ``ServerConfig.lane_capacity``).
         lifecycle_burst: max consecutive lifecycle turns while application work waits
-            (``ServerConfig.lifecycle_burst``).
+            (a server passes ``ServerConfig.lifecycle_burst``).
         batch_size: max turns a runner gives one lane before requeueing it.
         idle_runners: max parked runner tasks kept for reuse (0: a runner exits as soon
             as nothing is ready).

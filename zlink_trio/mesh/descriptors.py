@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..app import ValidatedApp
 from ..config import ServerConfig
 from ..errors import ConfigurationError
-from ..ids import MeshName, NodeGeneration, NodeRid, SpotId
+from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, StableType
 from ..store.api import Endpoint, NodeDescriptor
 
 __all__ = ["WILDCARD_HOSTS", "advertised_host", "build_descriptors"]
@@ -30,15 +29,15 @@ def advertised_host(config: ServerConfig) -> str:
 
 def build_descriptors(
     config: ServerConfig,
-    app: ValidatedApp | None,
+    actor_types: frozenset[StableType],
     rid: NodeRid,
     generation: NodeGeneration,
     endpoint: Endpoint,
     entry_ids: Mapping[MeshName, SpotId],
 ) -> list[NodeDescriptor]:
-    """One descriptor per mesh. Hosted types are published only where the role is
-    SERVER (the Store's ``reserve`` checks them per mesh)."""
-    actor_types = frozenset(app.actor_types) if app is not None else frozenset()
+    """One descriptor per mesh. ``actor_types`` (the registered Actor types, given by the
+    composition root as plain values) are published only where the role is SERVER (the
+    Store's ``reserve`` checks them per mesh)."""
     return [
         NodeDescriptor(
             mesh_name=mesh.name,

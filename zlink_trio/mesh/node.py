@@ -27,7 +27,6 @@ from typing import Any, Final, final
 
 import trio
 
-from ..app import ValidatedApp
 from ..config import ServerConfig
 from ..errors import (
     InvalidOperation,
@@ -37,7 +36,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, new_entry_spot_id
+from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, StableType, new_entry_spot_id
 from ..store.api import Endpoint, LocationStore, OwnerFence
 from ..wire import Command, encode, evolve
 from .acceptor import serve_inbound
@@ -90,14 +89,14 @@ class MeshNode:
         self,
         config: ServerConfig,
         store: LocationStore | None,
-        app: ValidatedApp | None,
         *,
+        actor_types: frozenset[StableType] = frozenset(),
         fault_plan: FaultPlan | None = None,
         tap: WireTap | None = None,
     ) -> None:
         self.config: Final = config
         self._store = store
-        self._app = app
+        self._actor_types: Final = actor_types
         self._rid = NodeRid.new()
         self._identity: Final = NodeIdentity(self._rid, NodeGeneration.new())
         self._meshes: Final = frozenset(m.name for m in config.meshes)
@@ -347,7 +346,7 @@ class MeshNode:
             self._endpoint = Endpoint(host, listeners[0].socket.getsockname()[1])
             descriptors = build_descriptors(
                 config,
-                self._app,
+                self._actor_types,
                 self._rid,
                 self._identity.node_generation,
                 self._endpoint,

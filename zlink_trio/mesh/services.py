@@ -1,16 +1,18 @@
-"""The hook through which runtime services (Actor owner, Spot owner, sessions, ...) plug
-into ``open_server``.
+"""The hook through which extra inbound services plug into a server's MeshNode (test
+plumbing and benchmarks; the roles of a node -- Spot owner, Actor owner -- are started
+explicitly by the composition root, :mod:`zlink_trio._runtime`).
 
-A service is an async function ``serve(context, *, task_status)``. ``open_server`` starts
-each one with ``await nursery.start(service, context)`` in the server's nursery, in
-order, AFTER the Store and the engine are open and BEFORE the MeshNode binds, registers
-or accepts anything. A service:
+A service is an async function ``serve(context, *, task_status)``. The composition root
+starts each one with ``await nursery.start(service, context)`` in the server's nursery,
+after the roles, AFTER the Store and the engine are open and BEFORE the MeshNode binds,
+registers or accepts anything. The context holds only mesh-level values (no application
+registry). A service:
 
 1. registers its inbound commands with ``context.node.on(command, handler)`` (only
    possible before the node starts);
 2. opens its own child nursery for its tasks (so they live exactly as long as the
    service) and calls ``task_status.started(...)``;
-3. runs until cancelled. ``open_server`` closes the node first (no admission, descriptor
+3. runs until cancelled. The server closes the node first (no admission, descriptor
    removed, goodbyes), then cancels the services, then closes the engine and the Store.
 
 Example::
@@ -31,7 +33,6 @@ from typing import TYPE_CHECKING, Protocol
 import attrs
 import trio
 
-from ..app import ValidatedApp
 from ..config import ServerConfig
 from ..store.api import LocationStore
 
@@ -47,7 +48,6 @@ class ServiceContext:
     """What a runtime service gets from the server."""
 
     config: ServerConfig
-    app: ValidatedApp | None
     store: LocationStore | None
     engine: Engine
     node: MeshNode

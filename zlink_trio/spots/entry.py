@@ -18,13 +18,13 @@ from typing import Any, final
 import attrs
 import trio
 
-from ..actors.approval import ActorCreateEvent, Approve, CreateDecision, OnCreateActor, Reject
 from ..engine.engine import Engine
 from ..engine.lane import Lane
 from ..engine.lanes import SpotLane
 from ..engine.oneshot import OneShot
 from ..errors import DeadlineExceeded, ShuttingDown
 from ..ids import MeshName, SpotId
+from .approval import ActorCreateEvent, Approve, CreateDecision, OnCreateActor, Reject
 
 __all__ = ["ApplicationWork", "EntrySpot", "EntrySpotStatistics", "StagingStep"]
 

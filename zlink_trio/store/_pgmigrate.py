@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import attrs
 
+from ..config import check_schema
 from ..errors import ConfigurationError
 
 __all__ = [
@@ -34,7 +35,6 @@ __all__ = [
 ]
 
 _FILE: Final = re.compile(r"(\d{4})_([a-z0-9_]+)\.sql")
-_SCHEMA: Final = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,62}")
 PLACEHOLDER: Final = "@schema@"
 TABLE: Final = "zlink_schema_migrations"
 
@@ -63,16 +63,6 @@ class MigrationStatus:
     @property
     def up_to_date(self) -> bool:
         return not self.pending and not self.modified
-
-
-def check_schema(schema: str) -> str:
-    """A plain identifier (letters, digits, ``_``; at most 63 bytes), else
-    ConfigurationError. It is always quoted, so case is kept."""
-    if not isinstance(schema, str) or _SCHEMA.fullmatch(schema) is None:
-        raise ConfigurationError(
-            f"PostgreSQL schema must match [A-Za-z_][A-Za-z0-9_]{{0,62}}, got {schema!r}"
-        )
-    return schema
 
 
 def quote_schema(schema: str) -> str:

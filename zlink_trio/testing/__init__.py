@@ -23,6 +23,9 @@ from .cluster import (
     instrument as instrument,
     node_of as node_of,
     open_cluster as open_cluster,
+    server_app as server_app,
+    server_engine as server_engine,
+    server_store as server_store,
 )
 from .descriptors import published_descriptors as published_descriptors
 from .postgres import open_private_postgres as open_private_postgres

@@ -7,14 +7,14 @@ from ..actors.hosted import Ready
 from ..actors.runtime import ActorRuntime
 from ..errors import NotConfigured
 from ..ids import ActorRef
-from ..server import Server
+from ..server import Server, runtime_of
 from ..spots.entry import EntrySpotStatistics
 
 __all__ = ["entry_spot_statistics", "hosted_actors"]
 
 
 def _runtime(server: Server) -> ActorRuntime:
-    runtime = server._actors
+    runtime = runtime_of(server).actors
     if runtime is None:
         raise NotConfigured("Actor dispatch is not enabled on this server")
     return runtime
@@ -22,7 +22,8 @@ def _runtime(server: Server) -> ActorRuntime:
 
 def entry_spot_statistics(server: Server) -> tuple[EntrySpotStatistics, ...]:
     """Turn and callback counters of ``server``'s Entry Spots (one per hosting mesh)."""
-    return _runtime(server).entry_spot_statistics()
+    _runtime(server)
+    return runtime_of(server).spots.entry_spot_statistics()
 
 
 def hosted_actors(server: Server) -> tuple[ActorRef, ...]:

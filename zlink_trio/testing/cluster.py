@@ -27,19 +27,29 @@ import attrs
 import trio
 
 from .._exceptions import raise_single_error
-from ..app import App
-from ..config import MeshConfig, ServerConfig
+from ..app import App, ValidatedApp
+from ..config import MemoryStoreConfig, MeshConfig, ServerConfig
+from ..engine import Engine
 from ..ids import MeshName
 from ..mesh.api import PeerAddress, PeerState
 from ..mesh.faults import FaultPlan
 from ..mesh.node import MeshNode
 from ..mesh.services import RuntimeService
 from ..mesh.tap import WireTap
-from ..server import RUNTIME_SERVICES, Server, _open_server
+from ..server import Server, _open_server, runtime_of
 from ..store.api import LocationStore
 from ..store.memory import MemoryLocationStore
 
-__all__ = ["DEFAULT_MESH", "Cluster", "instrument", "node_of", "open_cluster"]
+__all__ = [
+    "DEFAULT_MESH",
+    "Cluster",
+    "instrument",
+    "node_of",
+    "open_cluster",
+    "server_app",
+    "server_engine",
+    "server_store",
+]
 
 DEFAULT_MESH: Final = MeshName("test")
 
@@ -50,14 +60,30 @@ ServicesArg = Sequence[RuntimeService] | Callable[[int], Sequence[RuntimeService
 
 def node_of(server: Server) -> MeshNode:
     """The concrete MeshNode of ``server`` (test access to statistics and hooks)."""
-    return server._node
+    return runtime_of(server).node
+
+
+def server_engine(server: Server) -> Engine:
+    """The engine of ``server`` (e.g. ``await server_engine(s).wait_idle()``)."""
+    return runtime_of(server).engine
+
+
+def server_store(server: Server) -> LocationStore | None:
+    """The Location Store ``server`` uses (the embedded memory store it created, a store
+    passed in, or the PostgreSQL store it opened; None with ``location_store=None``)."""
+    return runtime_of(server).store
+
+
+def server_app(server: Server) -> ValidatedApp | None:
+    """The validated registrations ``server`` runs with."""
+    return runtime_of(server).app
 
 
 def instrument(
     server: Server, *, fault_plan: FaultPlan | None = None, tap: WireTap | None = None
 ) -> None:
     """Install (or with None, remove) a fault plan and a wire tap on a running server."""
-    server._node.instrument(fault_plan=fault_plan, tap=tap)
+    node_of(server).instrument(fault_plan=fault_plan, tap=tap)
 
 
 @final
@@ -140,7 +166,7 @@ class Cluster:
         if lifecycle is None or lifecycle.done.is_set():
             await trio.lowlevel.checkpoint()
             return
-        self.servers[index]._node._abandon()
+        node_of(self.servers[index])._abandon()
         lifecycle.stop.set()
         await lifecycle.done.wait()
 
@@ -177,7 +203,7 @@ class Cluster:
     # --- waiting -------------------------------------------------------------------------
     def _missing(self) -> tuple[MeshNode, PeerAddress] | None:
         """The first (node, peer) of running nodes sharing a mesh that is not ADMITTED."""
-        nodes = [s._node for s in self.running_servers()]
+        nodes = [node_of(s) for s in self.running_servers()]
         for node in nodes:
             for other in nodes:
                 if other is node:
@@ -212,7 +238,7 @@ def _node_config(
         changes["meshes"] = (MeshConfig(name=DEFAULT_MESH),)
     if not base.cluster_secret:
         changes["cluster_secret"] = secret
-    if base.location_store is None:
+    if base.location_store is None or isinstance(base.location_store, MemoryStoreConfig):
         changes["location_store"] = store
     if base.node_name == "node":
         changes["node_name"] = f"node{index}"
@@ -226,7 +252,7 @@ async def open_cluster(
     store: LocationStore | None = None,
     app: AppArg = None,
     config: ConfigArg = None,
-    services: ServicesArg = RUNTIME_SERVICES,
+    services: ServicesArg = (),
     fault_plan: FaultPlan | None = None,
     tap: WireTap | None = None,
 ) -> AsyncIterator[Cluster]:
@@ -238,7 +264,8 @@ async def open_cluster(
         app: one App for every node, or ``app(index)``.
         config: a ServerConfig template, or ``config(index)``. Per node, unset fields get
             cluster defaults: meshes (one SERVER mesh named "test"), cluster_secret (one
-            generated secret), location_store (the shared store), node_name ("node<i>").
+            generated secret), location_store (the shared store, unless the template names
+            a store object or a PostgresStoreConfig), node_name ("node<i>").
         services: runtime services of every node (or ``services(index)``): how tests
             register inbound handlers before a node accepts (:mod:`zlink_trio.mesh.services`).
         fault_plan: installed on every node's transport.

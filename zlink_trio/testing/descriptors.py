@@ -8,7 +8,7 @@ nobody parses the id) without reaching into the server's internals.
 from __future__ import annotations
 
 from ..errors import NotConfigured
-from ..server import Server
+from ..server import Server, runtime_of
 from ..store.api import NodeDescriptor
 
 __all__ = ["published_descriptors"]
@@ -22,7 +22,7 @@ async def published_descriptors(server: Server) -> tuple[NodeDescriptor, ...]:
     Raises:
         NotConfigured: the server runs without a Location Store.
     """
-    store = server._store
+    store = runtime_of(server).store
     if store is None:
         raise NotConfigured("this server has no Location Store")
     identity = server.identity

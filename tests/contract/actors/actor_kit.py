@@ -14,10 +14,11 @@ import attrs
 import trio
 
 from zlink_trio import App
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import RecreateOnRelocation
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.store.api import LocationStore
+from zlink_trio.testing import node_of
 
 
 class Wrapped:
@@ -144,7 +145,7 @@ async def blackout(cluster: Any, plan: Any, source: int, target: int) -> None:
     from zlink_trio.mesh.api import PeerAddress, PeerState
     from zlink_trio.wire.peer import PeerPing
 
-    node = cluster.servers[source].node
+    node = node_of(cluster.servers[source])
     host = cluster.servers[target].identity.node_rid
     (mesh,) = {m.name for m in cluster.servers[target].config.meshes}
     address = PeerAddress(mesh, host)

@@ -38,7 +38,6 @@ from zlink_trio import (
     SessionNotBound,
     open_server,
 )
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.handlers import MessageKind, on_request, on_send
 from zlink_trio.actors.policy import (
     DisableRelocation,
@@ -47,7 +46,8 @@ from zlink_trio.actors.policy import (
 )
 from zlink_trio.actors.results import Created
 from zlink_trio.config import MIB
-from zlink_trio.testing import CountingStore, entry_spot_statistics, open_cluster
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
+from zlink_trio.testing import CountingStore, entry_spot_statistics, open_cluster, server_engine
 from zlink_trio.testing.cluster import Cluster
 
 SECRET = b"api-tests-secret-0123456789"
@@ -404,7 +404,7 @@ async def test_fluent_calls_take_each_option_once_and_submit_once(
         with pytest.raises(InvalidOperation):
             await send
         await rec.wait_handled(2)
-        await cluster.servers[0].engine.wait_idle()
+        await server_engine(cluster.servers[0]).wait_idle()
         assert [h[3] for h in rec.handled] == [b"once", b"once"]
 
 
@@ -542,7 +542,7 @@ async def test_request_deadline_is_fixed_at_submit(clock: object, store: Countin
                 await call
             assert trio.current_time() == start + 2.5
             rec.gate.set()  # the handler finishes now; its reply has nobody to go to
-            await cluster.servers[1].engine.wait_idle()
+            await server_engine(cluster.servers[1]).wait_idle()
             assert await actors.request("slowpoke", "echo", b"hi") == b"hi"
         blocked = [h[3] for h in rec.handled if h[2] == "block"]
         assert blocked == [b"0", b"1", b"2", b"3"]
@@ -853,7 +853,7 @@ async def test_statistics_per_type_without_actor_ids(clock: object, store: Count
             )
             assert npc.dispatch_ok == 1
             rec.gate.set()
-        await host.engine.wait_idle()
+        await server_engine(host).wait_idle()
         stats = host.statistics().actors
         assert stats is not None and stats.hosted == 4
         player = next(t for t in stats.types if t.stable_type == "player")

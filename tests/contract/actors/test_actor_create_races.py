@@ -11,7 +11,7 @@ import trio.testing
 from actor_kit import Recorder, Wrapped, client_app, make_app
 
 from zlink_trio import Created, DeadlineExceeded
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, open_cluster
 

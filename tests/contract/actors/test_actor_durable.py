@@ -9,9 +9,9 @@ import trio.testing
 from actor_kit import Recorder, blackout, client_app, make_app
 
 from zlink_trio import ApplicationError, DeadlineExceeded, ProtocolError, Unavailable
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.actors.results import Created
 from zlink_trio.config import MIB
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.testing import CountingStore, FaultKind, FaultPlan, WireTap, open_cluster
 from zlink_trio.testing.cluster import Cluster
 from zlink_trio.wire.commands import Command

@@ -26,10 +26,10 @@ from zlink_trio import (
     Unavailable,
     on_request,
 )
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.actors.results import Rejected
 from zlink_trio.ids import NodeGeneration, NodeRid, OperationId, StableType
 from zlink_trio.mesh.reasons import CloseReason
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.store.api import (
     Applied,
     LocationStore,

@@ -19,9 +19,9 @@ from zlink_trio import (
     TypeMismatch,
     Unavailable,
 )
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.actors.results import Created, Existing, Rejected
 from zlink_trio.ids import ObjectGeneration
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision, Reject
 from zlink_trio.store.api import Applied, ObjectKey, RelocationMark
 from zlink_trio.testing import (
     CountingStore,

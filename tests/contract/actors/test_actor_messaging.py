@@ -10,10 +10,10 @@ import trio.testing
 from actor_kit import Recorder, client_app, make_app
 
 from zlink_trio import NotFound, Unavailable
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.client import ActorClient
 from zlink_trio.actors.manager import ActorManager
 from zlink_trio.actors.results import Created
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.testing import CountingStore, WireTap, entry_spot_statistics, open_cluster
 from zlink_trio.wire.commands import Command
 

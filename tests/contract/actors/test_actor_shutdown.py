@@ -11,8 +11,8 @@ import trio.testing
 from actor_kit import Recorder, make_app
 
 from zlink_trio import ShuttingDown, Unavailable
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.results import Created
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, TapDirection, WireTap, open_cluster
 from zlink_trio.wire import Command

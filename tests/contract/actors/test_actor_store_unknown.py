@@ -14,7 +14,7 @@ import trio
 from actor_kit import Recorder, make_app
 
 from zlink_trio import Created, DeadlineExceeded, StoreOutcomeUnknown, Unavailable
-from zlink_trio.actors.approval import ActorCreateEvent, CreateDecision
+from zlink_trio.spots.approval import ActorCreateEvent, CreateDecision
 from zlink_trio.store.api import LocationStore, ObjectKey
 from zlink_trio.testing import CountingStore, open_cluster
 

@@ -91,7 +91,7 @@ def actor_send(
 
 
 async def wait_state(server: Server, peer: PeerAddress, state: PeerState) -> None:
-    node = server.node
+    node = node_of(server)
     while node.peer_state(peer) is not state:
         await node.wait_peer_change(peer)
 

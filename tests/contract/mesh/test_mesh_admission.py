@@ -13,7 +13,7 @@ from zlink_trio.ids import MeshName, NodeRid
 from zlink_trio.mesh.api import PeerAddress, PeerNotAdmitted, PeerState
 from zlink_trio.mesh.reasons import DropReason
 from zlink_trio.server import _open_server
-from zlink_trio.testing import TapDirection, WireTap, open_cluster
+from zlink_trio.testing import TapDirection, WireTap, node_of, open_cluster
 from zlink_trio.wire import Command, TerminalReply, TerminalResult
 
 
@@ -28,7 +28,9 @@ async def test_nodes_admit_each_other_and_request_reply(n: int, autojump_clock: 
                     if src is dst:
                         continue
                     payload = f"{src.identity.node_rid}->{dst.identity.node_rid}".encode()
-                    pending = await src.node.request(address(dst), actor_send(src, dst, payload))
+                    pending = await node_of(src).request(
+                        address(dst), actor_send(src, dst, payload)
+                    )
                     reply = await pending.wait()
                     assert isinstance(reply, TerminalReply)
                     assert reply.terminal_result is TerminalResult.OK
@@ -54,7 +56,7 @@ async def test_one_way_send_reaches_the_handler_once(autojump_clock: MockClock) 
         await cluster.wait_all_admitted()
         a, b = cluster.servers
         tap.clear()
-        peer = await a.node.send(address(b), actor_send(a, b, b"one-way", request=False))
+        peer = await node_of(a).send(address(b), actor_send(a, b, b"one-way", request=False))
         assert peer.node_rid == b.identity.node_rid
         assert peer.node_generation == b.identity.node_generation
         await services[1].wait_received(1)
@@ -69,11 +71,11 @@ async def test_send_to_unknown_peer_raises_peer_not_admitted(autojump_clock: Moc
     async with open_cluster(1, config=fast()) as cluster:
         (a,) = cluster.servers
         stranger = PeerAddress(MESH, NodeRid.new())
-        assert a.node.peer_state(stranger) is PeerState.GONE
+        assert node_of(a).peer_state(stranger) is PeerState.GONE
         with pytest.raises(PeerNotAdmitted):
-            await a.node.send(stranger, actor_send(a, a, request=False))
+            await node_of(a).send(stranger, actor_send(a, a, request=False))
         with pytest.raises(PeerNotAdmitted):
-            await a.node.request(stranger, actor_send(a, a))
+            await node_of(a).request(stranger, actor_send(a, a))
 
 
 async def test_bad_secret_is_never_admitted_and_its_frames_never_reach_a_handler(
@@ -100,12 +102,12 @@ async def test_bad_secret_is_never_admitted_and_its_frames_never_reach_a_handler
             await trio.sleep(5)  # retries with backoff, all refused
             for server in (a, b):
                 assert stats(server).dropped(DropReason.BAD_PROOF) >= 1
-                assert server.node.peer_state(address(rogue)) is PeerState.CONNECTING
+                assert node_of(server).peer_state(address(rogue)) is PeerState.CONNECTING
                 assert stats(server).peers_admitted == 1
             assert stats(rogue).dropped(DropReason.BAD_PROOF) >= 1
             assert stats(rogue).peers_admitted == 0
             with pytest.raises(PeerNotAdmitted):
-                await rogue.node.send(address(a), actor_send(rogue, a, request=False))
+                await node_of(rogue).send(address(a), actor_send(rogue, a, request=False))
             assert tap.count(command=Command.ACTOR_SEND) == 0
             assert tap.count(command=Command.PEER_HELLO_CONFIRM, node=rogue.identity.node_rid) == 0
         assert services[0].received == [] and services[1].received == []
@@ -141,7 +143,7 @@ async def test_unknown_mesh_is_never_admitted(autojump_clock: MockClock) -> None
                 )
             io.close()
             assert stats(a).dropped(DropReason.WRONG_MESH) == 1
-            assert a.node.peers() == {}
-            assert stranger.node.peers() == {}
+            assert node_of(a).peers() == {}
+            assert node_of(stranger).peers() == {}
         assert tap.count(command=Command.PEER_HELLO_ACK) == 0
         assert services[0].received == []

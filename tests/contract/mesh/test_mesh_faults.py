@@ -10,7 +10,7 @@ from trio.testing import MockClock
 
 from zlink_trio.mesh.api import LinkLost, PeerState
 from zlink_trio.mesh.reasons import CloseReason, DropReason
-from zlink_trio.testing import FaultKind, FaultPlan, TapDirection, WireTap, open_cluster
+from zlink_trio.testing import FaultKind, FaultPlan, TapDirection, WireTap, node_of, open_cluster
 from zlink_trio.wire import Command, TerminalResult
 
 ACTOR_SEND = Command.ACTOR_SEND
@@ -28,7 +28,7 @@ async def test_drop_breaks_the_link_and_the_request_gets_link_lost(
             await c.wait_all_admitted()
             a, b = c.servers
             rule = plan.drop(command=ACTOR_SEND, sender=a.identity.node_rid, count=1)
-            pending = await a.node.request(address(b), actor_send(a, b, b"lost"))
+            pending = await node_of(a).request(address(b), actor_send(a, b, b"lost"))
             with pytest.raises(LinkLost):
                 await pending.wait()
             assert rule.fired == 1
@@ -39,7 +39,7 @@ async def test_drop_breaks_the_link_and_the_request_gets_link_lost(
             assert stats(b).closed(CloseReason.SEQUENCE_GAP) == 1
             assert services[1].received == []
             await c.wait_all_admitted()  # the dialer reconnected
-            reply = await (await a.node.request(address(b), actor_send(a, b, b"again"))).wait()
+            reply = await (await node_of(a).request(address(b), actor_send(a, b, b"again"))).wait()
             assert reply.terminal_result is TerminalResult.OK
             assert services[1].payloads() == [b"again"]
 
@@ -57,8 +57,8 @@ async def test_delay_holds_a_frame_back_and_later_frames_overtake_it(
         a, b = c.servers
         rule = plan.delay(0.5, command=ACTOR_SEND, count=1)
         start = trio.current_time()
-        await a.node.send(address(b), actor_send(a, b, b"first", request=False))
-        await a.node.send(address(b), actor_send(a, b, b"second", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"first", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"second", request=False))
         await services[1].wait_received(2)
         assert services[1].payloads() == [b"second", b"first"]
         assert rule.fired == 1
@@ -81,8 +81,8 @@ async def test_duplicate_delivers_a_record_twice(autojump_clock: MockClock) -> N
         await c.wait_all_admitted()
         a, b = c.servers
         rule = plan.duplicate(command=ACTOR_SEND, to=b.identity.node_rid, count=1)
-        await a.node.send(address(b), actor_send(a, b, b"twice", request=False))
-        await a.node.send(address(b), actor_send(a, b, b"once", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"twice", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"once", request=False))
         await services[1].wait_received(3)
         assert services[1].payloads() == [b"twice", b"twice", b"once"]
         assert rule.fired == 1
@@ -98,7 +98,7 @@ async def test_reorder_swaps_a_frame_with_the_next(autojump_clock: MockClock) ->
         a, b = c.servers
         rule = plan.reorder(command=ACTOR_SEND, count=1)
         for payload in (b"1", b"2", b"3"):
-            await a.node.send(address(b), actor_send(a, b, payload, request=False))
+            await node_of(a).send(address(b), actor_send(a, b, payload, request=False))
         await services[1].wait_received(3)
         assert services[1].payloads() == [b"2", b"1", b"3"]
         assert rule.fired == 1 and not rule.active
@@ -116,19 +116,19 @@ async def test_cut_mid_request_gives_link_lost_and_the_reply_still_arrives(
             await c.wait_all_admitted()
             a, b = c.servers
             rule = plan.cut(command=ACTOR_SEND, deliver=True)  # delivered, then the link breaks
-            pending = await a.node.request(address(b), actor_send(a, b, b"mid-cut"))
+            pending = await node_of(a).request(address(b), actor_send(a, b, b"mid-cut"))
             with pytest.raises(LinkLost):
                 await pending.wait()
             assert rule.fired == 1 and not rule.active
-            assert a.node.peer_state(address(b)) is PeerState.CONNECTING  # a blip, not gone
+            assert node_of(a).peer_state(address(b)) is PeerState.CONNECTING  # a blip, not gone
             assert stats(a).closed(CloseReason.FAULT_CUT) == 1
             ((peer, record),) = await services[1].wait_received(1)
             # b answers over the next connection; a's request is still registered.
             while not (
                 stats(b).connections_opened >= 2
-                and b.node.peer_state(address(a)) is PeerState.ADMITTED
+                and node_of(b).peer_state(address(a)) is PeerState.ADMITTED
             ):
-                await b.node.wait_peer_change(address(a))
+                await node_of(b).wait_peer_change(address(a))
             await services[1].reply(peer, record)
             reply = await pending.wait()
             assert reply.correlation == pending.correlation
@@ -143,13 +143,13 @@ async def test_rules_are_removed_and_cleared_at_runtime(autojump_clock: MockCloc
         await c.wait_all_admitted()
         a, b = c.servers
         dup = plan.duplicate(command=ACTOR_SEND)
-        await a.node.send(address(b), actor_send(a, b, b"x", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"x", request=False))
         await services[1].wait_received(2)
         dup.remove()
         plan.reorder(command=ACTOR_SEND)
         plan.clear()
         assert plan.rules == ()
-        await a.node.send(address(b), actor_send(a, b, b"y", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"y", request=False))
         await services[1].wait_received(3)
         assert services[1].payloads() == [b"x", b"x", b"y"]
         assert dup.fired == 1 and plan.fired() == 1

@@ -54,7 +54,7 @@ async def test_store_refusing_the_renewal_stops_admission(autojump_clock: MockCl
         async with open_cluster(2, config=fast(), store=store) as cluster:
             await cluster.wait_all_admitted()
             a, b = cluster.servers
-            assert a.node.admitting and b.node.admitting
+            assert node_of(a).admitting and node_of(b).admitting
             await advance_store_clock(store, cluster.configs[0].owner_lease_ttl + 1)
             lost = await a.wait_lease_lost()
             await b.wait_lease_lost()
@@ -62,15 +62,15 @@ async def test_store_refusing_the_renewal_stops_admission(autojump_clock: MockCl
             store.reset()
             for server in (a, b):
                 s = stats(server)
-                assert not server.node.admitting
+                assert not node_of(server).admitting
                 assert s.phase is NodePhase.EXPIRED
                 assert isinstance(s.lease, LeaseExpired)
                 assert s.peers_admitted == 0 and s.peers_connecting == 0
-                assert server.node.peers() == {}
+                assert node_of(server).peers() == {}
             await trio.sleep(60)
             # Fail-stopped: no renewal, no re-registration, no location update.
             assert {m: n for m, n in store.calls.items() if m not in {"list_nodes"}} == {}
-            assert not a.node.admitting
+            assert not node_of(a).admitting
 
 
 async def test_failing_renewals_expire_at_the_local_deadline(autojump_clock: MockClock) -> None:
@@ -97,7 +97,7 @@ async def test_failing_renewals_expire_at_the_local_deadline(autojump_clock: Moc
             assert not records[b.identity.node_rid].live
             await trio.testing.wait_all_tasks_blocked()  # b's link teardown has run
             assert stats(b).closed(CloseReason.LEASE_LOST) == 1
-            assert a.node.admitting
+            assert node_of(a).admitting
 
 
 async def test_a_node_that_is_not_admitting_refuses_inbound_requests(
@@ -109,12 +109,12 @@ async def test_a_node_that_is_not_admitting_refuses_inbound_requests(
         await cluster.wait_all_admitted()
         a, b = cluster.servers
         node_of(b)._phase = NodePhase.CLOSING  # white-box: the drain window of an exit
-        pending = await a.node.request(address(b), actor_send(a, b))
+        pending = await node_of(a).request(address(b), actor_send(a, b))
         reply = await pending.wait()
         assert reply.terminal_result is TerminalResult.FAILED
         assert reply.failure_code is ErrorKind.UNAVAILABLE
-        await a.node.send(address(b), actor_send(a, b, request=False))
-        await a.node.send(address(b), actor_send(a, b, b"x", request=False))
+        await node_of(a).send(address(b), actor_send(a, b, request=False))
+        await node_of(a).send(address(b), actor_send(a, b, b"x", request=False))
         await tap.wait_for(
             count=3,
             node=b.identity.node_rid,

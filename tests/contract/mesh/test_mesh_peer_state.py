@@ -9,7 +9,7 @@ from mesh_kit import actor_send, address, fast, stats
 from trio.testing import MockClock
 
 from zlink_trio.mesh.api import PeerState
-from zlink_trio.testing import FaultPlan, open_cluster
+from zlink_trio.testing import FaultPlan, node_of, open_cluster
 from zlink_trio.wire import Command
 
 
@@ -29,12 +29,12 @@ async def test_cut_is_connecting_then_admitted_again(autojump_clock: MockClock) 
             a, b = c.servers
             seen: list[PeerState] = []
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(transitions, a.node, address(b), seen, PeerState.ADMITTED)
+                nursery.start_soon(transitions, node_of(a), address(b), seen, PeerState.ADMITTED)
                 await trio.testing.wait_all_tasks_blocked()
                 plan.cut(command=Command.ACTOR_SEND)
-                await a.node.send(address(b), actor_send(a, b, request=False))
+                await node_of(a).send(address(b), actor_send(a, b, request=False))
             assert seen == [PeerState.CONNECTING, PeerState.ADMITTED]
-            assert a.node.peers() == {address(b): PeerState.ADMITTED}
+            assert node_of(a).peers() == {address(b): PeerState.ADMITTED}
 
 
 async def test_graceful_stop_is_gone(autojump_clock: MockClock) -> None:
@@ -45,8 +45,8 @@ async def test_graceful_stop_is_gone(autojump_clock: MockClock) -> None:
             seen: list[PeerState] = []
             waiters: list[PeerState] = []
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(transitions, a.node, address(b), seen, PeerState.GONE)
-                nursery.start_soon(transitions, a.node, address(b), waiters, PeerState.GONE)
+                nursery.start_soon(transitions, node_of(a), address(b), seen, PeerState.GONE)
+                nursery.start_soon(transitions, node_of(a), address(b), waiters, PeerState.GONE)
                 await trio.testing.wait_all_tasks_blocked()
                 await c.stop(1)
             # goodbye -> the link goes down; the descriptor is already gone and the goodbye
@@ -55,7 +55,7 @@ async def test_graceful_stop_is_gone(autojump_clock: MockClock) -> None:
             for observed in (seen, waiters):
                 assert observed in ([PeerState.CONNECTING, PeerState.GONE], [PeerState.GONE])
             assert trio.current_time() < c.configs[0].descriptor_poll_interval
-            assert address(b) not in a.node.peers()
+            assert address(b) not in node_of(a).peers()
             assert stats(a).peers_admitted == 1
 
 
@@ -69,7 +69,7 @@ async def test_crash_is_connecting_until_the_lease_expires_then_gone(
             ttl = c.configs[1].owner_lease_ttl
             seen: list[PeerState] = []
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(transitions, a.node, address(b), seen, PeerState.GONE)
+                nursery.start_soon(transitions, node_of(a), address(b), seen, PeerState.GONE)
                 await trio.testing.wait_all_tasks_blocked()
                 crashed_at = trio.current_time()
                 await c.kill(1)

@@ -20,7 +20,7 @@ async def test_correlations_are_unique_and_replies_match_them(autojump_clock: Mo
         await c.wait_all_admitted()
         a, b = c.servers
         pendings = [
-            await a.node.request(address(b), actor_send(a, b, bytes([i]))) for i in range(20)
+            await node_of(a).request(address(b), actor_send(a, b, bytes([i]))) for i in range(20)
         ]
         assert len({p.correlation for p in pendings}) == 20
         replies = [await p.wait() for p in reversed(pendings)]
@@ -36,10 +36,10 @@ async def test_reply_from_another_peer_or_unknown_correlation_is_dropped(
     async with open_cluster(3, config=fast(), services=per_node(services), tap=tap) as c:
         await c.wait_all_admitted()
         a, b, other = c.servers
-        pending = await a.node.request(address(b), actor_send(a, b))
+        pending = await node_of(a).request(address(b), actor_send(a, b))
         ((peer, record),) = await services[1].wait_received(1)
-        await other.node.send(address(a), TerminalReply.ok(pending.correlation))
-        await other.node.send(address(a), TerminalReply.ok(pending.correlation + 1000))
+        await node_of(other).send(address(a), TerminalReply.ok(pending.correlation))
+        await node_of(other).send(address(a), TerminalReply.ok(pending.correlation + 1000))
         await tap.wait_for(
             count=2,
             node=a.identity.node_rid,
@@ -59,7 +59,7 @@ async def test_cancelled_wait_abandons_the_request(autojump_clock: MockClock) ->
     async with open_cluster(2, config=fast(), services=per_node(services)) as c:
         await c.wait_all_admitted()
         a, b = c.servers
-        pending = await a.node.request(address(b), actor_send(a, b))
+        pending = await node_of(a).request(address(b), actor_send(a, b))
         with trio.move_on_after(1) as scope:  # the caller owns the timeout
             await pending.wait()
         assert scope.cancelled_caught

@@ -49,8 +49,8 @@ async def test_frames_stamped_with_the_old_generation_are_rejected(
         await cluster.wait_all_admitted()
         before = stats(a).dropped(DropReason.SOURCE_MISMATCH)
         # The replacement's connection carries a record stamped with the old identity.
-        await new.node.send(address(a), stale_record)
-        await new.node.send(address(a), actor_send(new, a, b"current", request=False))
+        await node_of(new).send(address(a), stale_record)
+        await node_of(new).send(address(a), actor_send(new, a, b"current", request=False))
         await services[0].wait_received(1)
         assert services[0].payloads() == [b"current"]
         assert stats(a).dropped(DropReason.SOURCE_MISMATCH) == before + 1

@@ -23,7 +23,7 @@ from zlink_trio import open_server
 from zlink_trio.config import MeshConfig
 from zlink_trio.mesh.api import PeerState
 from zlink_trio.store.memory import MemoryLocationStore
-from zlink_trio.testing import open_cluster
+from zlink_trio.testing import node_of, open_cluster
 
 SECRET = b"q" * 32
 
@@ -77,7 +77,7 @@ async def test_exit_with_live_peers_and_requests_in_flight(autojump_clock: MockC
         async with open_cluster(3, config=fast(), store=store, services=per_node(services)) as c:
             await c.wait_all_admitted()
             a, b, _ = c.servers
-            pending = await a.node.request(address(b), actor_send(a, b))
+            pending = await node_of(a).request(address(b), actor_send(a, b))
             await services[1].wait_received(1)
             assert pending.correlation >= 1
     await trio.testing.wait_all_tasks_blocked()

@@ -14,7 +14,7 @@ from zlink_trio.config import MeshConfig
 from zlink_trio.ids import NodeRid, SpotId
 from zlink_trio.store.api import LocationStore, ObjectKey
 from zlink_trio.store.memory import MemoryLocationStore
-from zlink_trio.testing import CountingStore, node_of
+from zlink_trio.testing import CountingStore, node_of, server_store
 from zlink_trio.testing.cluster import DEFAULT_MESH
 
 SECRET = b"s" * 32
@@ -57,7 +57,7 @@ async def test_startup_publishes_one_descriptor_per_mesh_in_one_register_call(
             assert d.entry_spot_id == node.entry_spot_id(d.mesh_name)
             assert d.entry_spot_id.value.startswith("edge-entry-")
             claim = await store.read(ObjectKey.spot(d.entry_spot_id.value))
-            assert claim is not None and claim.owner == server.node.owner_fence(d.mesh_name)
+            assert claim is not None and claim.owner == node_of(server).owner_fence(d.mesh_name)
         assert len({r.descriptor.entry_spot_id for r in records}) == 2
     assert await store.list_nodes() == ()
     assert store.count("remove_node") == 1
@@ -81,7 +81,7 @@ async def test_entry_claim_conflict_fails_startup_and_changes_nothing(
         assert store.calls == {"register_node": 1}
         assert await snapshot(inner, taken) == before
         assert open_fds() == fds  # the listener bound before registering is closed
-        assert first.node.admitting
+        assert node_of(first).admitting
 
 
 async def test_node_rid_conflict_fails_startup_and_changes_nothing(
@@ -107,10 +107,10 @@ async def test_server_without_meshes_is_detached(autojump_clock: MockClock) -> N
         Server()  # made by open_server only
     async with open_server(fast()) as server:
         assert server.endpoint is None
-        assert server.store is None
-        assert server.node.peers() == {}
-        assert server.node.admitting
+        assert server_store(server) is None
+        assert node_of(server).peers() == {}
+        assert node_of(server).admitting
         with pytest.raises(Exception, match="not in mesh"):
-            server.node.owner_fence(MESH)
+            node_of(server).owner_fence(MESH)
         assert server.statistics().node.peers_admitted == 0
     await trio.lowlevel.checkpoint()

@@ -27,7 +27,7 @@ from zlink_trio.ids import MeshName
 from zlink_trio.mesh.api import PeerAddress, PeerState
 from zlink_trio.mesh.frames import pack_frame
 from zlink_trio.mesh.reasons import CloseReason, DropReason
-from zlink_trio.testing import FaultPlan, open_cluster
+from zlink_trio.testing import FaultPlan, node_of, open_cluster
 from zlink_trio.wire import encode
 
 
@@ -66,11 +66,11 @@ async def test_full_writer_lane_raises_deadline_exceeded(autojump_clock: MockClo
             with pytest.raises(DeadlineExceeded):
                 for _ in range(1000):
                     started = trio.current_time()
-                    await a.node.send(address(b), actor_send(a, b, big, request=False))
+                    await node_of(a).send(address(b), actor_send(a, b, big, request=False))
                     sent += 1
             assert trio.current_time() - started == pytest.approx(2.0)
             assert sent >= 3  # the kernel buffers and the lane took some first
-            assert a.node.peer_state(address(b)) is PeerState.ADMITTED  # no break by itself
+            assert node_of(a).peer_state(address(b)) is PeerState.ADMITTED  # no break by itself
 
 
 async def test_protocol_errors_close_only_that_connection(autojump_clock: MockClock) -> None:
@@ -86,8 +86,8 @@ async def test_protocol_errors_close_only_that_connection(autojump_clock: MockCl
                         await io.receive_some()
         assert stats(a).dropped(DropReason.PROTOCOL_ERROR) == 2
         assert stats(a).closed(CloseReason.PROTOCOL_ERROR) == 2
-        assert a.node.peer_state(address(b)) is PeerState.ADMITTED
-        reply = await (await b.node.request(address(a), actor_send(b, a))).wait()
+        assert node_of(a).peer_state(address(b)) is PeerState.ADMITTED
+        reply = await (await node_of(b).request(address(a), actor_send(b, a))).wait()
         assert reply.correlation >= 1
 
 
@@ -120,8 +120,8 @@ async def test_records_stamped_with_another_identity_are_dropped(
         await c.wait_all_admitted()
         a, b, other = c.servers
         forged = actor_send(other, b, b"forged", request=False)  # stamped as `other`
-        await a.node.send(address(b), forged)
-        await a.node.send(address(b), actor_send(a, b, b"honest", request=False))
+        await node_of(a).send(address(b), forged)
+        await node_of(a).send(address(b), actor_send(a, b, b"honest", request=False))
         await services[1].wait_received(1)
         assert services[1].payloads() == [b"honest"]
         assert stats(b).dropped(DropReason.SOURCE_MISMATCH) == 1
@@ -135,14 +135,14 @@ async def test_one_connection_per_mesh_and_peer(autojump_clock: MockClock) -> No
         await c.wait_all_admitted()
         await trio.testing.wait_all_tasks_blocked()
         for server in c.servers:
-            peers = server.node.peers()
+            peers = node_of(server).peers()
             assert len(peers) == 4  # 2 peers x 2 meshes
             assert set(peers.values()) == {PeerState.ADMITTED}
             assert stats(server).peers_admitted == 4
         a, b, _ = c.servers
         red = PeerAddress(MeshName("red"), b.identity.node_rid)
-        assert a.node.peer_state(red) is PeerState.ADMITTED
-        assert a.node.peer_state(PeerAddress(MESH, b.identity.node_rid)) is PeerState.GONE
+        assert node_of(a).peer_state(red) is PeerState.ADMITTED
+        assert node_of(a).peer_state(PeerAddress(MESH, b.identity.node_rid)) is PeerState.GONE
 
 
 async def test_a_large_frame_right_after_the_hello_is_delivered(
@@ -194,11 +194,11 @@ async def test_a_peer_descriptor_with_an_unusable_host_does_not_crash_the_node(
                 bad.node_rid, bad.node_generation, [bad], capacity=1, lease_ttl=3600
             )
             peer = PeerAddress(MESH, bad.node_rid)
-            await a.node.refresh_peers()
-            assert a.node.peer_state(peer) is PeerState.CONNECTING
+            await node_of(a).refresh_peers()
+            assert node_of(a).peer_state(peer) is PeerState.CONNECTING
             await trio.sleep(10)  # several failed dials
-            assert a.node.peer_state(peer) is PeerState.CONNECTING
-            reply = await (await a.node.request(address(b), actor_send(a, b))).wait()
+            assert node_of(a).peer_state(peer) is PeerState.CONNECTING
+            reply = await (await node_of(a).request(address(b), actor_send(a, b))).wait()
             assert reply.correlation >= 1
 
 
@@ -217,9 +217,9 @@ async def test_a_slow_handler_is_not_a_silent_peer(autojump_clock: MockClock) ->
         async with open_cluster(2, config=fast(), services=per_node(services)) as c:
             await c.wait_all_admitted()
             a, b = c.servers
-            pending = await a.node.request(address(b), actor_send(a, b, b"slow"))
+            pending = await node_of(a).request(address(b), actor_send(a, b, b"slow"))
             reply = await pending.wait()  # no LinkLost: b's keepalive kept the link
             assert reply.correlation == pending.correlation
             for server in (a, b):
                 assert stats(server).closed(CloseReason.KEEPALIVE_TIMEOUT) == 0
-            assert a.node.peer_state(address(b)) is PeerState.ADMITTED
+            assert node_of(a).peer_state(address(b)) is PeerState.ADMITTED

@@ -22,7 +22,6 @@ from mesh_kit import address, fake_peer, fast, stats
 from trio.testing import MockClock
 
 from zlink_trio import App
-from zlink_trio.actors.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import RecreateOnRelocation
 from zlink_trio.actors.results import Created
@@ -39,8 +38,9 @@ from zlink_trio.ids import (
 from zlink_trio.mesh.api import PeerState
 from zlink_trio.mesh.frames import pack_frame
 from zlink_trio.mesh.reasons import CloseReason, DropReason
+from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
 from zlink_trio.store.api import AuthorityRow, ObjectKey
-from zlink_trio.testing import open_cluster
+from zlink_trio.testing import node_of, open_cluster
 from zlink_trio.wire import (
     ActorCreate,
     ActorDestroy,
@@ -191,8 +191,8 @@ class Rig:
         """The real peer's link is admitted, a normal request from it still works, and
         HERO's handlers ran ``handled`` times before it (its queue is FIFO: anything
         wrongly admitted earlier would have run by now)."""
-        assert self.host.node.peer_state(address(self.caller)) is PeerState.ADMITTED
-        assert self.caller.node.peer_state(address(self.host)) is PeerState.ADMITTED
+        assert node_of(self.host).peer_state(address(self.caller)) is PeerState.ADMITTED
+        assert node_of(self.caller).peer_state(address(self.host)) is PeerState.ADMITTED
         before = len(self.counts.handled)
         assert before == handled, self.counts.handled
         assert await self.caller.actors.request(HERO, "echo", b"real") == b"real"

@@ -9,7 +9,7 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio.actors.approval import ActorCreateEvent, Approve
+from zlink_trio.spots.approval import ActorCreateEvent, Approve
 from zlink_trio.engine import open_engine
 from zlink_trio.ids import ActorId, MeshName, ObjectGeneration, SpotId, StableType
 from zlink_trio.spots.entry import EntrySpot

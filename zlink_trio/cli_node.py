@@ -35,9 +35,9 @@ from typing import Any, Final
 import attrs
 import trio
 
-from ..config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
-from ..errors import ConfigurationError, ZLinkError
-from .api import PeerState
+from .config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
+from .errors import ConfigurationError, ZLinkError
+from .mesh.api import PeerState
 
 __all__ = [
     "EXIT_CONFIGURATION",
@@ -187,14 +187,12 @@ async def _report_peers(node: Any) -> None:
 
 async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
     """Run the node until SIGTERM/SIGINT (0) or a lost lease (3)."""
-    from ..server import open_server  # the server stack loads only when a node runs
-    from ..store.memory import MemoryLocationStore
+    from .server import open_server, runtime_of  # the server stack loads only when a node runs
 
-    if config.location_store is None and config.meshes:
-        config = attrs.evolve(config, location_store=MemoryLocationStore())
     status = 0
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with open_server(config) as server:
+            node = runtime_of(server).node
             endpoint = server.endpoint
             _emit(
                 "ready",
@@ -203,7 +201,7 @@ async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
                 host=None if endpoint is None else endpoint.host,
                 port=None if endpoint is None else endpoint.port,
                 entry_spot_ids={
-                    str(m.name): server.node.entry_spot_id(m.name).value for m in config.meshes
+                    str(m.name): node.entry_spot_id(m.name).value for m in config.meshes
                 },
             )
             async with trio.open_nursery() as nursery:
@@ -216,7 +214,7 @@ async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
                     nursery.cancel_scope.cancel()
 
                 if report_peers:
-                    nursery.start_soon(_report_peers, server.node)
+                    nursery.start_soon(_report_peers, node)
                 nursery.start_soon(lease_watch)
                 async for _ in signals:
                     break

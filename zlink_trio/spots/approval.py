@@ -1,4 +1,8 @@
-"""The Entry Spot's OnCreateActor decision: approve or reject a staging Actor."""
+"""The Entry Spot's OnCreateActor decision: approve or reject a staging Actor.
+
+These are the Entry Spot's lifecycle vocabulary (the Spot role owns the approval turn); the
+Actor owner builds the event and hands it to the Entry Spot.
+"""
 
 from __future__ import annotations
 

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from zlink_trio.cli import build_parser, main
+from zlink_trio.cli_node import EXIT_CONFIGURATION, EXIT_STARTUP_FAILED, build_config
 from zlink_trio.config import ObjectRole, PostgresStoreConfig
-from zlink_trio.mesh.cli_node import EXIT_CONFIGURATION, EXIT_STARTUP_FAILED, build_config
 
 SECRET = "00112233445566778899aabbccddeeff"
 

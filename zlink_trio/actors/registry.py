@@ -1,0 +1,131 @@
+"""The Actor-specific registry: stable Actor types, their factories, relocation policies and
+handler tables.
+
+:class:`ActorRegistry` only records; :meth:`ActorRegistry.validate` appends every problem to
+the caller's list and returns the validated :class:`ActorType` table. The application-facing
+:class:`~zlink_trio.app.App` composes one registry (with the Spot and packet registrations
+beside it), so the Actor runtime depends on this module and never on ``app``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, cast, final
+
+import attrs
+
+from ..ids import InvalidId, StableType, check_text_id
+from .handlers import HandlerKey, MessageKind, declared_handlers
+from .policy import (
+    DisableRelocation,
+    PreserveStateWith,
+    RecreateOnRelocation,
+    RelocationPolicy,
+)
+
+__all__ = ["ActorHandler", "ActorRegistry", "ActorType", "ActorTypes"]
+
+ActorHandler = Callable[[Any, bytes], Awaitable[bytes | None]]
+"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``)."""
+
+_POLICIES = (DisableRelocation, RecreateOnRelocation, PreserveStateWith)
+
+
+@attrs.frozen
+class ActorType:
+    """One registered Actor stable type, validated."""
+
+    stable_type: StableType
+    factory: Callable[[Any], Any]
+    relocation: RelocationPolicy
+    handlers: Mapping[tuple[MessageKind, str], ActorHandler]
+
+
+ActorTypes = Mapping[StableType, ActorType]
+"""The validated Actor types of one server, by stable type."""
+
+
+def _method_handler(cls: type, name: str) -> ActorHandler:
+    """The handler for method ``name`` of Actor class ``cls``: the class's own function
+    when it is a plain function (called as ``fn(actor, payload)``, no extra frame per
+    message), else a wrapper that looks the method up on the Actor at call time."""
+    fn = inspect.getattr_static(cls, name, None)
+    if inspect.isfunction(fn) and inspect.iscoroutinefunction(fn):
+        return cast(ActorHandler, fn)
+
+    async def call(actor: Any, payload: bytes) -> bytes | None:
+        result: bytes | None = await getattr(actor, name)(payload)
+        return result
+
+    call.__qualname__ = f"method:{name}"
+    return call
+
+
+@final
+class ActorRegistry:
+    """Actor type and handler registrations (unvalidated until :meth:`validate`)."""
+
+    def __init__(self) -> None:
+        self._types: list[tuple[object, object, object]] = []
+        self._handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
+
+    def register_actor(
+        self, stable_type: str, factory: Callable[[Any], Any], *, relocation: RelocationPolicy
+    ) -> None:
+        """Record a type; a class factory's ``@on_send`` / ``@on_request`` methods become
+        the type's handlers."""
+        self._types.append((stable_type, factory, relocation))
+        if isinstance(factory, type):
+            for kind, packet, name in declared_handlers(factory):
+                self._handlers.append((stable_type, kind, packet, _method_handler(factory, name)))
+
+    def register_handler(
+        self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
+    ) -> None:
+        """Record a function handler ``async def handler(actor, payload)``."""
+        self._handlers.append((stable_type, kind, packet, handler))
+
+    def validate(self, problems: list[str]) -> ActorTypes:
+        """The validated types; every problem found is appended to ``problems``."""
+        types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
+        for raw, factory, policy in self._types:
+            try:
+                st = StableType.parse(raw)
+            except InvalidId as exc:
+                problems.append(f"actor type {raw!r}: {exc}")
+                continue
+            if st in types:
+                problems.append(f"actor stable type {st.value!r} registered twice")
+                continue
+            if not isinstance(policy, _POLICIES):
+                problems.append(
+                    f"actor type {st.value!r}: relocation must be DisableRelocation, "
+                    f"RecreateOnRelocation or PreserveStateWith(adapter), got {policy!r}"
+                )
+                continue
+            if not callable(factory):
+                problems.append(f"actor type {st.value!r}: factory is not callable")
+                continue
+            types[st] = (factory, policy)
+        handlers: dict[StableType, dict[tuple[MessageKind, str], ActorHandler]] = {
+            st: {} for st in types
+        }
+        for raw, kind, packet, fn in self._handlers:
+            try:
+                st = StableType.parse(raw)
+                name = check_text_id(packet, "packet name")
+            except InvalidId as exc:
+                problems.append(f"handler {raw!r}/{packet!r}: {exc}")
+                continue
+            if st not in handlers:
+                problems.append(f"handler for unregistered actor type {st.value!r}")
+                continue
+            if (kind, name) in handlers[st]:
+                problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
+                continue
+            handlers[st][(kind, name)] = fn
+        return {
+            st: ActorType(st, factory, policy, handlers[st])
+            for st, (factory, policy) in types.items()
+        }
