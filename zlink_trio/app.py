@@ -14,7 +14,7 @@ from typing import Any, cast, final
 import attrs
 
 from .actors.approval import OnCreateActor
-from .actors.handlers import HandlerKey, MessageKind, declared_handlers
+from .actors.handlers import HandlerKey, MessageKind, declared_handlers, typed_handler
 from .actors.policy import (
     DisableRelocation,
     PreserveStateWith,
@@ -23,11 +23,13 @@ from .actors.policy import (
 )
 from .errors import ConfigurationError
 from .ids import InvalidId, StableType, check_text_id
+from .wire.payloads import PayloadRegistry, build_registry
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
 
-ActorHandler = Callable[[Any, bytes], Awaitable[bytes | None]]
-"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``)."""
+ActorHandler = Callable[[Any, Any], Awaitable[Any]]
+"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``):
+payload and reply are bytes, or registered payload classes (``App.register_codec``)."""
 
 PacketHandler = Callable[..., Awaitable[Any]]
 
@@ -50,6 +52,8 @@ class ValidatedApp:
     actor_types: Mapping[StableType, ActorType]
     on_create_actor: OnCreateActor | None
     packet_handlers: Mapping[str, PacketHandler]
+    payloads: PayloadRegistry = attrs.field(factory=PayloadRegistry)
+    """The payload codecs (``App.register_codec``): one registry for every message kind."""
 
 
 def _method_handler(cls: type, name: str) -> ActorHandler:
@@ -78,6 +82,7 @@ class App:
         self._actor_handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
         self._packet_handlers: list[tuple[object, PacketHandler]] = []
         self._on_create_actor: list[OnCreateActor] = []
+        self._codecs: list[tuple[object, str | None]] = []
 
     # --- registration ------------------------------------------------------------------
     def enable_actor_dispatch(self) -> None:
@@ -112,6 +117,19 @@ class App:
         """Register a function handler ``async def handler(actor, payload)``."""
         self._actor_handlers.append((stable_type, kind, packet, handler))
 
+    def register_codec(self, cls: type, *, name: str | None = None) -> None:
+        """Register the frozen attrs class ``cls`` as a payload (and reply) type.
+
+        Handlers may then declare it as their payload parameter or return type, and
+        callers may pass its instances as payloads and state it as a request's
+        ``reply_type``. ``name`` is its type name on the wire (default: the class's
+        ``__qualname__``); every node must register the class under the same name.
+        Registering a class twice, two classes under one name, a class with a field type
+        a codec cannot carry, or a handler annotated with an unregistered class is a
+        startup ConfigurationError.
+        """
+        self._codecs.append((cls, name))
+
     def on_create_actor(self, fn: OnCreateActor) -> OnCreateActor:
         """Decorator: the Entry Spot's OnCreateActor approval callback (default: approve)."""
         self._on_create_actor.append(fn)
@@ -129,7 +147,7 @@ class App:
     # --- startup validation --------------------------------------------------------------
     def validate(self) -> ValidatedApp:
         """Check every registration; raise one ConfigurationError naming every problem."""
-        problems: list[str] = []
+        payloads, problems = build_registry(self._codecs)
         types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
         for raw, factory, policy in self._actor_types:
             try:
@@ -166,7 +184,10 @@ class App:
             if (kind, name) in handlers[st]:
                 problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
                 continue
-            handlers[st][(kind, name)] = fn
+            try:
+                handlers[st][(kind, name)] = typed_handler(fn, payloads)
+            except TypeError as exc:
+                problems.append(f"handler {HandlerKey(st, kind, name)!r}: {exc}")
         packets: dict[str, PacketHandler] = {}
         for packet_key, packet_fn in self._packet_handlers:
             if not isinstance(packet_key, str) or not packet_key:
@@ -187,4 +208,5 @@ class App:
             },
             on_create_actor=self._on_create_actor[0] if self._on_create_actor else None,
             packet_handlers=packets,
+            payloads=payloads,
         )

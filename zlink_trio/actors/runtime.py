@@ -88,6 +88,7 @@ class ActorRuntime:
             self.messenger,
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
+            payloads=app.payloads,
         )
         self.entry_spots: dict[MeshName, EntrySpot] = {
             mesh.name: EntrySpot(
