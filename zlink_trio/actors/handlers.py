@@ -148,6 +148,40 @@ def _codec(tp: object, registry: PayloadRegistry, what: str) -> PayloadCodec[Any
     return codec
 
 
+_BYTES_SPELLINGS: Final = frozenset(
+    {"bytes", "bytes|None", "None|bytes", "Optional[bytes]", "None", "object", "Any"}
+)
+"""Annotation strings that mean "bytes" even when the handler's other annotations (say, a
+name imported only under TYPE_CHECKING) cannot be resolved."""
+
+
+def _hints_one_by_one(fn: Callable[..., Any], names: list[str]) -> dict[str, object]:
+    """The annotations ``names`` of ``fn`` resolved one at a time (when
+    :func:`typing.get_type_hints` fails on one of its annotations, maybe one delivery does
+    not read): an unresolvable bytes spelling is bytes; any other unresolvable annotation
+    is a TypeError naming it."""
+    hints: dict[str, object] = {}
+    namespace = getattr(fn, "__globals__", {})
+    annotations = getattr(fn, "__annotations__", {})
+    for name in names:
+        if name not in annotations:
+            continue
+        annotation = annotations[name]
+        if not isinstance(annotation, str):
+            hints[name] = annotation
+            continue
+        try:
+            hints[name] = eval(annotation, namespace)  # as get_type_hints does
+        except Exception as exc:
+            if annotation.replace(" ", "") in _BYTES_SPELLINGS:
+                hints[name] = bytes if "bytes" in annotation else inspect.Parameter.empty
+                continue
+            raise TypeError(
+                f"cannot resolve the annotation {annotation!r} of {fn.__qualname__}: {exc}"
+            ) from None
+    return hints
+
+
 def typed_handler(
     fn: Callable[[Any, Any], Awaitable[Any]], registry: PayloadRegistry
 ) -> Callable[[Any, Any], Awaitable[Any]]:
@@ -158,21 +192,21 @@ def typed_handler(
     that cannot be resolved)."""
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
         return fn  # a callable object or wrapper: untyped (nothing to resolve)
-    try:
-        hints = typing.get_type_hints(fn)
-    except Exception as exc:
-        raise TypeError(f"cannot resolve the annotations of {fn.__qualname__}: {exc}") from None
     params = [
         p
         for p in inspect.signature(fn).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     index = 0 if inspect.ismethod(fn) else 1
-    payload_tp: object = inspect.Parameter.empty
-    if len(params) > index:
-        payload_tp = hints.get(params[index].name, inspect.Parameter.empty)
+    names = ["return"] if len(params) <= index else [params[index].name, "return"]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:
+        hints = _hints_one_by_one(fn, names)
+    empty = inspect.Parameter.empty
+    payload_tp: object = empty if len(params) <= index else hints.get(names[0], empty)
     payload = _codec(payload_tp, registry, "payload type")
-    reply = _codec(hints.get("return", inspect.Parameter.empty), registry, "reply type")
+    reply = _codec(hints.get("return", empty), registry, "reply type")
     if payload is None and reply is None:
         return fn
     return TypedHandler(fn, payload, reply)
