@@ -239,17 +239,14 @@ class HostedActor:
             result: object = await handler(self.instance, payload)
         except ZLinkError as exc:
             # Expected: raised on purpose (or a payload that is not the handler's type).
-            # One line, the caller gets the typed error.
+            # One line: INFO when the caller gets the typed error, WARNING for a send
+            # (nobody else hears of it).
             stats.failed += 1
-            logger.info(
-                "%s handler %r of %r raised %r",
-                item.kind.name.lower(),
-                item.packet,
-                self.context,
-                exc,
-            )
             if sink is not None:
+                logger.info("request handler %r of %r raised %r", item.packet, self.context, exc)
                 await _fail(sink, exc)
+            else:
+                logger.warning("send handler %r of %r raised %r", item.packet, self.context, exc)
             return
         except Exception as exc:
             stats.failed += 1
@@ -272,7 +269,11 @@ class HostedActor:
         if result is not None:
             if type(result) is TypedPayload:
                 if type(sink) is not OneShot:  # in-process the reply is not encoded
-                    result = result.encode()
+                    try:
+                        result = result.encode()
+                    except ZLinkError as exc:  # checked by its TypedHandler: not expected
+                        await _fail(sink, ApplicationError(exc.message))
+                        return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
                     await _fail(

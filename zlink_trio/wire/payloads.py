@@ -115,6 +115,27 @@ class _Exact(_Spec):
 
 
 @final
+class _Int(_Spec):
+    """An ``int`` CBOR carries without a bignum tag (tags are refused on decode)."""
+
+    __slots__ = ()
+
+    def dump(self, value: Any, path: str) -> Any:
+        if type(value) is not int:
+            raise _Bad(path, f"expected int, got {_kind(value)}")
+        if not _INT_MIN <= value <= _INT_MAX:
+            raise _Bad(path, "int out of the CBOR integer range (-2**64 .. 2**64-1)")
+        return value
+
+    def load(self, raw: Any, path: str) -> Any:
+        return self.dump(raw, path)
+
+
+_INT_MIN: Final = -(2**64)
+_INT_MAX: Final = 2**64 - 1
+
+
+@final
 class _Float(_Spec):
     __slots__ = ()
 
@@ -272,7 +293,7 @@ class _Class(_Spec):
 
 
 _PRIMITIVES: Final[dict[object, _Spec]] = {
-    int: _Exact(int),
+    int: _Int(),
     str: _Exact(str),
     bytes: _Exact(bytes),
     bool: _Exact(bool),

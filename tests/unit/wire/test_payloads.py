@@ -125,6 +125,9 @@ def test_values_that_do_not_fit_fail_to_encode_naming_the_field() -> None:
         codec.encode(attrs.evolve(SAMPLE, pair=("x",)))  # type: ignore[arg-type]
     with pytest.raises(InvalidOperation, match="flag: expected bool, got int"):
         codec.encode(attrs.evolve(SAMPLE, flag=1))  # type: ignore[arg-type]
+    with pytest.raises(InvalidOperation, match=r"i: int out of the CBOR integer range"):
+        codec.encode(attrs.evolve(SAMPLE, i=2**64))
+    assert codec.decode(codec.encode(attrs.evolve(SAMPLE, i=-(2**64)))).i == -(2**64)
     with pytest.raises(InvalidOperation, match="expected Everything, got Inner"):
         codec.encode(Inner("a", 1.0))
 
