@@ -210,10 +210,8 @@ class Delivery(Generic[K]):
         return route.node_rid == me.node_rid and route.node_generation == me.node_generation
 
     def _wire_payload(self, payload: Payload) -> bytes:
-        """The bytes a payload travels as (a typed one is encoded now, and checked against
-        the request limit: nothing has been sent yet)."""
-        if type(payload) is bytes:
-            return payload
+        """The bytes a typed payload travels as: encoded now, and checked against the
+        request limit (nothing has been sent yet)."""
         assert type(payload) is TypedPayload
         data = payload.encode()
         if len(data) > self._max_payload:
@@ -326,7 +324,7 @@ class Delivery(Generic[K]):
     ) -> Callable[[int], Any]:
         """``build(correlation)``: the wire command of this message, with a fresh message
         id (the owner's repeat filter)."""
-        data = self._wire_payload(payload)
+        data = payload if type(payload) is bytes else self._wire_payload(payload)
         self._message_ids += 1
         return self._target.command(key, route, kind, packet, data, deadline, self._message_ids)
 
@@ -400,7 +398,7 @@ class Delivery(Generic[K]):
                     self._deadlines.settled(ticket)
             peer = PeerAddress(route.mesh_name, route.node_rid)
             refreshed = False
-            data = self._wire_payload(payload)
+            data = payload if type(payload) is bytes else self._wire_payload(payload)
             while True:
                 state = self._node.peer_state(peer)
                 if state is PeerState.GONE and not refreshed:
