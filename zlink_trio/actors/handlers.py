@@ -81,9 +81,10 @@ def declared_handlers(cls: type) -> list[tuple[MessageKind, str, str]]:
 @final
 class TypedHandler:
     """A handler with a declared payload class and/or reply class (see the module
-    docstring). A payload that is not its class ends the request with InvalidOperation
-    (a send is dropped, logged and counted) before the handler runs; a reply that is not
-    its declared class is an ApplicationError."""
+    docstring). The Actor's turn first :meth:`accept`-s the payload: one that is not its
+    class ends the request with InvalidOperation (a send is dropped, logged and counted)
+    and the handler never runs; a reply that is not its declared class is an
+    ApplicationError."""
 
     __slots__ = ("fn", "payload", "reply")
 
@@ -97,14 +98,19 @@ class TypedHandler:
         self.payload = payload
         self.reply = reply
 
-    async def __call__(self, actor: Any, payload: bytes | TypedPayload) -> object:
+    def accept(self, payload: bytes | TypedPayload) -> object:
+        """The value the handler gets for ``payload``: an object of its payload class (the
+        caller's own in-process, else decoded), or bytes for a bytes parameter. Raises
+        InvalidOperation (then the handler must not run)."""
         codec = self.payload
         if codec is not None:
-            value: object = value_as(payload, codec)
-        elif type(payload) is TypedPayload:
-            value = payload.encode()  # a bytes handler gets what a remote one would
-        else:
-            value = payload
+            return value_as(payload, codec)
+        if type(payload) is TypedPayload:
+            return payload.encode()  # a bytes handler gets what a remote one would
+        return payload
+
+    async def __call__(self, actor: Any, value: object) -> object:
+        """Run the handler on an :meth:`accept`-ed value; check and wrap its reply."""
         result = await self.fn(actor, value)
         reply = self.reply
         if reply is None:

@@ -232,8 +232,19 @@ class HostedActor:
             else:
                 logger.warning("%s", error.message)
             return
-        payload = item.payload
-        if type(payload) is TypedPayload and type(handler) is not TypedHandler:
+        payload: object = item.payload
+        if type(handler) is TypedHandler:
+            try:
+                payload = handler.accept(item.payload)
+            except ZLinkError as exc:  # not the handler's type: it never sees it
+                stats.failed += 1
+                if sink is not None:
+                    logger.info("request %r to %r not run: %r", item.packet, self.context, exc)
+                    await _fail(sink, exc)
+                else:
+                    logger.warning("send %r to %r dropped: %r", item.packet, self.context, exc)
+                return
+        elif type(payload) is TypedPayload:
             payload = payload.encode()  # a bytes handler gets what a remote one would
         try:
             result: object = await handler(self.instance, payload)

@@ -60,7 +60,8 @@ async def test_typed_handler_gets_the_object_and_wraps_its_reply() -> None:
     codec = REGISTRY.get(Item)
     assert codec is not None
     item = Item("a")
-    reply = await handler(None, TypedPayload(codec, item))
-    assert type(reply) is TypedPayload and reply.value is item  # nothing encoded
-    decoded = await handler(None, codec.encode(item))
-    assert type(decoded) is TypedPayload and decoded.value == item
+    local = TypedPayload(codec, item)
+    assert handler.accept(local) is item  # nothing encoded
+    assert handler.accept(codec.encode(item)) == item
+    reply = await handler(None, item)
+    assert type(reply) is TypedPayload and reply.value is item
