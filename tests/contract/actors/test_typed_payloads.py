@@ -218,8 +218,7 @@ async def test_undecodable_payloads_never_reach_the_handler(
         created = await cluster.servers[0].actors.create("cart-2", "cart").timeout(10)
         assert isinstance(created, Created)
         host, other = _host(cluster, created)
-        # The encoded form of other values, built by a real caller (bytes handler "count"
-        # sees what a typed payload looks like as bytes).
+        # What typed payloads travel as, as a bytes handler ("echo") receives them.
         note_bytes = await _as_bytes(host, Note("hi"))
         add_bytes = await _as_bytes(host, AddItem("a", 1))
         bad = [
