@@ -116,6 +116,7 @@ async def open_runtime(
                     serve_actors,
                     config,
                     app.actor_types,
+                    app.payloads,
                     spots.entry_spots,
                     store,
                     node,

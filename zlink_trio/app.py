@@ -18,6 +18,7 @@ from .actors.registry import ActorHandler, ActorRegistry, ActorType, ActorTypes
 from .errors import ConfigurationError
 from .ids import StableType
 from .spots.approval import OnCreateActor
+from .wire.payloads import PayloadRegistry, build_registry
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
 
@@ -30,6 +31,8 @@ class ValidatedApp:
     actor_types: ActorTypes
     on_create_actor: OnCreateActor | None
     packet_handlers: Mapping[str, PacketHandler]
+    payloads: PayloadRegistry = attrs.field(factory=PayloadRegistry)
+    """The payload codecs (``App.register_codec``): one registry for every message kind."""
 
     @property
     def hosted_actor_types(self) -> frozenset[StableType]:
@@ -49,6 +52,7 @@ class App:
         self._actors = ActorRegistry()
         self._packet_handlers: list[tuple[object, PacketHandler]] = []
         self._on_create_actor: list[OnCreateActor] = []
+        self._codecs: list[tuple[object, str | None]] = []
 
     # --- registration ------------------------------------------------------------------
     def enable_actor_dispatch(self) -> None:
@@ -78,6 +82,19 @@ class App:
         """Register a function handler ``async def handler(actor, payload)``."""
         self._actors.register_handler(stable_type, kind, packet, handler)
 
+    def register_codec(self, cls: type, *, name: str | None = None) -> None:
+        """Register the frozen attrs class ``cls`` as a payload (and reply) type.
+
+        Handlers may then declare it as their payload parameter or return type, and
+        callers may pass its instances as payloads and state it as a request's
+        ``reply_type``. ``name`` is its type name on the wire (default: the class's
+        ``__qualname__``); every node must register the class under the same name.
+        Registering a class twice, two classes under one name, a class with a field type
+        a codec cannot carry, or a handler annotated with an unregistered class is a
+        startup ConfigurationError.
+        """
+        self._codecs.append((cls, name))
+
     def on_create_actor(self, fn: OnCreateActor) -> OnCreateActor:
         """Decorator: the Entry Spot's OnCreateActor approval callback (default: approve)."""
         self._on_create_actor.append(fn)
@@ -95,8 +112,8 @@ class App:
     # --- startup validation --------------------------------------------------------------
     def validate(self) -> ValidatedApp:
         """Check every registration; raise one ConfigurationError naming every problem."""
-        problems: list[str] = []
-        actor_types = self._actors.validate(problems)
+        payloads, problems = build_registry(self._codecs)
+        actor_types = self._actors.validate(problems, payloads)
         packets: dict[str, PacketHandler] = {}
         for packet_key, packet_fn in self._packet_handlers:
             if not isinstance(packet_key, str) or not packet_key:
@@ -114,4 +131,5 @@ class App:
             actor_types=actor_types,
             on_create_actor=self._on_create_actor[0] if self._on_create_actor else None,
             packet_handlers=packets,
+            payloads=payloads,
         )

@@ -21,7 +21,7 @@ __all__ = ["FluentCall", "check_timeout"]
 
 R = TypeVar("R")
 
-_OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8}
+_OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8, "reply_type": 16}
 """The bit of each fluent option in a call's option mask."""
 
 

@@ -1,15 +1,19 @@
 """Send to and request Actors by ActorId: the only message target (spec 04 §5).
 
-Used by ``server.actors`` and by Actor handlers through ``context.actors``.
+Used by ``server.actors`` and by Actor handlers through ``context.actors``. A payload is
+bytes or an instance of a registered payload class (``App.register_codec``), checked here,
+before anything is sent; a request's reply is bytes, or with ``.reply_type(cls)`` an
+instance of ``cls``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, final
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
+from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, TypedPayload
 from .calls import FluentCall
 
 if TYPE_CHECKING:
@@ -18,6 +22,7 @@ if TYPE_CHECKING:
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 _PARSED_MAX: Final = 4096
 """Validated ActorIds and packet names remembered per client (cleared when full): a
@@ -34,7 +39,7 @@ class _MessageCall(FluentCall[R]):
         messenger: Messenger,
         target: ActorId,
         packet: str,
-        payload: bytes,
+        payload: bytes | TypedPayload,
         default_timeout: float,
     ) -> None:
         super().__init__(default_timeout)
@@ -56,21 +61,64 @@ class SendCall(_MessageCall[None]):
 
 
 @final
-class RequestCall(_MessageCall[bytes | None]):
-    """A request: completes once with the handler's reply or a typed error."""
+class RequestCall(_MessageCall[R]):
+    """A request: completes once with the handler's reply or a typed error. The reply is
+    bytes (or None) unless :meth:`reply_type` states its class."""
 
-    __slots__ = ()
+    __slots__ = ("_payloads", "_reply")
 
-    def _run(self, deadline: float) -> Coroutine[Any, Any, bytes | None]:
-        return self._messenger.request(self._target, self._packet, self._payload, deadline)
+    def __init__(
+        self,
+        messenger: Messenger,
+        target: ActorId,
+        packet: str,
+        payload: bytes | TypedPayload,
+        default_timeout: float,
+        payloads: PayloadRegistry,
+    ) -> None:
+        super().__init__(messenger, target, packet, payload, default_timeout)
+        self._payloads = payloads
+        self._reply: PayloadCodec[Any] | None = None
+
+    def reply_type(self, cls: type[T]) -> RequestCall[T]:
+        """The reply is an instance of the registered payload class ``cls`` (decoded from
+        a remote reply, handed over as it is from a local one); any other reply ends the
+        request with InvalidOperation."""
+        bit = self._option("reply_type")
+        codec = self._payloads.get(cls)
+        if codec is None:
+            raise InvalidOperation(f"reply_type {cls!r} is not a registered payload class")
+        self._reply = codec
+        self._options |= bit
+        return cast("RequestCall[T]", self)
+
+    def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
+        return self._messenger.request(
+            self._target, self._packet, self._payload, deadline, self._reply
+        )
 
 
 @final
 class ActorClient:
-    __slots__ = ("_default_timeout", "_ids", "_max_request", "_messenger", "_packets")
+    __slots__ = (
+        "_default_timeout",
+        "_ids",
+        "_max_request",
+        "_messenger",
+        "_packets",
+        "_payloads",
+    )
 
-    def __init__(self, messenger: Messenger, *, max_request: int, default_timeout: float) -> None:
+    def __init__(
+        self,
+        messenger: Messenger,
+        *,
+        max_request: int,
+        default_timeout: float,
+        payloads: PayloadRegistry = EMPTY_REGISTRY,
+    ) -> None:
         self._messenger = messenger
+        self._payloads = payloads
         self._max_request = max_request
         self._default_timeout = default_timeout
         self._ids: dict[str, ActorId] = {}
@@ -96,17 +144,25 @@ class ActorClient:
         self._packets.add(name)
         return name
 
-    def _payload(self, payload: object) -> bytes:
+    def _payload(self, payload: object) -> bytes | TypedPayload:
         if type(payload) is not bytes:
             if not isinstance(payload, bytearray | memoryview):
-                raise InvalidOperation(f"payload must be bytes, got {type(payload).__name__}")
+                codec = self._payloads.of(payload)
+                if codec is None:
+                    raise InvalidOperation(
+                        "payload must be bytes or an instance of a registered payload "
+                        f"class, got {type(payload).__name__}"
+                    )
+                codec.check(payload)  # an unencodable value fails here, local or remote
+                return TypedPayload(codec, payload)
             payload = bytes(payload)
         if len(payload) > self._max_request:
             raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {self._max_request}")
         return payload
 
-    def send(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> SendCall:
-        """One-way ``packet`` to the Actor ``actor_id``. Await it (or ``.submit()``)."""
+    def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
+        """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an
+        instance of a registered payload class. Await it (or ``.submit()``)."""
         return SendCall(
             self._messenger,
             self._target(actor_id),
@@ -115,12 +171,16 @@ class ActorClient:
             self._default_timeout,
         )
 
-    def request(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> RequestCall:
-        """Request ``packet`` of the Actor ``actor_id``; the reply bytes (or None)."""
+    def request(
+        self, actor_id: str | ActorId, packet: str, payload: object = b""
+    ) -> RequestCall[bytes | None]:
+        """Request ``packet`` of the Actor ``actor_id``; the reply bytes (or None), or with
+        ``.reply_type(cls)`` an instance of ``cls``."""
         return RequestCall(
             self._messenger,
             self._target(actor_id),
             self._packet(packet),
             self._payload(payload),
             self._default_timeout,
+            self._payloads,
         )

@@ -28,10 +28,11 @@ import trio
 from ..engine.oneshot import OneShot
 from ..errors import DeadlineExceeded, ShuttingDown
 from ..mesh.api import PendingReply
+from ..wire.payloads import TypedPayload
 
 __all__ = ["ReplyDeadlines", "Waiter"]
 
-Waiter: TypeAlias = OneShot[bytes | None] | PendingReply
+Waiter: TypeAlias = OneShot[bytes | TypedPayload | None] | PendingReply
 """What a request waits on: ended by ``fail(error)`` / ``expire(error)`` at its deadline."""
 
 _COMPACT_MIN: Final = 64

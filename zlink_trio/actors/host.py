@@ -13,9 +13,11 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..engine.engine import Engine
+from ..engine.lane import Lane
+from ..engine.lanes import ActorDeliveryLane
 from ..errors import CapacityExceeded, StaleRoute, Unavailable
 from ..ids import ActorId, NodeRid, StableType
-from .hosted import ACTOR_LANE, DESTROYING, READY, Deliver, HostedActor, HostedKind
+from .hosted import ACTOR_LANE, DESTROYING, READY, ActorItem, Deliver, HostedActor, HostedKind
 
 if TYPE_CHECKING:
     from .registry import ActorType
@@ -138,11 +140,12 @@ class ActorHost:
         hosted.state = READY
 
     # --- admission --------------------------------------------------------------------------
-    def ready(self, actor_id: ActorId) -> HostedActor | None:
-        """The published Ready activation of ``actor_id``, or None."""
+    def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:
+        """The lane of the published Ready activation of ``actor_id``, or None (the
+        delivery fast path)."""
         hosted = self._actors.get(actor_id)
         if hosted is not None and hosted.state is READY:
-            return hosted
+            return hosted.lane
         return None
 
     async def admit(self, actor_id: ActorId, item: Deliver) -> HostedActor:

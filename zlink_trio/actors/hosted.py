@@ -22,7 +22,9 @@ from ..engine.oneshot import OneShot
 from ..errors import ApplicationError, NotFound, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
 from ..wire.enums import MessageKind
+from ..wire.payloads import TypedPayload
 from .context import ActorContext
+from .handlers import TypedHandler
 from .sinks import LocalReply, ReplySink, public_error
 
 if TYPE_CHECKING:
@@ -65,7 +67,8 @@ class Deliver:
     """An application payload accepted by the Actor queue (send, request, relay, Actor-to-
     Actor: every ingress kind becomes this, in acceptance order). ``sink`` is None for a
     one-way send, a :data:`LocalReply` slot for a local request, a :class:`ReplySink`
-    for a remote one."""
+    for a remote one. ``payload`` is bytes, or a :class:`TypedPayload` handed over
+    in-process without encoding."""
 
     __slots__ = ("deadline", "kind", "packet", "payload", "sink")
 
@@ -73,7 +76,7 @@ class Deliver:
         self,
         kind: MessageKind,
         packet: str,
-        payload: bytes,
+        payload: bytes | TypedPayload,
         sink: LocalReply | ReplySink | None,
         deadline: float,
     ) -> None:
@@ -117,7 +120,7 @@ ActorItem: TypeAlias = Deliver | Barrier
 class HostedKind:
     """What the hosted Actors of one stable type on this node share."""
 
-    __slots__ = ("actor_type", "handlers", "max_reply", "node_rid", "stats")
+    __slots__ = ("actor_type", "handlers", "max_reply", "node_rid", "stats", "traced")
 
     def __init__(
         self, actor_type: ActorType, node_rid: NodeRid, stats: DispatchStats, max_reply: int
@@ -127,6 +130,8 @@ class HostedKind:
         self.node_rid = node_rid
         self.stats = stats
         self.max_reply = max_reply
+        self.traced: set[tuple[MessageKind, str]] = set()
+        """Handler keys whose unexpected exception was already logged with a traceback."""
 
 
 async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
@@ -227,18 +232,45 @@ class HostedActor:
             else:
                 logger.warning("%s", error.message)
             return
+        payload: object = item.payload
+        if type(handler) is TypedHandler:
+            try:
+                payload = handler.accept(item.payload)
+            except ZLinkError as exc:  # not the handler's type: it never sees it
+                stats.failed += 1
+                if sink is not None:
+                    logger.info("request %r to %r not run: %r", item.packet, self.context, exc)
+                    await _fail(sink, exc)
+                else:
+                    logger.warning("send %r to %r dropped: %r", item.packet, self.context, exc)
+                return
+        elif type(payload) is TypedPayload:
+            payload = payload.encode()  # a bytes handler gets what a remote one would
         try:
-            result: object = await handler(self.instance, item.payload)
+            result: object = await handler(self.instance, payload)
         except ZLinkError as exc:
+            # Expected: raised on purpose (or a payload that is not the handler's type).
+            # One line: INFO when the caller gets the typed error, WARNING for a send
+            # (nobody else hears of it).
             stats.failed += 1
             if sink is not None:
+                logger.info("request handler %r of %r raised %r", item.packet, self.context, exc)
                 await _fail(sink, exc)
             else:
                 logger.warning("send handler %r of %r raised %r", item.packet, self.context, exc)
             return
         except Exception as exc:
             stats.failed += 1
-            logger.exception("handler %r of %r raised", item.packet, self.context)
+            key = (item.kind, item.packet)
+            if key in kind.traced:
+                logger.warning("handler %r of %r raised %r", item.packet, self.context, exc)
+            else:  # the first unexpected exception of this handler: with its traceback
+                kind.traced.add(key)
+                logger.exception(
+                    "handler %r of %r raised (later ones of this handler: one line each)",
+                    item.packet,
+                    self.context,
+                )
             if sink is not None:
                 await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
             return
@@ -246,7 +278,14 @@ class HostedActor:
         if sink is None:
             return
         if result is not None:
-            if type(result) is not bytes:
+            if type(result) is TypedPayload:
+                if type(sink) is not OneShot:  # in-process the reply is not encoded
+                    try:
+                        result = result.encode()
+                    except ZLinkError as exc:  # checked by its TypedHandler: not expected
+                        await _fail(sink, ApplicationError(exc.message))
+                        return
+            elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
                     await _fail(
                         sink,
@@ -256,7 +295,7 @@ class HostedActor:
                     )
                     return
                 result = bytes(result)
-            if len(result) > kind.max_reply:
+            if type(result) is bytes and len(result) > kind.max_reply:
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
@@ -266,6 +305,7 @@ class HostedActor:
             sink.set(result)
         else:
             # More work queued behind this turn: its replies leave in one write.
+            assert result is None or type(result) is bytes
             lane = self.lane
             await sink.reply(result, flush=lane is None or lane.backlog == 0)
 

@@ -233,12 +233,16 @@ class ActorManager:
         raise Unavailable(f"the owner of {actor.actor_id.value!r} did not answer the destroy")
 
     # --- messaging ----------------------------------------------------------------------
-    def send(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> SendCall:
-        """One-way send to the current Ready incarnation of ``actor_id``."""
+    def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
+        """One-way send to the current Ready incarnation of ``actor_id`` (``payload``:
+        bytes or an instance of a registered payload class)."""
         return self._client.send(actor_id, packet, payload)
 
-    def request(self, actor_id: str | ActorId, packet: str, payload: bytes = b"") -> RequestCall:
-        """Request to the current Ready incarnation of ``actor_id``."""
+    def request(
+        self, actor_id: str | ActorId, packet: str, payload: object = b""
+    ) -> RequestCall[bytes | None]:
+        """Request to the current Ready incarnation of ``actor_id``; state a typed reply
+        with ``.reply_type(cls)``."""
         return self._client.request(actor_id, packet, payload)
 
     @property

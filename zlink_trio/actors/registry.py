@@ -16,7 +16,8 @@ from typing import Any, cast, final
 import attrs
 
 from ..ids import InvalidId, StableType, check_text_id
-from .handlers import HandlerKey, MessageKind, declared_handlers
+from ..wire.payloads import PayloadRegistry
+from .handlers import HandlerKey, MessageKind, declared_handlers, typed_handler
 from .policy import (
     DisableRelocation,
     PreserveStateWith,
@@ -26,8 +27,9 @@ from .policy import (
 
 __all__ = ["ActorHandler", "ActorRegistry", "ActorType", "ActorTypes"]
 
-ActorHandler = Callable[[Any, bytes], Awaitable[bytes | None]]
-"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``)."""
+ActorHandler = Callable[[Any, Any], Awaitable[Any]]
+"""``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``):
+payload and reply are bytes, or registered payload classes (``App.register_codec``)."""
 
 _POLICIES = (DisableRelocation, RecreateOnRelocation, PreserveStateWith)
 
@@ -86,8 +88,9 @@ class ActorRegistry:
         """Record a function handler ``async def handler(actor, payload)``."""
         self._handlers.append((stable_type, kind, packet, handler))
 
-    def validate(self, problems: list[str]) -> ActorTypes:
-        """The validated types; every problem found is appended to ``problems``."""
+    def validate(self, problems: list[str], payloads: PayloadRegistry) -> ActorTypes:
+        """The validated types (typed handlers wrapped with their ``payloads`` codecs);
+        every problem found is appended to ``problems``."""
         types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
         for raw, factory, policy in self._types:
             try:
@@ -124,7 +127,10 @@ class ActorRegistry:
             if (kind, name) in handlers[st]:
                 problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
                 continue
-            handlers[st][(kind, name)] = fn
+            try:
+                handlers[st][(kind, name)] = typed_handler(fn, payloads)
+            except TypeError as exc:
+                problems.append(f"handler {HandlerKey(st, kind, name)!r}: {exc}")
         return {
             st: ActorType(st, factory, policy, handlers[st])
             for st, (factory, policy) in types.items()

@@ -30,6 +30,7 @@ from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
+from ..wire.payloads import PayloadRegistry
 from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
@@ -62,6 +63,7 @@ class ActorRuntime:
         *,
         config: ServerConfig,
         types: ActorTypes,
+        payloads: PayloadRegistry,
         entry_spots: Mapping[MeshName, EntrySpot],
         store: LocationStore,
         node: MeshNode,
@@ -91,6 +93,7 @@ class ActorRuntime:
             self.messenger,
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
+            payloads=payloads,
         )
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
@@ -289,6 +292,7 @@ class ActorRuntime:
 async def serve_actors(
     config: ServerConfig,
     types: ActorTypes,
+    payloads: PayloadRegistry,
     entry_spots: Mapping[MeshName, EntrySpot],
     store: LocationStore,
     node: MeshNode,
@@ -301,6 +305,7 @@ async def serve_actors(
         runtime = ActorRuntime(
             config=config,
             types=types,
+            payloads=payloads,
             entry_spots=entry_spots,
             store=store,
             node=node,

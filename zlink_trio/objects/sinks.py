@@ -22,6 +22,7 @@ from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..wire.codec import decode, encode
 from ..wire.enums import TerminalResult
+from ..wire.payloads import TypedPayload
 from ..wire.records import TerminalReply
 from ..wire.tails import CreateTail, ReplyPayloadTail, Tail
 
@@ -85,8 +86,9 @@ class ReplySink(Protocol):
         ...
 
 
-LocalReply: TypeAlias = OneShot[bytes | None]
-"""A local request's terminal slot: ``set(reply)``, or ``fail(public_error(error))``."""
+LocalReply: TypeAlias = OneShot[bytes | TypedPayload | None]
+"""A local request's terminal slot: ``set(reply)`` (a typed reply is handed over as it
+is, not encoded), or ``fail(public_error(error))``."""
 
 
 @final

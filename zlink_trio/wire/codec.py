@@ -1,4 +1,5 @@
-"""Record ⇄ CBOR body. The only module of zlink_trio that imports cbor2.
+"""Record ⇄ CBOR body. With :mod:`.payloads` (application payload classes), the only module
+of zlink_trio that imports cbor2.
 
 A body is the CBOR array ``[command, field1, field2, ...]`` in the record's declaration
 order (nested records and union variants are arrays too). Decoding is strict and raises

@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio.spots.approval import ActorCreateEvent, Approve
 from zlink_trio.engine import open_engine
 from zlink_trio.ids import ActorId, MeshName, ObjectGeneration, SpotId, StableType
+from zlink_trio.spots.approval import ActorCreateEvent, Approve
 from zlink_trio.spots.entry import EntrySpot
 
 SPOT = SpotId("node-entry-1d4a4e9b-2a59-4d0e-8f0c-3c5f8f0e9c11")

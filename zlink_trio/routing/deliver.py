@@ -1,0 +1,449 @@
+"""Message delivery to an object's current owner: the one routing component (spec 04 §5).
+
+An object (an Actor today; a Spot next) is addressed by its global key. Delivery finds its
+current Ready owner in the positive route cache or through the authority reader, checks
+the owner fence and submits to the target's queue; local and remote targets run the same
+handler with the same completion. What is particular to one kind of target (how its
+hosted queue is found, what the queued item is, which command carries the message to a
+remote owner: 24 for an Actor, 39 for a Spot) is its :class:`DeliveryTarget` adapter.
+
+* Missing, Creating and Store failures are never cached; Missing/Creating → NotFound.
+* The owner found no longer owns the object → StaleRoute (an Unavailable); the cache
+  entry is dropped, and the operation is NEVER re-sent to a freshly resolved owner.
+* No automatic retry after a timeout or an unknown outcome (a broken connection): the
+  request keeps waiting for its reply until its deadline, then DeadlineExceeded.
+* Never admitted (no connection to the owner until the deadline, or its writer lane stayed
+  full) → Unavailable.
+* This node not admitting (lease lost, closing) → Unavailable / ShuttingDown at once, no
+  Store call (``MeshNodeApi.admission_error``).
+* An accepted send never expires (its deadline bounds the admission only).
+* Every remote message carries a message id, unique per node lifecycle, so the owner can
+  drop a repeated frame instead of running it twice.
+* Payloads: bytes, or a :class:`~zlink_trio.wire.payloads.TypedPayload` that is handed to
+  a local target as it is and encoded only when it leaves the process (an encoded payload
+  over the request limit fails with InvalidOperation before anything is sent). A request's
+  reply is shaped by :func:`~zlink_trio.wire.payloads.reply_value` (bytes, or the stated
+  reply type), the same for local and remote replies.
+
+Fast paths (no cancel scope: nothing on them can block). When the route is cached:
+
+* local (it names this node lifecycle and the target is published here): the payload is
+  admitted into the target's queue without waiting. A send then completes; it checks for
+  cancellation every time but is a schedule point only every :data:`SEND_YIELD_EVERY`
+  local sends of this node (and whenever it has to wait), so a burst of tells is drained
+  by the engine in batches instead of one scheduler tick per message. A request parks
+  once, on its reply slot;
+* remote, with the owner's connection admitted: the command is written or queued without
+  waiting for lane space. A request then parks on its pending reply.
+
+A waiting request ends at its deadline through the runtime's one deadline timer
+(:class:`Deadlines`) instead of a cancel scope per request. Everything else (cache miss, a
+full queue or writer lane, a target being committed here, an owner not connected) takes
+the general path, under the operation's cancel scope.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+import trio
+
+from ..engine.oneshot import OneShot
+from ..errors import (
+    CapacityExceeded,
+    DeadlineExceeded,
+    InvalidOperation,
+    NotFound,
+    StaleRoute,
+    Unavailable,
+)
+from ..mesh.api import (
+    LinkLost,
+    MeshNodeApi,
+    PeerAddress,
+    PeerGone,
+    PeerNotAdmitted,
+    PeerState,
+    PendingReply,
+)
+from ..wire.enums import MessageKind
+from ..wire.payloads import PayloadCodec, TypedPayload, reply_value
+from .route_cache import Route, RouteCache
+
+__all__ = [
+    "NEVER",
+    "SEND_YIELD_EVERY",
+    "Deadlines",
+    "Delivery",
+    "DeliveryTarget",
+    "Payload",
+    "Resolver",
+]
+
+K = TypeVar("K")
+K_contra = TypeVar("K_contra", contravariant=True)
+
+NEVER: Final = math.inf
+"""The run-by time of an accepted one-way send: it never expires (only a request, whose
+caller has already been answered DeadlineExceeded, is skipped once its deadline passed)."""
+
+SEND_YIELD_EVERY: Final = 64
+"""A local send that needs no wait is a schedule point once per this many sends."""
+
+_SEND: Final = MessageKind.SEND
+_REQUEST: Final = MessageKind.REQUEST
+
+Payload = bytes | TypedPayload
+Reply = bytes | TypedPayload | None
+
+
+class _Lane(Protocol):
+    def submit_nowait(self, item: Any, /) -> object: ...
+
+
+class DeliveryTarget(Protocol[K_contra]):
+    """What delivery needs of one kind of target (an adapter per kind)."""
+
+    def describe(self, key: K_contra) -> str:
+        """How errors name the target, e.g. ``actor 'cart-1'``."""
+        ...
+
+    def ready_lane(self, key: K_contra) -> _Lane | None:
+        """The queue of the target published Ready on this node, or None."""
+        ...
+
+    def item(
+        self, kind: MessageKind, packet: str, payload: Payload, sink: Any, run_by: float
+    ) -> Any:
+        """The queued item of one message (``sink`` None for a one-way send)."""
+        ...
+
+    async def admit(self, key: K_contra, item: Any) -> None:
+        """Queue ``item`` on the target hosted here, waiting while it is committed here
+        or its queue is full. Raises StaleRoute (not hosted here) or Unavailable."""
+        ...
+
+    def command(
+        self,
+        key: K_contra,
+        route: Route,
+        kind: MessageKind,
+        packet: str,
+        payload: bytes,
+        deadline: float,
+        message_id: int,
+    ) -> Callable[[int], Any]:
+        """``build(correlation)``: the wire command carrying this message to the owner."""
+        ...
+
+    def result(self, reply: Any) -> bytes | None:
+        """The reply payload of a remote request's terminal; raises the error it carries."""
+        ...
+
+
+class Resolver(Protocol[K]):
+    """The authority reader: every read teaches the route cache."""
+
+    @property
+    def cache(self) -> RouteCache[K]: ...
+
+    async def resolve(self, key: K) -> tuple[object, Route | None]: ...
+
+
+class _Epoch(Protocol):
+    @property
+    def recovery_epoch(self) -> int: ...
+
+
+class Deadlines(Protocol):
+    """The runtime's one timer of waiting replies."""
+
+    def watch(self, waiter: Any, deadline: float) -> int: ...
+
+    def settled(self, ticket: int) -> None: ...
+
+
+class Delivery(Generic[K]):
+    """Send to / request one kind of target by its key (see the module docstring)."""
+
+    def __init__(
+        self,
+        *,
+        target: DeliveryTarget[K],
+        node: MeshNodeApi,
+        store: _Epoch,
+        resolver: Resolver[K],
+        deadlines: Deadlines,
+        max_payload: int,
+    ) -> None:
+        self._target = target
+        self._ready_lane = target.ready_lane
+        self._item = target.item
+        self._resolver = resolver
+        self._cache = resolver.cache
+        self._deadlines = deadlines
+        self._node = node
+        self._store = store
+        self._max_payload = max_payload
+        self._message_ids = 0
+        self._unyielded = 0
+        self.stale_routes = 0
+
+    @property
+    def cache(self) -> RouteCache[K]:
+        return self._cache
+
+    async def resolve(self, key: K) -> Route:
+        """The current Ready owner of ``key`` (cache, else one authority read)."""
+        route = self._cache.get(key, self._store.recovery_epoch)
+        if route is not None:
+            return route
+        _row, route = await self._resolver.resolve(key)
+        if route is None:
+            raise NotFound(f"{self._target.describe(key)} has no Ready authority")
+        return route
+
+    def _is_local(self, route: Route) -> bool:
+        me = self._node.identity
+        return route.node_rid == me.node_rid and route.node_generation == me.node_generation
+
+    def _wire_payload(self, payload: Payload) -> bytes:
+        """The bytes a typed payload travels as: encoded now, and checked against the
+        request limit (nothing has been sent yet)."""
+        assert type(payload) is TypedPayload
+        data = payload.encode()
+        if len(data) > self._max_payload:
+            raise InvalidOperation(
+                f"payload {payload.codec.name!r} encodes to {len(data)} bytes, "
+                f"over {self._max_payload}"
+            )
+        return data
+
+    async def send(self, key: K, packet: str, payload: Payload, deadline: float) -> None:
+        """One-way: completes once the payload was admitted. ``deadline`` bounds the
+        admission only: an accepted send never expires (it runs however busy the target)."""
+        refused = self._node.admission_error()
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            raise refused
+        route = self._cache.get(key, self._store.recovery_epoch)
+        if route is not None:
+            if self._is_local(route):
+                lane = self._ready_lane(key)
+                if lane is not None:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    try:
+                        lane.submit_nowait(self._item(_SEND, packet, payload, None, NEVER))
+                    except CapacityExceeded:
+                        pass  # full: wait for space on the general path
+                    else:
+                        self._unyielded += 1
+                        if self._unyielded >= SEND_YIELD_EVERY:
+                            self._unyielded = 0
+                            await trio.lowlevel.cancel_shielded_checkpoint()
+                        return
+            else:
+                peer = PeerAddress(route.mesh_name, route.node_rid)
+                if self._node.peer_state(peer) is PeerState.ADMITTED:
+                    build = self._builder(key, route, _SEND, packet, payload, deadline)
+                    try:
+                        await self._node.send(peer, build(0), wait=False)
+                    except (PeerNotAdmitted, trio.WouldBlock):
+                        pass  # nothing was queued: the general path waits for it
+                    else:
+                        return
+        await self.deliver(key, _SEND, packet, payload, deadline, route)
+
+    async def request(
+        self,
+        key: K,
+        packet: str,
+        payload: Payload,
+        deadline: float,
+        reply: PayloadCodec[Any] | None = None,
+    ) -> Any:
+        """Request: the handler's reply (bytes or None; with ``reply``, an object of its
+        class), or its typed error."""
+        refused = self._node.admission_error()
+        if refused is not None:
+            await trio.lowlevel.checkpoint()
+            raise refused
+        route = self._cache.get(key, self._store.recovery_epoch)
+        if route is not None:
+            if self._is_local(route):
+                lane = self._ready_lane(key)
+                if lane is not None:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    slot: OneShot[Reply] = OneShot()
+                    try:
+                        lane.submit_nowait(self._item(_REQUEST, packet, payload, slot, deadline))
+                    except CapacityExceeded:
+                        pass  # full: wait for space on the general path
+                    else:
+                        ticket = self._deadlines.watch(slot, deadline)
+                        try:
+                            result = await slot.wait()
+                        except Unavailable:
+                            self._suspect(key, route)
+                            raise
+                        finally:
+                            self._deadlines.settled(ticket)
+                        if reply is None and type(result) is not TypedPayload:
+                            return result
+                        return reply_value(result, reply)
+            else:
+                peer = PeerAddress(route.mesh_name, route.node_rid)
+                if self._node.peer_state(peer) is PeerState.ADMITTED:
+                    build = self._builder(key, route, _REQUEST, packet, payload, deadline)
+                    try:
+                        pending = await self._node.request_with(peer, build, wait=False)
+                    except (PeerNotAdmitted, trio.WouldBlock):
+                        pass  # nothing was sent: the general path waits for it
+                    else:
+                        ticket = self._deadlines.watch(pending, deadline)
+                        try:
+                            data = await self._remote_reply(key, route, pending)
+                        finally:
+                            self._deadlines.settled(ticket)
+                        return data if reply is None else reply_value(data, reply)
+        result = await self.deliver(key, _REQUEST, packet, payload, deadline, route)
+        if reply is None and type(result) is not TypedPayload:
+            return result
+        return reply_value(result, reply)
+
+    def _builder(
+        self,
+        key: K,
+        route: Route,
+        kind: MessageKind,
+        packet: str,
+        payload: Payload,
+        deadline: float,
+    ) -> Callable[[int], Any]:
+        """``build(correlation)``: the wire command of this message, with a fresh message
+        id (the owner's repeat filter)."""
+        data = payload if type(payload) is bytes else self._wire_payload(payload)
+        self._message_ids += 1
+        return self._target.command(key, route, kind, packet, data, deadline, self._message_ids)
+
+    async def _remote_reply(self, key: K, route: Route, pending: PendingReply) -> bytes | None:
+        """Wait for the terminal of a request that went out (never re-sent: after a
+        broken connection its reply may still come back over the next one)."""
+        while True:
+            try:
+                terminal = await pending.wait()
+            except PeerGone:
+                # The owner's lifecycle ended: no reply can come any more (spec 04:
+                # "owner process ended" ends an operation at once, Unavailable). Unless
+                # this node itself stopped admitting (lease lost, closing): every peer
+                # went GONE because of that; say so.
+                self._cache.invalidate(key, route)
+                refused = self._node.admission_error()
+                if refused is not None:
+                    raise refused from None
+                raise Unavailable(
+                    f"{self._target.describe(key)}: its owner's lifecycle ended before the reply"
+                ) from None
+            except LinkLost:
+                continue
+            try:
+                return self._target.result(terminal)
+            except Unavailable:
+                self._suspect(key, route)
+                raise
+
+    async def deliver(
+        self,
+        key: K,
+        kind: MessageKind,
+        packet: str,
+        payload: Payload,
+        deadline: float,
+        route: Route | None = None,
+    ) -> Reply:
+        """The general path: submit one payload; for a request, wait for its terminal
+        (one deadline). ``route``: the cached route the caller already looked up."""
+        admitted = False
+        target = self._target
+        with trio.move_on_at(deadline):
+            if route is None:
+                route = await self.resolve(key)
+            me = self._node.identity
+            if route.node_rid == me.node_rid:
+                if route.node_generation != me.node_generation:
+                    raise self._stale(key, route, "the route names an older lifecycle")
+                slot: OneShot[Reply] | None = None
+                run_by = NEVER  # an accepted send never expires
+                if kind is _REQUEST:
+                    slot, run_by = OneShot(), deadline
+                try:
+                    await target.admit(key, self._item(kind, packet, payload, slot, run_by))
+                except StaleRoute as exc:
+                    raise self._stale(key, route, exc.message) from None
+                admitted = True
+                if slot is None:
+                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    return None
+                # Also watched by the runtime's timer: when the runtime stops, a request
+                # waiting here ends ShuttingDown instead of waiting for its deadline.
+                ticket = self._deadlines.watch(slot, deadline)
+                try:
+                    return await slot.wait()
+                except Unavailable:
+                    self._suspect(key, route)
+                    raise
+                finally:
+                    self._deadlines.settled(ticket)
+            peer = PeerAddress(route.mesh_name, route.node_rid)
+            refreshed = False
+            data = payload if type(payload) is bytes else self._wire_payload(payload)
+            while True:
+                state = self._node.peer_state(peer)
+                if state is PeerState.GONE and not refreshed:
+                    refreshed = True  # the route came from the Store: our peer view may lag
+                    await self._node.refresh_peers()
+                    continue
+                if state is PeerState.GONE:
+                    raise self._stale(key, route, "the owner node is gone")
+                if state is PeerState.CONNECTING:
+                    await self._node.wait_peer_change(peer)
+                    continue
+                build = self._builder(key, route, kind, packet, data, deadline)
+                try:
+                    if kind is _SEND:
+                        await self._node.send(peer, build(0))  # a send carries no correlation
+                        return None
+                    pending = await self._node.request_with(peer, build)
+                except PeerNotAdmitted:
+                    await trio.lowlevel.checkpoint()
+                    continue
+                except DeadlineExceeded:
+                    # The writer lane to the owner stayed full: nothing was queued, the
+                    # message was never admitted (spec 04 §8.1: Unavailable).
+                    raise Unavailable(
+                        f"{target.describe(key)}: the connection to its owner stayed "
+                        "congested; the message was not sent"
+                    ) from None
+                admitted = True
+                break
+            ticket = self._deadlines.watch(pending, deadline)  # as above: ShuttingDown
+            try:
+                return await self._remote_reply(key, route, pending)
+            finally:
+                self._deadlines.settled(ticket)
+        if admitted:
+            raise DeadlineExceeded(f"no reply from {target.describe(key)} before the deadline")
+        raise Unavailable(f"{target.describe(key)} could not be reached before the deadline")
+
+    def _suspect(self, key: K, route: Route) -> None:
+        # The owner could not serve it (no longer owns it, destroying, lease gone): the
+        # cached route is suspect. The next call resolves afresh; this one is not re-sent.
+        self._cache.invalidate(key, route)
+        self.stale_routes += 1
+
+    def _stale(self, key: K, route: Route, why: str) -> StaleRoute:
+        self._cache.invalidate(key, route)
+        self.stale_routes += 1
+        return StaleRoute(f"{self._target.describe(key)}: {why}")
