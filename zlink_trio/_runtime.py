@@ -37,6 +37,7 @@ from .mesh.faults import FaultPlan
 from .mesh.node import MeshNode
 from .mesh.services import RuntimeService, ServiceContext
 from .mesh.tap import WireTap
+from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
 from .store.memory import MemoryLocationStore
@@ -50,7 +51,7 @@ POSTGRES_MODULE: Final = "zlink_trio.store.postgres"
 class Runtime:
     """The parts of one running node (private: ``Server`` exposes only its surface)."""
 
-    __slots__ = ("actors", "app", "config", "engine", "node", "spots", "store")
+    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store")
 
     def __init__(
         self,
@@ -61,8 +62,10 @@ class Runtime:
         node: MeshNode,
         spots: SpotOwner,
         actors: ActorRuntime | None,
+        flow: FlowTrace,
     ) -> None:
         self.config = config
+        self.flow = flow
         self.app = app
         self.store = store
         self.engine = engine
@@ -99,6 +102,7 @@ async def open_runtime(
     ):
         actor_types = app.hosted_actor_types if app is not None else frozenset()
         node = MeshNode(config, store, actor_types=actor_types, fault_plan=fault_plan, tap=tap)
+        flow = FlowTrace()  # the node's one place that counts and logs flow events
         try:
             on_create = app.on_create_actor if app is not None else None
             spots: SpotOwner = await nursery.start(
@@ -121,13 +125,14 @@ async def open_runtime(
                     store,
                     node,
                     engine,
+                    flow,
                     name="zlink_trio.actors",
                 )
             context = ServiceContext(config, store, engine, node)
             for service in services:
                 await nursery.start(service, context)
             await nursery.start(node.serve, name="zlink_trio.mesh.node")
-            yield Runtime(config, app, store, engine, node, spots, actors)
+            yield Runtime(config, app, store, engine, node, spots, actors, flow)
         finally:
             await node.aclose()
             nursery.cancel_scope.cancel(reason="zlink_trio server closed")

@@ -29,7 +29,7 @@ roles are cancelled, then the engine and the Store close. A single error leaves 
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import final
 
@@ -52,6 +52,7 @@ from .mesh.lease import LeaseExpired
 from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
+from .observe import FlowEvent
 from .store.api import Endpoint, LocationStore
 
 __all__ = [
@@ -72,6 +73,9 @@ class ServerStatistics:
     engine: EngineStatistics
     actors: ActorRuntimeStatistics | None
     """None when Actor dispatch is not enabled."""
+    flow: Mapping[FlowEvent, int]
+    """How often each logged-and-counted runtime outcome (:class:`FlowEvent`) happened in
+    this lifecycle (every event present, zero included)."""
 
 
 @final
@@ -122,6 +126,7 @@ class Server(metaclass=NoPublicConstructor):
             node=runtime.node.statistics(),
             engine=runtime.engine.statistics(),
             actors=None if runtime.actors is None else runtime.actors.statistics(),
+            flow=runtime.flow.snapshot(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:

@@ -75,11 +75,10 @@ class _Window:
 class IngressDedupe:
     """Per link, which message ids arrived recently (see the module docstring)."""
 
-    __slots__ = ("_links", "repeats")
+    __slots__ = ("_links",)
 
     def __init__(self) -> None:
         self._links: dict[PeerIdentity, _Window] = {}
-        self.repeats = 0
 
     def first(self, link: PeerIdentity, message_id: int) -> bool:
         """True unless ``message_id`` is among the last WINDOW ids that arrived on ``link``."""
@@ -88,7 +87,4 @@ class IngressDedupe:
             if len(self._links) >= MAX_LINKS:
                 del self._links[next(iter(self._links))]
             window = self._links[link] = _Window()
-        if window.first(message_id):
-            return True
-        self.repeats += 1
-        return False
+        return window.first(message_id)

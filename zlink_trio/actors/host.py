@@ -17,6 +17,7 @@ from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..errors import CapacityExceeded, StaleRoute, Unavailable
 from ..ids import ActorId, NodeRid, StableType
+from ..observe import FlowEvent, FlowTrace
 from .hosted import ACTOR_LANE, DESTROYING, READY, ActorItem, Deliver, HostedActor, HostedKind
 
 if TYPE_CHECKING:
@@ -44,10 +45,11 @@ class _Staging:
 
 @final
 class ActorHost:
-    __slots__ = ("_actors", "_engine", "_kinds", "_staging")
+    __slots__ = ("_actors", "_engine", "_flow", "_kinds", "_staging")
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, flow: FlowTrace) -> None:
         self._engine = engine
+        self._flow = flow
         self._actors: dict[ActorId, HostedActor] = {}
         self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
@@ -73,7 +75,7 @@ class ActorHost:
         kind = self._kinds.get(actor_type.stable_type)
         if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
-                actor_type, node_rid, stats, max_reply
+                actor_type, node_rid, stats, max_reply, self._flow
             )
         return kind
 
@@ -213,4 +215,7 @@ class ActorHost:
             lane.submit_nowait(item)
         except CapacityExceeded:
             hosted.kind.stats.refused += 1
+            self._flow.emit(
+                FlowEvent.DISPATCH_REFUSED, "actor %r: its queue is full", actor_id.value
+            )
             raise

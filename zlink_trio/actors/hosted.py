@@ -21,6 +21,7 @@ from ..engine.lanes import ActorDeliveryLane
 from ..engine.oneshot import OneShot
 from ..errors import ApplicationError, NotFound, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
+from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
 from .context import ActorContext
@@ -120,16 +121,22 @@ ActorItem: TypeAlias = Deliver | Barrier
 class HostedKind:
     """What the hosted Actors of one stable type on this node share."""
 
-    __slots__ = ("actor_type", "handlers", "max_reply", "node_rid", "stats", "traced")
+    __slots__ = ("actor_type", "flow", "handlers", "max_reply", "node_rid", "stats", "traced")
 
     def __init__(
-        self, actor_type: ActorType, node_rid: NodeRid, stats: DispatchStats, max_reply: int
+        self,
+        actor_type: ActorType,
+        node_rid: NodeRid,
+        stats: DispatchStats,
+        max_reply: int,
+        flow: FlowTrace,
     ) -> None:
         self.actor_type = actor_type
         self.handlers: Mapping[tuple[MessageKind, str], ActorHandler] = actor_type.handlers
         self.node_rid = node_rid
         self.stats = stats
         self.max_reply = max_reply
+        self.flow = flow
         self.traced: set[tuple[MessageKind, str]] = set()
         """Handler keys whose unexpected exception was already logged with a traceback."""
 
@@ -218,6 +225,7 @@ class HostedActor:
             # answered DeadlineExceeded) is not run. A send's deadline is infinite: an
             # accepted send always runs.
             stats.expired += 1
+            kind.flow.emit(FlowEvent.REQUEST_EXPIRED, "%r to %r", item.packet, self.context)
             return
         sink = item.sink
         handler = kind.handlers.get((item.kind, item.packet))
@@ -227,10 +235,9 @@ class HostedActor:
                 f"actor type {kind.actor_type.stable_type.value!r} has no "
                 f"{item.kind.name.lower()} handler for {item.packet!r}"
             )
+            kind.flow.emit(FlowEvent.NO_HANDLER, "%s", error.message)
             if sink is not None:
                 await _fail(sink, error)
-            else:
-                logger.warning("%s", error.message)
             return
         payload: object = item.payload
         if type(handler) is TypedHandler:
@@ -238,38 +245,57 @@ class HostedActor:
                 payload = handler.accept(item.payload)
             except ZLinkError as exc:  # not the handler's type: it never sees it
                 stats.failed += 1
+                what = "send" if sink is None else "request"
+                kind.flow.emit(
+                    FlowEvent.PAYLOAD_UNDECODABLE,
+                    "%s %r to %r not run: %r",
+                    what,
+                    item.packet,
+                    self.context,
+                    exc,
+                )
                 if sink is not None:
-                    logger.info("request %r to %r not run: %r", item.packet, self.context, exc)
                     await _fail(sink, exc)
-                else:
-                    logger.warning("send %r to %r dropped: %r", item.packet, self.context, exc)
                 return
         elif type(payload) is TypedPayload:
             payload = payload.encode()  # a bytes handler gets what a remote one would
         try:
             result: object = await handler(self.instance, payload)
         except ZLinkError as exc:
-            # Expected: raised on purpose (or a payload that is not the handler's type).
-            # One line: INFO when the caller gets the typed error, WARNING for a send
-            # (nobody else hears of it).
+            # Expected: raised on purpose. One line, no traceback.
             stats.failed += 1
+            what = "send" if sink is None else "request"
+            kind.flow.emit(
+                FlowEvent.HANDLER_ERROR,
+                "%s handler %r of %r raised %r",
+                what,
+                item.packet,
+                self.context,
+                exc,
+            )
             if sink is not None:
-                logger.info("request handler %r of %r raised %r", item.packet, self.context, exc)
                 await _fail(sink, exc)
-            else:
-                logger.warning("send handler %r of %r raised %r", item.packet, self.context, exc)
             return
         except Exception as exc:
             stats.failed += 1
             key = (item.kind, item.packet)
             if key in kind.traced:
-                logger.warning("handler %r of %r raised %r", item.packet, self.context, exc)
-            else:  # the first unexpected exception of this handler: with its traceback
-                kind.traced.add(key)
-                logger.exception(
-                    "handler %r of %r raised (later ones of this handler: one line each)",
+                kind.flow.emit(
+                    FlowEvent.HANDLER_CRASHED,
+                    "handler %r of %r raised %r",
                     item.packet,
                     self.context,
+                    exc,
+                )
+            else:  # the first unexpected exception of this handler: with its traceback
+                kind.traced.add(key)
+                kind.flow.emit(
+                    FlowEvent.HANDLER_CRASHED,
+                    "handler %r of %r raised %r (later ones of this handler: one line each)",
+                    item.packet,
+                    self.context,
+                    exc,
+                    traceback=True,
                 )
             if sink is not None:
                 await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
@@ -320,6 +346,7 @@ class HostedActor:
                 continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1
+            self.kind.flow.emit(FlowEvent.DROPPED_BY_DESTROY, "%r to %r", item.packet, self.context)
             if self.orphans is None:
                 self.orphans = []
             self.orphans.append(item)

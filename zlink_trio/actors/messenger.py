@@ -19,6 +19,7 @@ from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..ids import ActorId, OperationId
 from ..mesh.api import MeshNodeApi
+from ..observe import FlowTrace
 from ..routing.deliver import NEVER, SEND_YIELD_EVERY, Delivery
 from ..routing.route_cache import Route
 from ..store.api import LocationStore
@@ -110,6 +111,7 @@ class Messenger(Delivery[ActorId]):
         host: ActorHost,
         authority: Authority,
         deadlines: ReplyDeadlines,
+        flow: FlowTrace,
     ) -> None:
         super().__init__(
             target=ActorTarget(node, host),
@@ -118,4 +120,5 @@ class Messenger(Delivery[ActorId]):
             resolver=authority,
             deadlines=deadlines,
             max_payload=config.max_request_bytes,
+            flow=flow,
         )

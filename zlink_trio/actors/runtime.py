@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..config import ServerConfig
-from ..errors import StaleRoute, Unavailable, ZLinkError
+from ..errors import CapacityExceeded, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, MeshName, StableType
 from ..mesh.api import PeerIdentity
 from ..objects.create_source import CreateSource
@@ -25,6 +25,7 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
+from ..observe import FlowEvent, FlowTrace
 from ..routing.route_cache import RouteCache
 from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
@@ -68,13 +69,15 @@ class ActorRuntime:
         store: LocationStore,
         node: MeshNode,
         engine: Engine,
+        flow: FlowTrace,
         nursery: trio.Nursery,
     ) -> None:
         self._config = config
+        self._flow = flow
         self._store = store
         self._node = node
         self._stats: dict[StableType, DispatchStats] = {st: DispatchStats() for st in types}
-        self.host = ActorHost(engine)
+        self.host = ActorHost(engine, flow)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
@@ -88,6 +91,7 @@ class ActorRuntime:
             host=self.host,
             authority=authority,
             deadlines=self.deadlines,
+            flow=flow,
         )
         self.client = ActorClient(
             self.messenger,
@@ -145,7 +149,6 @@ class ActorRuntime:
         )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
-        self.stale_ingress = 0
 
     def _stats_for(self, stable_type: StableType) -> DispatchStats:
         return self._stats.setdefault(stable_type, DispatchStats())
@@ -167,6 +170,9 @@ class ActorRuntime:
         if message_id is not None and not self._dedupe.first(peer, message_id.value):
             # A repeated frame: the first arrival was (or is being) handled; an application
             # message never runs twice, and the original answers a request.
+            self._flow.emit(
+                FlowEvent.REPEATED_FRAME_DROPPED, "message %d from %s", message_id.value, peer
+            )
             return
         sink = (
             RemoteSink(self._node, peer.address, record.correlation)
@@ -192,11 +198,20 @@ class ActorRuntime:
                 error = exc
         if error is not None:
             if isinstance(error, StaleRoute):
-                self.stale_ingress += 1
+                self._flow.emit(
+                    FlowEvent.STALE_ROUTE_INGRESS,
+                    "%s to %r: %r",
+                    record.message_kind.name.lower(),
+                    record.actor_id,
+                    error,
+                )
+            elif sink is None and not isinstance(error, CapacityExceeded):
+                # (a full queue was counted as dispatch_refused where it was refused)
+                self._flow.emit(
+                    FlowEvent.SEND_NOT_ADMITTED, "send to %r: %r", record.actor_id, error
+                )
             if sink is not None:
                 await sink.fail_nowait(error)
-            else:
-                logger.info("send to %r not admitted: %r", record.actor_id, error)
 
     async def _on_actor_create(self, peer: PeerIdentity, record: ActorCreate) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)
@@ -270,6 +285,7 @@ class ActorRuntime:
                 )
             )
         cache = self.messenger.cache.statistics()
+        flow = self._flow
         return ActorRuntimeStatistics(
             hosted=len(self.host),
             staging=self.host.staging_count,
@@ -279,9 +295,9 @@ class ActorRuntime:
             route_cache_hits=cache.hits,
             route_cache_misses=cache.misses,
             route_cache_invalidations=cache.invalidations,
-            stale_route_ingress=self.stale_ingress,
-            stale_route_results=self.messenger.stale_routes,
-            repeated_ingress=self._dedupe.repeats,
+            stale_route_ingress=flow.count(FlowEvent.STALE_ROUTE_INGRESS),
+            stale_route_results=flow.count(FlowEvent.STALE_ROUTE_RESULT),
+            repeated_ingress=flow.count(FlowEvent.REPEATED_FRAME_DROPPED),
             creates=self.source.creates,
             create_replays=self.source.replays,
             rejected=self.target.rejected,
@@ -297,6 +313,7 @@ async def serve_actors(
     store: LocationStore,
     node: MeshNode,
     engine: Engine,
+    flow: FlowTrace,
     *,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -310,6 +327,7 @@ async def serve_actors(
             store=store,
             node=node,
             engine=engine,
+            flow=flow,
             nursery=nursery,
         )
         runtime.register()

@@ -2,4 +2,4 @@
 and logs them (DESIGN.md §3 ``observe/``)."""
 
 from .events import FlowEvent as FlowEvent
-from .trace import FLOW_LOGGER as FLOW_LOGGER, FlowTrace as FlowTrace
+from .trace import FlowTrace as FlowTrace

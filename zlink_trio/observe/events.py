@@ -5,7 +5,9 @@ answered to a caller has exactly one :class:`FlowEvent`. A new outcome gets a ne
 here, never a free-form log line: tests, metrics and operators read the same names.
 
 Each member's value is its stable name (used in logs, metrics labels and statistics); its
-:attr:`FlowEvent.level` is the logging level of its one log line.
+:attr:`FlowEvent.level` is the logging level of its one log line, and
+:attr:`FlowEvent.logger_name` the logger it is written to (the role's own logger, e.g.
+``zlink_trio.actors``, so configuring a role's logging keeps covering its outcomes).
 """
 
 from __future__ import annotations
@@ -25,58 +27,50 @@ class FlowEvent(enum.Enum):
     """A logged-and-counted runtime outcome (see the module docstring)."""
 
     level: int
+    logger_name: str
 
-    def __new__(cls, name: str, level: int) -> FlowEvent:
+    def __new__(cls, name: str, level: int, role: str) -> FlowEvent:
         member = object.__new__(cls)
         member._value_ = name
         member.level = level
+        member.logger_name = f"zlink_trio.{role}"
         return member
 
     # --- message delivery (spec 04 §5, §8.1) ------------------------------------------------
-    STALE_ROUTE_INGRESS = ("stale_route_ingress", _INFO)
+    STALE_ROUTE_INGRESS = ("stale_route_ingress", _INFO, "actors")
     """An inbound command names another node lifecycle than this one: answered StaleRoute
     (a request) or dropped (a send)."""
-    STALE_ROUTE_RESULT = ("stale_route_result", _INFO)
+    STALE_ROUTE_RESULT = ("stale_route_result", _INFO, "actors")
     """A call of this node learned that its cached or read route was stale (the owner
     answered StaleRoute, or the Store showed another owner): the call ends Unavailable and is
     never re-sent."""
-    REPEATED_FRAME_DROPPED = ("repeated_ingress", _INFO)
+    REPEATED_FRAME_DROPPED = ("repeated_ingress", _INFO, "actors")
     """A repeated application frame (same message id on the same id space) was dropped at
     the owner: an application message never runs twice."""
-    DISPATCH_REFUSED = ("dispatch_refused", _INFO)
+    DISPATCH_REFUSED = ("dispatch_refused", _INFO, "actors")
     """A one-way send from another node found the Actor's queue full and was refused (a
     send has no terminal to carry the refusal)."""
-    SEND_NOT_ADMITTED = ("send_not_admitted", _INFO)
+    SEND_NOT_ADMITTED = ("send_not_admitted", _INFO, "actors")
     """A one-way send from another node was not admitted (unknown Actor, not admitting):
     a send has no terminal, so the outcome is only logged and counted."""
-    REQUEST_EXPIRED = ("request_expired", _DEBUG)
+    REQUEST_EXPIRED = ("request_expired", _DEBUG, "actors")
     """A request's deadline passed before its turn: its handler never ran."""
-    NO_HANDLER = ("no_handler", _INFO)
+    NO_HANDLER = ("no_handler", _INFO, "actors")
     """No handler is registered for the message's (kind, packet)."""
-    PAYLOAD_UNDECODABLE = ("payload_undecodable", _INFO)
+    PAYLOAD_UNDECODABLE = ("payload_undecodable", _INFO, "actors")
     """A payload did not decode as the handler's declared type: it never reached the
     handler (a request ends InvalidOperation)."""
-    HANDLER_ERROR = ("handler_error", _INFO)
+    HANDLER_ERROR = ("handler_error", _INFO, "actors")
     """A handler raised an expected application error (a ZLinkError): one line, no
     traceback."""
-    HANDLER_CRASHED = ("handler_crashed", _WARNING)
+    HANDLER_CRASHED = ("handler_crashed", _WARNING, "actors")
     """A handler raised an unexpected exception: it is answered ApplicationError."""
-    DROPPED_BY_DESTROY = ("dropped_by_destroy", _INFO)
+    DROPPED_BY_DESTROY = ("dropped_by_destroy", _DEBUG, "actors")
     """Queued messages of an Actor that was destroyed before their turn."""
-    REPLY_UNDELIVERABLE = ("reply_undeliverable", _INFO)
-    """A terminal could not be delivered to its caller (the connection broke, the caller
-    went away): the caller's outcome is unknown to it."""
-    # --- durable creation / reservations (spec 04 §6) ---------------------------------------
-    CREATE_REPLAYED = ("create_replayed", _DEBUG)
-    """A create was answered from the retained terminal of its OperationId."""
-    RESERVATION_GIVEN_BACK = ("reservation_given_back", _DEBUG)
-    """A Creating reservation whose attempt ended without a terminal was aborted."""
-    RESERVATION_SETTLED = ("reservation_settled", _INFO)
-    """A reservation left by a gone source or owner lifecycle was aborted by another node."""
     # --- sessions and relocation (spec 02 §8) -----------------------------------------------
-    LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING)
+    LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING, "sessions")
     """A command 44 (or another relocation's update) arrived after its seal was resolved:
     ignored (spec 02 §8)."""
-    CUTOVER_TIMEOUT = ("cutover_timeout", _WARNING)
+    CUTOVER_TIMEOUT = ("cutover_timeout", _WARNING, "sessions")
     """The relocation cutover did not confirm within the fallback: the fallback runs
     (spec 02 §8.1)."""

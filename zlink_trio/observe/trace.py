@@ -2,9 +2,10 @@
 
 One :class:`FlowTrace` per server lifecycle is handed to every role; a role calls
 :meth:`FlowTrace.emit` where the outcome happens. ``emit`` counts the event and writes ONE
-log line at the event's level on the ``zlink_trio.flow`` logger (no traceback: an event is
-an expected outcome; unexpected failures are logged where they happen). Counting costs one
-dict update; formatting happens only when the level is enabled.
+log line at the event's level on the event's logger (:attr:`FlowEvent.logger_name`, the
+role's own logger), without a traceback unless the caller asks for one (an unexpected
+failure's first occurrence). Counting costs one dict update; formatting happens only when
+the level is enabled.
 
 Statistics records read the counts (:meth:`FlowTrace.count`, :meth:`FlowTrace.snapshot`);
 tests observe them through ``zlink_trio.testing.flow_counts(server)``.
@@ -15,36 +16,37 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Final, final
+from typing import final
 
 from .events import FlowEvent
 
-__all__ = ["FLOW_LOGGER", "FlowTrace"]
-
-FLOW_LOGGER: Final = "zlink_trio.flow"
-
-_logger = logging.getLogger(FLOW_LOGGER)
+__all__ = ["FlowTrace"]
 
 
 @final
 class FlowTrace:
     """Counts and logs flow-trace events of one server lifecycle."""
 
-    __slots__ = ("_counts", "_logger")
+    __slots__ = ("_counts", "_loggers")
 
-    def __init__(self, logger: logging.Logger | None = None) -> None:
+    def __init__(self) -> None:
         self._counts: dict[FlowEvent, int] = dict.fromkeys(FlowEvent, 0)
-        self._logger = _logger if logger is None else logger
+        self._loggers = {event: logging.getLogger(event.logger_name) for event in FlowEvent}
 
-    def emit(self, event: FlowEvent, detail: str = "", *args: object) -> None:
-        """Count ``event`` and log one line: ``<name>: <detail % args>``."""
+    def emit(
+        self, event: FlowEvent, detail: str = "", *args: object, traceback: bool = False
+    ) -> None:
+        """Count ``event`` and log one line: ``<name>: <detail % args>`` (with the
+        exception being handled when ``traceback``)."""
         self._counts[event] += 1
-        logger = self._logger
+        logger = self._loggers[event]
         if logger.isEnabledFor(event.level):
             if detail:
-                logger.log(event.level, "%s: " + detail, event.value, *args)
+                logger.log(
+                    event.level, "%s: " + detail, event.value, *args, exc_info=traceback or None
+                )
             else:
-                logger.log(event.level, "%s", event.value)
+                logger.log(event.level, "%s", event.value, exc_info=traceback or None)
 
     def count(self, event: FlowEvent) -> int:
         return self._counts[event]

@@ -68,6 +68,7 @@ from ..mesh.api import (
     PeerState,
     PendingReply,
 )
+from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadCodec, TypedPayload, reply_value
 from .route_cache import Route, RouteCache
@@ -177,6 +178,7 @@ class Delivery(Generic[K]):
         resolver: Resolver[K],
         deadlines: Deadlines,
         max_payload: int,
+        flow: FlowTrace,
     ) -> None:
         self._target = target
         self._ready_lane = target.ready_lane
@@ -189,7 +191,7 @@ class Delivery(Generic[K]):
         self._max_payload = max_payload
         self._message_ids = 0
         self._unyielded = 0
-        self.stale_routes = 0
+        self._flow = flow
 
     @property
     def cache(self) -> RouteCache[K]:
@@ -441,9 +443,9 @@ class Delivery(Generic[K]):
         # The owner could not serve it (no longer owns it, destroying, lease gone): the
         # cached route is suspect. The next call resolves afresh; this one is not re-sent.
         self._cache.invalidate(key, route)
-        self.stale_routes += 1
+        self._flow.emit(FlowEvent.STALE_ROUTE_RESULT, "%s", self._target.describe(key))
 
     def _stale(self, key: K, route: Route, why: str) -> StaleRoute:
         self._cache.invalidate(key, route)
-        self.stale_routes += 1
+        self._flow.emit(FlowEvent.STALE_ROUTE_RESULT, "%s: %s", self._target.describe(key), why)
         return StaleRoute(f"{self._target.describe(key)}: {why}")

@@ -14,6 +14,7 @@ from ..mesh.tap import (
     TapEvent as TapEvent,
     WireTap as WireTap,
 )
+from ..observe import FlowEvent as FlowEvent
 from .actors import (
     entry_spot_statistics as entry_spot_statistics,
     hosted_actors as hosted_actors,
@@ -28,6 +29,7 @@ from .cluster import (
     server_store as server_store,
 )
 from .descriptors import published_descriptors as published_descriptors
+from .flow import flow_count as flow_count, flow_counts as flow_counts
 from .postgres import open_private_postgres as open_private_postgres
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,

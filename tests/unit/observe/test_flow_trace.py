@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from zlink_trio.observe import FLOW_LOGGER, FlowEvent, FlowTrace
+from zlink_trio.observe import FlowEvent, FlowTrace
 
 
 def test_every_event_has_a_unique_stable_name_and_a_level() -> None:
@@ -38,20 +38,38 @@ def test_emit_logs_one_line_at_the_event_level_without_traceback(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     trace = FlowTrace()
-    with caplog.at_level(logging.DEBUG, logger=FLOW_LOGGER):
+    with caplog.at_level(logging.DEBUG, logger="zlink_trio"):
         trace.emit(FlowEvent.LATE_SESSION_ROUTE_UPDATE, "binding %s relocation %d", "b", 7)
         trace.emit(FlowEvent.REQUEST_EXPIRED)
-    records = [r for r in caplog.records if r.name == FLOW_LOGGER]
-    assert [(r.levelno, r.getMessage()) for r in records] == [
-        (logging.WARNING, "late_session_route_update: binding b relocation 7"),
-        (logging.DEBUG, "request_expired"),
+    records = [r for r in caplog.records if r.name.startswith("zlink_trio")]
+    assert [(r.name, r.levelno, r.getMessage()) for r in records] == [
+        (
+            "zlink_trio.sessions",
+            logging.WARNING,
+            "late_session_route_update: binding b relocation 7",
+        ),
+        ("zlink_trio.actors", logging.DEBUG, "request_expired"),
     ]
     assert all(r.exc_info is None for r in records)
 
 
+def test_emit_with_traceback_carries_the_handled_exception(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    trace = FlowTrace()
+    with caplog.at_level(logging.WARNING, logger="zlink_trio.actors"):
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            trace.emit(FlowEvent.HANDLER_CRASHED, "handler %r", "h", traceback=True)
+    (record,) = [r for r in caplog.records if r.name == "zlink_trio.actors"]
+    assert record.exc_info is not None and record.exc_info[0] is RuntimeError
+    assert trace.count(FlowEvent.HANDLER_CRASHED) == 1
+
+
 def test_disabled_level_still_counts(caplog: pytest.LogCaptureFixture) -> None:
     trace = FlowTrace()
-    with caplog.at_level(logging.WARNING, logger=FLOW_LOGGER):
+    with caplog.at_level(logging.WARNING, logger="zlink_trio.actors"):
         trace.emit(FlowEvent.REQUEST_EXPIRED, "never formatted %s", object())
     assert trace.count(FlowEvent.REQUEST_EXPIRED) == 1
-    assert not [r for r in caplog.records if r.name == FLOW_LOGGER]
+    assert not [r for r in caplog.records if r.name == "zlink_trio.actors"]
