@@ -1,6 +1,8 @@
 """Submit-once fluent calls (spec 04 §6.2): options may be set once, the terminal submit
 runs once; doing either twice raises InvalidOperation. ``await call`` is ``await
-call.submit()``: the one end-to-end deadline is fixed at that moment.
+call.submit()``: the one end-to-end deadline is fixed at that moment, as
+``min(submit time + timeout, trio.current_effective_deadline())`` -- the caller's cancel
+scopes bound every call, and that deadline is what travels to a remote owner.
 
 A call is a small slotted object holding its arguments (no closure); ``__await__`` runs
 the operation's coroutine directly, without an extra coroutine frame.
@@ -14,8 +16,7 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import trio
 
-from ..errors import InvalidOperation
-from ..ids import InvalidId
+from ..errors import InvalidArgument, InvalidOperation
 
 __all__ = ["FluentCall", "check_timeout"]
 
@@ -26,11 +27,17 @@ _OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8, 
 
 
 def check_timeout(seconds: float) -> float:
-    """A finite, positive timeout in seconds, rounded UP to whole milliseconds."""
+    """A finite, positive timeout in seconds, rounded UP to whole milliseconds.
+
+    Raises InvalidArgument (a ValueError) for anything else: 0 or below, NaN, infinity
+    (use the caller's own cancel scope for "no timeout of the call's own"), a bool or a
+    non-number."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidId(f"timeout must be seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidId(f"timeout must be finite and > 0, got {seconds!r}")
+        raise InvalidArgument(f"timeout must be a number of seconds, got {seconds!r}")
+    if math.isnan(seconds) or seconds <= 0:
+        raise InvalidArgument(f"timeout must be > 0 seconds, got {seconds!r}")
+    if math.isinf(seconds):
+        raise InvalidArgument(f"timeout must be a finite number of seconds, got {seconds!r}")
     return math.ceil(seconds * 1000) / 1000
 
 
@@ -56,25 +63,28 @@ class FluentCall(Generic[R]):
         return bit
 
     def timeout(self, seconds: float) -> Self:
-        """The operation's one end-to-end deadline, counted from submit."""
+        """The operation's one end-to-end deadline, counted from submit (the caller's
+        cancel scopes can only shorten it). InvalidArgument unless finite and > 0."""
         bit = self._option("timeout")
         self._timeout = check_timeout(seconds)
         self._options |= bit
         return self
 
     def _begin(self) -> float:
-        """Mark the call submitted (once) and fix its deadline: now + timeout."""
+        """Mark the call submitted (once) and fix its deadline: now + timeout, or the
+        caller's effective deadline (its enclosing cancel scopes) if that is earlier."""
         if self._submitted:
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
-        return trio.current_time() + self._timeout
+        return min(trio.current_time() + self._timeout, trio.current_effective_deadline())
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
         """The operation, bounded by ``deadline`` (trio time)."""
         raise NotImplementedError
 
     async def submit(self) -> R:
-        """Run the call (once). The deadline is fixed now: submit time + timeout."""
+        """Run the call (once). The deadline is fixed now: submit time + timeout, bounded
+        by the caller's effective deadline."""
         return await self._run(self._begin())
 
     def __await__(self) -> Generator[Any, None, R]:
