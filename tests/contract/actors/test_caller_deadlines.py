@@ -17,8 +17,8 @@ from zlink_trio import (
     ActorCreateEvent,
     App,
     Approve,
-    CreateDecision,
     Created,
+    CreateDecision,
     DeadlineExceeded,
     ErrorKind,
     RecreateOnRelocation,
@@ -282,7 +282,9 @@ async def test_a_remote_destroy_carries_the_callers_deadline_and_never_starts_la
             assert 0 < sent.record.timeout_ms <= 200
             held.gate.set()
         assert len(outcome) == 1 and isinstance(outcome[0], Unavailable)
-        (answer,) = await tap.wait_for(node=owner, direction=TapDirection.SENT, command=TERMINAL_REPLY)
+        (answer,) = await tap.wait_for(
+            node=owner, direction=TapDirection.SENT, command=TERMINAL_REPLY
+        )
         assert answer.record.failure_code is ErrorKind.DEADLINE_EXCEEDED
         assert held.closings == one_destroy  # the first destroy's only: the late one never began
         assert await caller.actors.find("p") == created.actor
