@@ -127,7 +127,7 @@ def test_invalid_argument_is_a_value_error_and_a_zlink_error() -> None:
 
 
 def test_help_names_the_package_its_smallest_example_and_the_docs() -> None:
-    text = pydoc.render_doc(zlink_trio, renderer=pydoc.plaintext)
+    text = pydoc.render_doc(zlink_trio, renderer=pydoc.TextDoc())
     assert "a Trio runtime for distributed" in text
     assert "The smallest program" in text
     assert "docs/api.md" in text

@@ -215,21 +215,28 @@ async def test_a_create_under_fail_after_carries_it_and_an_expired_create_runs_n
         assert await caller.actors.find("expired") is None
 
 
-class FailingClosing(CountingStore):
-    """A CountingStore whose ``begin_closing`` fails, while ``failing``, as an unreachable
-    Store would (nothing applied) -- after waiting for ``gate`` if one is set. Counts
-    those attempts in ``closings``."""
+class FailingClosing:
+    """A Location Store delegating to a CountingStore, whose ``begin_closing`` fails,
+    while ``failing``, as an unreachable Store would (nothing applied) -- after waiting
+    for ``gate`` if one is set. Counts those attempts in ``closings``."""
 
-    def __init__(self, inner: Any) -> None:
-        super().__init__(inner)
+    def __init__(self, inner: CountingStore) -> None:
+        self._inner = inner
         self.failing = True
         self.gate: trio.Event | None = None
         self.asked = trio.Event()
         self.closings = 0
 
+    @property
+    def recovery_epoch(self) -> int:
+        return self._inner.recovery_epoch
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
     async def begin_closing(self, key: Any, expected_version: int) -> Any:
         if not self.failing:
-            return await super().begin_closing(key, expected_version)
+            return await self._inner.begin_closing(key, expected_version)
         self.closings += 1
         self.asked.set()
         if self.gate is not None:
