@@ -16,9 +16,9 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import trio
 
-from ..errors import InvalidArgument, InvalidOperation
+from ..errors import DeadlineExceeded, InvalidArgument, InvalidOperation
 
-__all__ = ["FluentCall", "check_timeout"]
+__all__ = ["FluentCall", "call_deadline", "check_timeout", "yield_to_caller"]
 
 R = TypeVar("R")
 
@@ -39,6 +39,29 @@ def check_timeout(seconds: float) -> float:
     if math.isinf(seconds):
         raise InvalidArgument(f"timeout must be a finite number of seconds, got {seconds!r}")
     return math.ceil(seconds * 1000) / 1000
+
+
+def call_deadline(timeout: float) -> tuple[float, bool]:
+    """``(deadline, caller_bound)``: ``min(now + timeout, the caller's effective
+    deadline)``, and whether the caller's deadline is the binding one."""
+    own = trio.current_time() + timeout
+    callers = trio.current_effective_deadline()
+    if callers <= own:
+        return callers, True
+    return own, False
+
+
+async def yield_to_caller(run: Coroutine[Any, Any, R], deadline: float) -> R:
+    """Run a call whose deadline is its caller's: it never ends DeadlineExceeded, the
+    caller's own cancel scope ends it (``fail_after`` raises TooSlowError, ``move_on_*``
+    leaves its block), as trio users expect. An owner told that deadline (rounded down
+    to whole milliseconds) may answer DeadlineExceeded a moment early: wait for the
+    scope to fire then (a checkpoint when it already has)."""
+    try:
+        return await run
+    except DeadlineExceeded:
+        await trio.sleep_until(deadline)
+        raise
 
 
 class FluentCall(Generic[R]):
@@ -70,13 +93,18 @@ class FluentCall(Generic[R]):
         self._options |= bit
         return self
 
-    def _begin(self) -> float:
-        """Mark the call submitted (once) and fix its deadline: now + timeout, or the
-        caller's effective deadline (its enclosing cancel scopes) if that is earlier."""
+    def _begin(self) -> Coroutine[Any, Any, R]:
+        """Mark the call submitted (once), fix its deadline -- now + timeout, or the
+        caller's effective deadline (its enclosing cancel scopes) if that is not later --
+        and return the operation bounded by it."""
         if self._submitted:
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
-        return min(trio.current_time() + self._timeout, trio.current_effective_deadline())
+        own = trio.current_time() + self._timeout
+        callers = trio.current_effective_deadline()
+        if callers <= own:
+            return yield_to_caller(self._run(callers), callers)
+        return self._run(own)
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
         """The operation, bounded by ``deadline`` (trio time)."""
@@ -85,7 +113,7 @@ class FluentCall(Generic[R]):
     async def submit(self) -> R:
         """Run the call (once). The deadline is fixed now: submit time + timeout, bounded
         by the caller's effective deadline."""
-        return await self._run(self._begin())
+        return await self._begin()
 
     def __await__(self) -> Generator[Any, None, R]:
-        return self._run(self._begin()).__await__()
+        return self._begin().__await__()

@@ -19,7 +19,7 @@ from ..store.api import AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
 from .authority import Authority
-from .calls import FluentCall
+from .calls import FluentCall, call_deadline, yield_to_caller
 from .client import ActorClient, RequestCall, SendCall
 from .results import ActorCreateResult
 
@@ -202,12 +202,14 @@ class ActorManager:
         caller's effective deadline)`` -- the deadline the owner is told, too. Every
         transport failure is the documented ``Unavailable``, never a mesh-internal
         error."""
+        deadline, caller_bound = call_deadline(self._config.default_request_timeout)
+        if caller_bound:
+            return await yield_to_caller(self._ask_owner(actor, owner, deadline), deadline)
+        return await self._ask_owner(actor, owner, deadline)
+
+    async def _ask_owner(self, actor: ActorRef, owner: OwnerFence, deadline: float) -> bool:
         me = self._node.identity
         name = actor.actor_id.value
-        deadline = min(
-            trio.current_time() + self._config.default_request_timeout,
-            trio.current_effective_deadline(),
-        )
         with trio.move_on_at(deadline):
             try:
                 pending = await self._node.request(

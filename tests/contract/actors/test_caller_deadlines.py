@@ -298,3 +298,31 @@ async def test_a_remote_destroy_carries_the_callers_deadline_and_never_starts_la
         assert await caller.actors.request("p", "echo", b"alive").timeout(5) == b"alive"
         held.failing = False
         assert await caller.actors.destroy(created.actor) is True
+
+
+async def test_a_callers_deadline_is_never_reported_as_deadline_exceeded(
+    clock: object, store: CountingStore
+) -> None:
+    """The owner is told whole milliseconds (rounded down), so with the caller's
+    ``fail_after(0.2005)`` the target cancels the slow approval at 0.2 s and answers
+    DeadlineExceeded half a millisecond before the caller's scope fires. The caller
+    still sees its own scope: TooSlowError at 0.2005 s. A deadline of the call's own
+    (``.timeout(0.2005)``, kept as 0.201 s: timeouts are whole milliseconds, rounded up)
+    is DeadlineExceeded."""
+    counts = Counts()
+    counts.approval_gate = trio.Event()
+    async with open_cluster(2, store=store, app=two_nodes(counts)) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0]
+        start = trio.current_time()
+        with pytest.raises(trio.TooSlowError):
+            with trio.fail_after(0.2005):
+                await caller.actors.create("slow", "player")
+        assert trio.current_time() - start == pytest.approx(0.2005)
+        start = trio.current_time()
+        with trio.fail_after(5):
+            with pytest.raises(DeadlineExceeded):
+                await caller.actors.create("slow", "player").timeout(0.2005)
+        assert trio.current_time() - start == pytest.approx(0.201)
+        counts.approval_gate.set()
+        assert await caller.actors.find("slow") is None
