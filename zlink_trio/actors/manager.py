@@ -159,7 +159,9 @@ class ActorManager:
         )
 
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
-        """The ActorRef of the current Ready incarnation, or None. Starts no creation."""
+        """The ActorRef of the current Ready incarnation, or None. Starts no creation.
+
+        Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it."""
         target = ActorId.parse(actor_id)
         await self._refuse_unless_admitting()
         row = await self._authority.read(target)
@@ -173,6 +175,11 @@ class ActorManager:
         Returns False when that incarnation is already gone. Raises InvalidOperation when
         another generation of the id is current (it is never destroyed instead), and
         Unavailable while the Actor is sealed for a move or its owner is unreachable.
+
+        Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it,
+        and a remote owner's answer is awaited at most ``default_request_timeout`` within
+        them; the owner is told that deadline and does not start a destroy after it
+        (DeadlineExceeded). A destroy that started finishes even if its caller is gone.
         """
         if not isinstance(actor, ActorRef):
             raise InvalidOperation("destroy takes the ActorRef of the incarnation to destroy")
