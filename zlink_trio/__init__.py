@@ -1,5 +1,48 @@
 """zlink_trio: a Trio runtime for distributed, stateful Spots and Actors.
 
+Nodes join RouteMeshes and share a Location Store; an Actor is addressed by its global
+ActorId wherever it lives, runs one turn at a time on its owner node, and is created,
+found, destroyed, sent to and requested through ``server.actors``. Everything is
+structured concurrency: ``open_server`` is an async context manager, every call is
+bounded by its own timeout and by the caller's cancel scopes.
+
+The smallest program::
+
+    import trio
+    from zlink_trio import (
+        App, MeshConfig, RecreateOnRelocation, ServerConfig, on_request, open_server,
+    )
+
+    class Counter:
+        def __init__(self, context):
+            self.context = context
+            self.count = 0
+
+        @on_request("add")
+        async def add(self, payload: bytes) -> bytes:
+            self.count += int(payload)
+            return str(self.count).encode()
+
+    app = App()
+    app.enable_actor_dispatch()
+    app.register_actor("counter", Counter, relocation=RecreateOnRelocation())
+
+    async def main():
+        config = ServerConfig(
+            meshes=[MeshConfig(name="world")],
+            cluster_secret=b"a shared secret of 16+ bytes",
+        )  # no location_store: an in-process memory Location Store
+        async with open_server(config, app) as server:
+            await server.actors.get_or_create("c-1", "counter").timeout(5)
+            print(await server.actors.request("c-1", "add", b"2"))  # b'2'
+
+    trio.run(main)
+
+Calls and their errors (one convention for every manager call), handlers, configuration
+and the test helpers of ``zlink_trio.testing`` are documented in ``docs/api.md``; the
+decisions behind them in ``docs/decisions.md``. Every error a call can raise is a
+:class:`ZLinkError` subclass exported here (``__all__``).
+
 Only re-exports live here; the implementation is in the subpackages.
 """
 
@@ -40,6 +83,7 @@ from .errors import (
     DeadlineExceeded as DeadlineExceeded,
     DescriptorConflict as DescriptorConflict,
     ErrorKind as ErrorKind,
+    InvalidArgument as InvalidArgument,
     InvalidOperation as InvalidOperation,
     NotConfigured as NotConfigured,
     NotFound as NotFound,
@@ -76,3 +120,68 @@ from .spots.approval import (
     Reject as Reject,
 )
 from .store.memory import MemoryLocationStore as MemoryLocationStore
+
+__all__ = [
+    "ActorContext",
+    "ActorCreateEvent",
+    "ActorCreateResult",
+    "ActorId",
+    "ActorRef",
+    "ActorRelocationAdapter",
+    "AlreadyExists",
+    "App",
+    "ApplicationError",
+    "Approve",
+    "AuthorityOwnerGeneration",
+    "BoundSession",
+    "CapacityExceeded",
+    "ConfigurationError",
+    "CreateDecision",
+    "Created",
+    "DeadlineExceeded",
+    "DescriptorConflict",
+    "DisableRelocation",
+    "ErrorKind",
+    "Existing",
+    "InvalidArgument",
+    "InvalidId",
+    "InvalidOperation",
+    "MemoryLocationStore",
+    "MemoryStoreConfig",
+    "MeshConfig",
+    "MeshName",
+    "MessageKind",
+    "NodeGeneration",
+    "NodeRid",
+    "NotConfigured",
+    "NotFound",
+    "ObjectGeneration",
+    "ObjectRole",
+    "OperationId",
+    "OwnerLeaseExpired",
+    "OwnerLeaseGeneration",
+    "PostgresStoreConfig",
+    "PreserveStateWith",
+    "ProtocolError",
+    "RecreateOnRelocation",
+    "Reject",
+    "Rejected",
+    "RelocationPolicy",
+    "RouterConfig",
+    "Server",
+    "ServerConfig",
+    "SessionNotBound",
+    "ShuttingDown",
+    "SpotId",
+    "SpotRef",
+    "StableType",
+    "StaleRoute",
+    "StoreOutcomeUnknown",
+    "TypeMismatch",
+    "Unavailable",
+    "ZLinkError",
+    "on_request",
+    "on_send",
+    "open_server",
+    "serve_server",
+]

@@ -19,6 +19,7 @@ __all__ = [
     "DeadlineExceeded",
     "DescriptorConflict",
     "ErrorKind",
+    "InvalidArgument",
     "InvalidOperation",
     "NotConfigured",
     "NotFound",
@@ -139,6 +140,13 @@ class ConfigurationError(ZLinkError):
     """Invalid configuration or registration; raised at startup or registration time."""
 
     kind = ErrorKind.CONFIGURATION
+
+
+class InvalidArgument(ConfigurationError, ValueError):
+    """A value given to a call is outside its domain (a timeout that is not a finite number
+    of seconds > 0, ...): a caller's mistake, raised before anything runs. A
+    ``ValueError`` too, like :class:`~zlink_trio.InvalidId` (an invalid id given through
+    the API), so plain Python callers catch it idiomatically."""
 
 
 class ProtocolError(ZLinkError):

@@ -1,6 +1,8 @@
 """Submit-once fluent calls (spec 04 §6.2): options may be set once, the terminal submit
 runs once; doing either twice raises InvalidOperation. ``await call`` is ``await
-call.submit()``: the one end-to-end deadline is fixed at that moment.
+call.submit()``: the one end-to-end deadline is fixed at that moment, as
+``min(submit time + timeout, trio.current_effective_deadline())`` -- the caller's cancel
+scopes bound every call, and that deadline is what travels to a remote owner.
 
 A call is a small slotted object holding its arguments (no closure); ``__await__`` runs
 the operation's coroutine directly, without an extra coroutine frame.
@@ -14,10 +16,9 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import trio
 
-from ..errors import InvalidOperation
-from ..ids import InvalidId
+from ..errors import DeadlineExceeded, InvalidArgument, InvalidOperation
 
-__all__ = ["FluentCall", "check_timeout"]
+__all__ = ["FluentCall", "call_deadline", "check_timeout", "yield_to_caller"]
 
 R = TypeVar("R")
 
@@ -26,12 +27,41 @@ _OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8, 
 
 
 def check_timeout(seconds: float) -> float:
-    """A finite, positive timeout in seconds, rounded UP to whole milliseconds."""
+    """A finite, positive timeout in seconds, rounded UP to whole milliseconds.
+
+    Raises InvalidArgument (a ValueError) for anything else: 0 or below, NaN, infinity
+    (use the caller's own cancel scope for "no timeout of the call's own"), a bool or a
+    non-number."""
     if isinstance(seconds, bool) or not isinstance(seconds, int | float):
-        raise InvalidId(f"timeout must be seconds, got {seconds!r}")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise InvalidId(f"timeout must be finite and > 0, got {seconds!r}")
+        raise InvalidArgument(f"timeout must be a number of seconds, got {seconds!r}")
+    if math.isnan(seconds) or seconds <= 0:
+        raise InvalidArgument(f"timeout must be > 0 seconds, got {seconds!r}")
+    if math.isinf(seconds):
+        raise InvalidArgument(f"timeout must be a finite number of seconds, got {seconds!r}")
     return math.ceil(seconds * 1000) / 1000
+
+
+def call_deadline(timeout: float) -> tuple[float, bool]:
+    """``(deadline, caller_bound)``: ``min(now + timeout, the caller's effective
+    deadline)``, and whether the caller's deadline is the binding one."""
+    own = trio.current_time() + timeout
+    callers = trio.current_effective_deadline()
+    if callers <= own:
+        return callers, True
+    return own, False
+
+
+async def yield_to_caller(run: Coroutine[Any, Any, R], deadline: float) -> R:
+    """Run a call whose deadline is its caller's: it never ends DeadlineExceeded, the
+    caller's own cancel scope ends it (``fail_after`` raises TooSlowError, ``move_on_*``
+    leaves its block), as trio users expect. An owner told that deadline (rounded down
+    to whole milliseconds) may answer DeadlineExceeded a moment early: wait for the
+    scope to fire then (a checkpoint when it already has)."""
+    try:
+        return await run
+    except DeadlineExceeded:
+        await trio.sleep_until(deadline)
+        raise
 
 
 class FluentCall(Generic[R]):
@@ -56,26 +86,34 @@ class FluentCall(Generic[R]):
         return bit
 
     def timeout(self, seconds: float) -> Self:
-        """The operation's one end-to-end deadline, counted from submit."""
+        """The operation's one end-to-end deadline, counted from submit (the caller's
+        cancel scopes can only shorten it). InvalidArgument unless finite and > 0."""
         bit = self._option("timeout")
         self._timeout = check_timeout(seconds)
         self._options |= bit
         return self
 
-    def _begin(self) -> float:
-        """Mark the call submitted (once) and fix its deadline: now + timeout."""
+    def _begin(self) -> Coroutine[Any, Any, R]:
+        """Mark the call submitted (once), fix its deadline -- now + timeout, or the
+        caller's effective deadline (its enclosing cancel scopes) if that is not later --
+        and return the operation bounded by it."""
         if self._submitted:
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
-        return trio.current_time() + self._timeout
+        own = trio.current_time() + self._timeout
+        callers = trio.current_effective_deadline()
+        if callers <= own:
+            return yield_to_caller(self._run(callers), callers)
+        return self._run(own)
 
     def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
         """The operation, bounded by ``deadline`` (trio time)."""
         raise NotImplementedError
 
     async def submit(self) -> R:
-        """Run the call (once). The deadline is fixed now: submit time + timeout."""
-        return await self._run(self._begin())
+        """Run the call (once). The deadline is fixed now: submit time + timeout, bounded
+        by the caller's effective deadline."""
+        return await self._begin()
 
     def __await__(self) -> Generator[Any, None, R]:
-        return self._run(self._begin()).__await__()
+        return self._begin().__await__()

@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any, Self, final
 import trio
 
 from ..config import ServerConfig
-from ..errors import InvalidOperation, Unavailable
+from ..errors import DeadlineExceeded, InvalidOperation, Unavailable
 from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
-from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress
+from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerNotAdmitted
 from ..objects.create_source import CreateSource
 from ..objects.durable import remaining_ms
 from ..objects.placement import choose_mesh
@@ -19,7 +19,7 @@ from ..store.api import AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
 from .authority import Authority
-from .calls import FluentCall
+from .calls import FluentCall, call_deadline, yield_to_caller
 from .client import ActorClient, RequestCall, SendCall
 from .results import ActorCreateResult
 
@@ -159,7 +159,9 @@ class ActorManager:
         )
 
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
-        """The ActorRef of the current Ready incarnation, or None. Starts no creation."""
+        """The ActorRef of the current Ready incarnation, or None. Starts no creation.
+
+        Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it."""
         target = ActorId.parse(actor_id)
         await self._refuse_unless_admitting()
         row = await self._authority.read(target)
@@ -173,6 +175,11 @@ class ActorManager:
         Returns False when that incarnation is already gone. Raises InvalidOperation when
         another generation of the id is current (it is never destroyed instead), and
         Unavailable while the Actor is sealed for a move or its owner is unreachable.
+
+        Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it,
+        and a remote owner's answer is awaited at most ``default_request_timeout`` within
+        them; the owner is told that deadline and does not start a destroy after it
+        (DeadlineExceeded). A destroy that started finishes even if its caller is gone.
         """
         if not isinstance(actor, ActorRef):
             raise InvalidOperation("destroy takes the ActorRef of the incarnation to destroy")
@@ -198,23 +205,42 @@ class ActorManager:
         return destroyed
 
     async def _destroy_remote(self, actor: ActorRef, owner: OwnerFence) -> bool:
+        """Ask the owner; its answer within ``min(now + default_request_timeout, the
+        caller's effective deadline)`` -- the deadline the owner is told, too. Every
+        transport failure is the documented ``Unavailable``, never a mesh-internal
+        error."""
+        deadline, caller_bound = call_deadline(self._config.default_request_timeout)
+        if caller_bound:
+            return await yield_to_caller(self._ask_owner(actor, owner, deadline), deadline)
+        return await self._ask_owner(actor, owner, deadline)
+
+    async def _ask_owner(self, actor: ActorRef, owner: OwnerFence, deadline: float) -> bool:
         me = self._node.identity
-        deadline = trio.current_time() + self._config.default_request_timeout
+        name = actor.actor_id.value
         with trio.move_on_at(deadline):
-            pending = await self._node.request(
-                PeerAddress(owner.mesh_name, owner.node_rid),
-                ActorDestroy(
-                    correlation=0,
-                    operation_id=OperationId.new(),
-                    source_rid=me.node_rid,
-                    source_generation=me.node_generation,
-                    actor_id=actor.actor_id,
-                    object_generation=actor.object_generation,
-                    target_rid=owner.node_rid,
-                    target_generation=owner.node_generation,
-                    timeout_ms=remaining_ms(deadline),
-                ),
-            )
+            try:
+                pending = await self._node.request(
+                    PeerAddress(owner.mesh_name, owner.node_rid),
+                    ActorDestroy(
+                        correlation=0,
+                        operation_id=OperationId.new(),
+                        source_rid=me.node_rid,
+                        source_generation=me.node_generation,
+                        actor_id=actor.actor_id,
+                        object_generation=actor.object_generation,
+                        target_rid=owner.node_rid,
+                        target_generation=owner.node_generation,
+                        timeout_ms=remaining_ms(deadline),
+                    ),
+                )
+            except PeerNotAdmitted:
+                raise Unavailable(f"the owner of {name!r} is not connected now") from None
+            except DeadlineExceeded:
+                # The writer lane to the owner stayed full: nothing was sent.
+                raise Unavailable(
+                    f"the connection to the owner of {name!r} stayed congested; "
+                    "the destroy was not sent"
+                ) from None
             try:
                 terminal = await pending.wait()
             except LinkLost:
@@ -224,13 +250,16 @@ class ActorManager:
                 refused = self._node.admission_error()
                 if refused is not None:
                     raise refused from None
-                raise
+                raise Unavailable(
+                    f"the link to the owner of {name!r} broke before it answered the "
+                    "destroy (it may have run)"
+                ) from None
             reply = raise_for_failure(terminal)
             tail = reply.tail
             if not isinstance(tail, DestroyTail):
                 raise Unavailable("the destroy terminal carries no destroy tail")
             return tail.destroyed
-        raise Unavailable(f"the owner of {actor.actor_id.value!r} did not answer the destroy")
+        raise Unavailable(f"the owner of {name!r} did not answer the destroy")
 
     # --- messaging ----------------------------------------------------------------------
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:

@@ -228,15 +228,22 @@ class ActorRuntime:
         if not self._for_me(record.target_rid, record.target_generation):
             await sink.deliver(failure(StaleRoute("the destroy names another node lifecycle")))
             return
+        # The caller's deadline, fixed on arrival: a destroy that cannot start before it
+        # never starts (the caller has given up on it).
+        deadline = trio.current_time() + record.timeout_ms / 1000
         self._nursery.start_soon(
-            self._destroy_for_peer, record, sink, name="zlink_trio.actor.destroy"
+            self._destroy_for_peer, record, sink, deadline, name="zlink_trio.actor.destroy"
         )
 
-    async def _destroy_for_peer(self, record: ActorDestroy, sink: RemoteSink) -> None:
+    async def _destroy_for_peer(
+        self, record: ActorDestroy, sink: RemoteSink, deadline: float
+    ) -> None:
         # A task of the runtime's nursery: whatever goes wrong ends as a terminal, never
         # as an exception that would cancel the nursery (and the whole server).
         try:
-            destroyed = await self.destroyer.destroy(record.actor_id, record.object_generation)
+            destroyed = await self.destroyer.destroy(
+                record.actor_id, record.object_generation, deadline
+            )
         except ZLinkError as exc:
             await sink.deliver(failure(exc))
             return

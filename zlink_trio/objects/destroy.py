@@ -19,12 +19,20 @@ from __future__ import annotations
 
 import enum
 import logging
+import math
 from collections.abc import Awaitable
 from typing import Final, Generic, Protocol, TypeVar, final
 
 import trio
 
-from ..errors import InvalidOperation, ShuttingDown, StoreOutcomeUnknown, Unavailable, ZLinkError
+from ..errors import (
+    DeadlineExceeded,
+    InvalidOperation,
+    ShuttingDown,
+    StoreOutcomeUnknown,
+    Unavailable,
+    ZLinkError,
+)
 from ..ids import ObjectGeneration
 from ..store.api import Applied, AuthorityState, LocationStore, ObjectKind
 from .authority import Authority
@@ -160,10 +168,16 @@ class Destroyer(Generic[IdT, HostedT]):
         self._task_name = task_name
         self._in_progress: dict[IdT, _Run] = {}
 
-    async def destroy(self, object_id: IdT, generation: ObjectGeneration) -> bool:
+    async def destroy(
+        self, object_id: IdT, generation: ObjectGeneration, deadline: float = math.inf
+    ) -> bool:
         """Destroy that incarnation if this node owns it. Returns False when it is gone.
 
-        Raises InvalidOperation when awaited from one of the object's own turns."""
+        Raises InvalidOperation when awaited from one of the object's own turns.
+        ``deadline`` (trio time; a remote caller's, from its record) bounds the START
+        only: a destroy still waiting for an earlier one of the same object when it
+        passes never starts (DeadlineExceeded); once started it finishes, like one whose
+        caller went away."""
         kind = self._kind
         if kind.in_own_turn(object_id):
             await trio.lowlevel.checkpoint()
@@ -176,6 +190,11 @@ class Destroyer(Generic[IdT, HostedT]):
             if running is None:
                 break
             await running.done.wait()
+        if deadline <= trio.current_time():
+            raise DeadlineExceeded(
+                f"the destroy of {self._noun} {self._authority.key(object_id).object_id!r} "
+                "expired before it began"
+            )
         hosted = kind.hosted(object_id)
         if hosted is None or kind.generation(hosted) != generation:
             return await self._not_here(object_id, generation)

@@ -37,11 +37,17 @@ __all__ = ["remaining_ms", "run_durable"]
 
 
 def remaining_ms(deadline: float) -> int:
-    """Whole milliseconds left until ``deadline`` (trio time), rounded up, >= 1."""
+    """Whole milliseconds left until ``deadline`` (trio time), >= 1.
+
+    Rounded DOWN (after forgiving float noise below a nanosecond, so 0.2 s is 200, not
+    199): the receiver fixes ``arrival + timeout_ms``, which must not fall after the
+    sender's deadline -- an owner never starts work its caller has given up on."""
     left = deadline - trio.current_time()
-    if not math.isfinite(left):
+    if left == math.inf:
         return 0xFFFF_FFFF
-    return max(1, min(0xFFFF_FFFF, math.ceil(left * 1000)))
+    if not left > 0:  # passed, -inf (an already-cancelled caller scope) or NaN
+        return 1
+    return max(1, min(0xFFFF_FFFF, math.floor(left * 1000 + 1e-6)))
 
 
 async def run_durable(
