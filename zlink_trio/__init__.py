@@ -112,6 +112,7 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .observe import FlowEvent as FlowEvent
 from .server import Server as Server, open_server as open_server, serve_server as serve_server
 from .spots.approval import (
     ActorCreateEvent as ActorCreateEvent,
@@ -143,6 +144,7 @@ __all__ = [
     "DisableRelocation",
     "ErrorKind",
     "Existing",
+    "FlowEvent",
     "InvalidArgument",
     "InvalidId",
     "InvalidOperation",
