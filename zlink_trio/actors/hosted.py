@@ -21,12 +21,12 @@ from ..engine.lanes import ActorDeliveryLane
 from ..engine.oneshot import OneShot
 from ..errors import ApplicationError, NotFound, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
+from ..objects.sinks import LocalReply, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
 from .context import ActorContext
 from .handlers import TypedHandler
-from .sinks import LocalReply, ReplySink, public_error
 
 if TYPE_CHECKING:
     from .registry import ActorHandler, ActorType

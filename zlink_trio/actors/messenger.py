@@ -19,6 +19,8 @@ from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..ids import ActorId, OperationId
 from ..mesh.api import MeshNodeApi
+from ..objects.durable import remaining_ms
+from ..objects.sinks import raise_for_failure
 from ..observe import FlowTrace
 from ..routing.deliver import NEVER, SEND_YIELD_EVERY, Delivery
 from ..routing.route_cache import Route
@@ -28,10 +30,8 @@ from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
 from .authority import Authority
 from .deadlines import ReplyDeadlines
-from .durable import remaining_ms
 from .host import ActorHost
 from .hosted import ActorItem, Deliver
-from .sinks import raise_for_failure
 
 __all__ = ["NEVER", "SEND_YIELD_EVERY", "ActorTarget", "Messenger"]
 

@@ -1,5 +1,5 @@
 """The deadline arithmetic of calls: what travels on the wire and what a call is bounded by
-(``actors/durable.remaining_ms``, ``actors/calls``)."""
+(``objects/durable.remaining_ms``, ``actors/calls``)."""
 
 from __future__ import annotations
 

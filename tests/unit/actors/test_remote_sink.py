@@ -7,11 +7,11 @@ from typing import Any
 
 import trio
 
-from zlink_trio.actors.sinks import RemoteSink
 from zlink_trio.config import MIB
 from zlink_trio.errors import ErrorKind
 from zlink_trio.ids import MeshName, NodeRid
 from zlink_trio.mesh.api import PeerAddress
+from zlink_trio.objects.sinks import RemoteSink
 from zlink_trio.wire import TerminalReply, TerminalResult, encode
 
 PEER = PeerAddress(MeshName("test"), NodeRid.new())
