@@ -1,6 +1,23 @@
-"""The sticky-less SessionRouter (spec 10), usable without the rest of zlink_trio.
+"""zlink_trio.router: the sticky-less SessionRouter (spec 10), usable on its own.
 
-Empty until the router issue lands. The package already exists so that its import contract
-(``pyproject.toml``, ``[tool.importlinter]``: it may import only ``zlink_trio.ids``,
-``zlink_trio.errors`` and ``zlink_trio.config``) holds from its first line of code.
+Serializes each session's turns across the web nodes behind a load balancer with no
+stickiness. This package imports only ``zlink_trio.ids`` and ``zlink_trio.errors`` of the
+runtime. Only re-exports live here (docs/router.md describes the parts).
 """
+
+from .config import SessionRouterConfig as SessionRouterConfig
+from .errors import (
+    ConflictingAgentError as ConflictingAgentError,
+    FencingRejected as FencingRejected,
+    IdempotencyConflictError as IdempotencyConflictError,
+    SessionClaimFailed as SessionClaimFailed,
+)
+from .ids import (
+    AgentRef as AgentRef,
+    IdempotencyKey as IdempotencyKey,
+    InboundMessageId as InboundMessageId,
+    NodeId as NodeId,
+    ReserverId as ReserverId,
+    SessionId as SessionId,
+    TurnId as TurnId,
+)
