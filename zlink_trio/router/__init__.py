@@ -5,12 +5,53 @@ stickiness. This package imports only ``zlink_trio.ids`` and ``zlink_trio.errors
 runtime. Only re-exports live here (docs/router.md describes the parts).
 """
 
+from .application import (
+    AgentRuntime as AgentRuntime,
+    AgentRuntimeLookup as AgentRuntimeLookup,
+    EventListener as EventListener,
+    LiveSession as LiveSession,
+    LiveSessionFactory as LiveSessionFactory,
+    LiveSessionOpener as LiveSessionOpener,
+    OpenRequest as OpenRequest,
+    QueuedInput as QueuedInput,
+    SessionMetrics as SessionMetrics,
+    TurnInput as TurnInput,
+)
 from .config import SessionRouterConfig as SessionRouterConfig
+from .disposition import (
+    DispositionKind as DispositionKind,
+    ExecutedLocally as ExecutedLocally,
+    Forwarded as Forwarded,
+    SubmitDisposition as SubmitDisposition,
+    TurnFuture as TurnFuture,
+)
 from .errors import (
     ConflictingAgentError as ConflictingAgentError,
     FencingRejected as FencingRejected,
     IdempotencyConflictError as IdempotencyConflictError,
     SessionClaimFailed as SessionClaimFailed,
+)
+from .events import (
+    AgentExecutionEvent as AgentExecutionEvent,
+    AgentExecutionResult as AgentExecutionResult,
+    Artifact as Artifact,
+    AssistantMessageReceived as AssistantMessageReceived,
+    AssistantReasoningDelta as AssistantReasoningDelta,
+    AssistantTextDelta as AssistantTextDelta,
+    ExecutionCompleted as ExecutionCompleted,
+    ExecutionError as ExecutionError,
+    FailureCode as FailureCode,
+    InterruptedAt as InterruptedAt,
+    InterruptReason as InterruptReason,
+    RejectedAt as RejectedAt,
+    RejectionReason as RejectionReason,
+    ToolUseCompleted as ToolUseCompleted,
+    ToolUseStarted as ToolUseStarted,
+    TurnFailed as TurnFailed,
+    TurnResult as TurnResult,
+    TurnSucceeded as TurnSucceeded,
+    turn_result_from_wire as turn_result_from_wire,
+    turn_result_to_wire as turn_result_to_wire,
 )
 from .ids import (
     AgentRef as AgentRef,
@@ -20,4 +61,39 @@ from .ids import (
     ReserverId as ReserverId,
     SessionId as SessionId,
     TurnId as TurnId,
+)
+from .inbox import InboundMessage as InboundMessage
+from .primitives import Json as Json, JsonMap as JsonMap
+from .signals import (
+    Channel as Channel,
+    SessionSignal as SessionSignal,
+    SignalKind as SignalKind,
+    channel_for as channel_for,
+    decode_signal as decode_signal,
+    encode_signal as encode_signal,
+    interrupt_signal as interrupt_signal,
+    requests_hand_off as requests_hand_off,
+    yield_signals as yield_signals,
+)
+from .status import (
+    ClusterSessionStatus as ClusterSessionStatus,
+    SessionActivity as SessionActivity,
+    StatusProjection as StatusProjection,
+)
+from .values import (
+    CompositeInput as CompositeInput,
+    DeploymentMode as DeploymentMode,
+    DocumentInput as DocumentInput,
+    ImageInput as ImageInput,
+    LiveSessionOptions as LiveSessionOptions,
+    OpenAttributes as OpenAttributes,
+    Principal as Principal,
+    Priority as Priority,
+    SubmitOptions as SubmitOptions,
+    SubmitRequest as SubmitRequest,
+    TextInput as TextInput,
+    UserInput as UserInput,
+    input_hash as input_hash,
+    user_input_from_wire as user_input_from_wire,
+    user_input_to_wire as user_input_to_wire,
 )
