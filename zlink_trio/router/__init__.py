@@ -53,6 +53,24 @@ from .events import (
     turn_result_from_wire as turn_result_from_wire,
     turn_result_to_wire as turn_result_to_wire,
 )
+from .idempotency import (
+    AlreadyDone as AlreadyDone,
+    HolderAcquired as HolderAcquired,
+    HolderRejected as HolderRejected,
+    IdempotencyEntry as IdempotencyEntry,
+    IdempotencyState as IdempotencyState,
+    IdempotencyTtls as IdempotencyTtls,
+    InFlight as InFlight,
+    InputConflict as InputConflict,
+    MarkDoneOutcome as MarkDoneOutcome,
+    Marked as Marked,
+    MarkRejected as MarkRejected,
+    PutOutcome as PutOutcome,
+    Rejection as Rejection,
+    Reserved as Reserved,
+    StaleInFlight as StaleInFlight,
+    TakeoverOutcome as TakeoverOutcome,
+)
 from .ids import (
     AgentRef as AgentRef,
     IdempotencyKey as IdempotencyKey,
@@ -63,7 +81,31 @@ from .ids import (
     TurnId as TurnId,
 )
 from .inbox import InboundMessage as InboundMessage
+from .memory import (
+    MemoryIdempotencyStore as MemoryIdempotencyStore,
+    MemorySessionInbox as MemorySessionInbox,
+    MemorySessionLeaseStore as MemorySessionLeaseStore,
+    MemorySessionRecordStore as MemorySessionRecordStore,
+    MemorySessionSignalBus as MemorySessionSignalBus,
+    SignalBusStatistics as SignalBusStatistics,
+)
 from .primitives import Json as Json, JsonMap as JsonMap
+from .records import (
+    LeaseGranted as LeaseGranted,
+    LeaseHeld as LeaseHeld,
+    LeaseOutcome as LeaseOutcome,
+    SessionLease as SessionLease,
+    SessionRecordView as SessionRecordView,
+    TranscriptEntry as TranscriptEntry,
+)
+from .session_store import (
+    AgentConflict as AgentConflict,
+    Claimed as Claimed,
+    ClaimOutcome as ClaimOutcome,
+    FencedRecords as FencedRecords,
+    HeldElsewhere as HeldElsewhere,
+    SessionStore as SessionStore,
+)
 from .signals import (
     Channel as Channel,
     SessionSignal as SessionSignal,
@@ -74,6 +116,13 @@ from .signals import (
     interrupt_signal as interrupt_signal,
     requests_hand_off as requests_hand_off,
     yield_signals as yield_signals,
+)
+from .spi import (
+    IdempotencyStore as IdempotencyStore,
+    SessionInbox as SessionInbox,
+    SessionLeaseStore as SessionLeaseStore,
+    SessionRecordStore as SessionRecordStore,
+    SessionSignalBus as SessionSignalBus,
 )
 from .status import (
     ClusterSessionStatus as ClusterSessionStatus,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from zlink_trio.router import SessionRouterConfig
+from zlink_trio.router import IdempotencyTtls, SessionRouterConfig
 
 D = SessionRouterConfig()
 
@@ -51,19 +51,19 @@ def test_r10_152_holder_loss_sweep_default() -> None:
 
 
 def test_r10_153_primary_ttl_default() -> None:
-    """R10-153: idempotencyPrimaryTtl = 24 h."""
-    assert D.idempotency_primary_ttl == 86_400.0
+    """R10-153: idempotencyPrimaryTtl = 24 h (the config and the store's default agree)."""
+    assert D.idempotency_primary_ttl == 86_400.0 == IdempotencyTtls().primary
 
 
 def test_r10_154_secondary_ttl_and_poll_interval_default() -> None:
     """R10-154: secondaryTtl = 30 s; the pollForward interval is secondary / 2 = 15 s."""
-    assert D.idempotency_secondary_ttl == 30.0
+    assert D.idempotency_secondary_ttl == 30.0 == IdempotencyTtls().secondary
     assert D.forward_poll_interval == 15.0
 
 
 def test_r10_155_forward_ttl_default() -> None:
     """R10-155: idempotencyForwardTtl = 5 min."""
-    assert D.idempotency_forward_ttl == 300.0
+    assert D.idempotency_forward_ttl == 300.0 == IdempotencyTtls().forward
 
 
 def test_r10_156_release_interrupt_timeout_default() -> None:
