@@ -17,6 +17,10 @@ from .application import (
     SessionMetrics as SessionMetrics,
     TurnInput as TurnInput,
 )
+from .builder import (
+    SessionRouterBuilder as SessionRouterBuilder,
+    open_session_router as open_session_router,
+)
 from .config import SessionRouterConfig as SessionRouterConfig
 from .disposition import (
     DispositionKind as DispositionKind,
@@ -28,8 +32,14 @@ from .disposition import (
 from .errors import (
     ConflictingAgentError as ConflictingAgentError,
     FencingRejected as FencingRejected,
+    ForwardTimeout as ForwardTimeout,
+    HolderLost as HolderLost,
     IdempotencyConflictError as IdempotencyConflictError,
+    RouterShuttingDown as RouterShuttingDown,
     SessionClaimFailed as SessionClaimFailed,
+    SessionEvicted as SessionEvicted,
+    TurnFailedError as TurnFailedError,
+    TurnInterrupted as TurnInterrupted,
 )
 from .events import (
     AgentExecutionEvent as AgentExecutionEvent,
@@ -98,12 +108,18 @@ from .records import (
     SessionRecordView as SessionRecordView,
     TranscriptEntry as TranscriptEntry,
 )
+from .router import (
+    RouterParts as RouterParts,
+    RouterStatistics as RouterStatistics,
+    SessionRouter as SessionRouter,
+)
 from .session_store import (
     AgentConflict as AgentConflict,
     Claimed as Claimed,
     ClaimOutcome as ClaimOutcome,
     FencedRecords as FencedRecords,
     HeldElsewhere as HeldElsewhere,
+    SessionHistory as SessionHistory,
     SessionStore as SessionStore,
 )
 from .signals import (

@@ -22,6 +22,7 @@ import attrs
 from .disposition import DispositionKind
 from .events import AgentExecutionEvent, AgentExecutionResult
 from .ids import AgentRef, IdempotencyKey, SessionId, TurnId
+from .session_store import SessionHistory
 from .values import (
     LiveSessionOptions,
     OpenAttributes,
@@ -62,10 +63,12 @@ class AgentRuntimeLookup(Protocol):
 @attrs.frozen(kw_only=True)
 class TurnInput:
     """What one turn gets: the user input (its wire form is
-    :func:`~zlink_trio.router.values.user_input_to_wire`) and per-turn metadata."""
+    :func:`~zlink_trio.router.values.user_input_to_wire`), the session's fenced history and
+    per-turn metadata."""
 
     turn_id: TurnId
     user_input: UserInput
+    history: SessionHistory
     submit_options: SubmitOptions = attrs.field(factory=SubmitOptions)
     initiator: Principal | None = None
     idempotency_key: IdempotencyKey | None = None

@@ -5,13 +5,29 @@ from __future__ import annotations
 
 from typing import ClassVar
 
-from ..errors import InvalidOperation, TypeMismatch, Unavailable
+from ..errors import (
+    ApplicationError,
+    DeadlineExceeded,
+    InvalidOperation,
+    ShuttingDown,
+    TypeMismatch,
+    Unavailable,
+    ZLinkError,
+)
+from .events import FailureCode, TurnFailed
 
 __all__ = [
     "ConflictingAgentError",
     "FencingRejected",
+    "ForwardTimeout",
+    "HolderLost",
     "IdempotencyConflictError",
+    "RouterShuttingDown",
     "SessionClaimFailed",
+    "SessionEvicted",
+    "TurnFailedError",
+    "TurnInterrupted",
+    "failure_error",
 ]
 
 
@@ -38,3 +54,55 @@ class FencingRejected(Unavailable):
     node's store no longer holds the session's lease (§5.3, §7.4, §10.3)."""
 
     http_status: ClassVar[int] = 503
+
+
+class TurnFailedError(ApplicationError):
+    """The turn raised; ``message`` is what crossed the wire (the cause's type and stack
+    stay on the node that ran it)."""
+
+    code: ClassVar[FailureCode] = FailureCode.FAILED
+
+
+class TurnInterrupted(Unavailable):
+    """The turn was interrupted (user, release, shutdown, lost lease, yield)."""
+
+    code: ClassVar[FailureCode] = FailureCode.INTERRUPTED
+
+
+class HolderLost(Unavailable):
+    """The node running the turn died (§6.3 D)."""
+
+    code: ClassVar[FailureCode] = FailureCode.HOLDER_LOST
+
+
+class SessionEvicted(Unavailable):
+    """The session was released or deleted while the result was awaited (§3.3 EVICT)."""
+
+    code: ClassVar[FailureCode] = FailureCode.SESSION_EVICTED
+
+
+class ForwardTimeout(DeadlineExceeded):
+    """No answer for a forwarded turn within ``idempotency_forward_ttl`` (§9.1)."""
+
+    code: ClassVar[FailureCode] = FailureCode.FORWARD_TIMEOUT
+
+
+class RouterShuttingDown(ShuttingDown):
+    """The router stopped accepting submits (§6.3 C; IllegalStateException in the JVM)."""
+
+    http_status: ClassVar[int] = 503
+
+
+_BY_CODE: dict[FailureCode, type[ZLinkError]] = {
+    FailureCode.FAILED: TurnFailedError,
+    FailureCode.CONFLICTING_AGENT: ConflictingAgentError,
+    FailureCode.INTERRUPTED: TurnInterrupted,
+    FailureCode.HOLDER_LOST: HolderLost,
+    FailureCode.SESSION_EVICTED: SessionEvicted,
+    FailureCode.FORWARD_TIMEOUT: ForwardTimeout,
+}
+
+
+def failure_error(failed: TurnFailed) -> ZLinkError:
+    """The exception a result handle raises for a failed turn."""
+    return _BY_CODE[failed.code](failed.message)

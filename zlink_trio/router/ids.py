@@ -82,6 +82,12 @@ class TurnId:
     def new(cls) -> Self:
         return cls(f"turn-{uuid.uuid4()}")
 
+    @classmethod
+    def for_message(cls, message_id: InboundMessageId) -> Self:
+        """The turn that runs an inbox message: derived from the message id, so the
+        submitter and the holder name it alike without another envelope field."""
+        return cls(f"turn-of-{message_id.value}")
+
     def __str__(self) -> str:
         return self.value
 

@@ -35,6 +35,7 @@ __all__ = [
     "Claimed",
     "FencedRecords",
     "HeldElsewhere",
+    "SessionHistory",
     "SessionStore",
 ]
 
@@ -182,3 +183,21 @@ class FencedRecords:
 
     async def delete(self, session_id: SessionId) -> bool:
         return await self._records.delete(session_id, self._store._token(session_id))
+
+
+@final
+class SessionHistory:
+    """One session's history as a turn sees it: read the record (the authority, re-read at
+    every turn start, §10.4), append fenced with this node's lease. A turn writes at its end,
+    never partial state midway (§2)."""
+
+    def __init__(self, records: FencedRecords, session_id: SessionId) -> None:
+        self._records = records
+        self.session_id = session_id
+
+    async def load(self) -> tuple[TranscriptEntry, ...]:
+        view = await self._records.load(self.session_id)
+        return () if view is None else view.transcript
+
+    async def append(self, entries: Sequence[TranscriptEntry]) -> None:
+        await self._records.append(self.session_id, entries)

@@ -13,6 +13,7 @@ the in-memory backends read ``trio.current_time``, so ``advance`` is a jump of t
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 import trio
@@ -93,3 +94,32 @@ def inject_raw(backend: str) -> Callable[[SessionSignalBus, str], None]:
         bus.publish_text_nowait(text)
 
     return inject
+
+
+@pytest.fixture
+def shared(
+    lease_backend: SessionLeaseStore,
+    record_backend: SessionRecordStore,
+    inbox: SessionInbox,
+    new_bus: Callable[[], SessionSignalBus],
+    idempotency: IdempotencyStore,
+) -> Any:
+    """One cluster's shared SPIs."""
+    from router_app import Shared
+
+    return Shared(record_backend, lease_backend, inbox, new_bus(), idempotency)
+
+
+@pytest.fixture
+def world() -> Any:
+    from router_app import World
+
+    return World()
+
+
+@pytest.fixture
+def registry(world: Any) -> Any:
+    from router_app import Registry
+    from router_kit import AGENT, OTHER_AGENT
+
+    return Registry(world, [AGENT, OTHER_AGENT])

@@ -3,7 +3,8 @@ order of SPI calls across several backends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import trio
@@ -78,7 +79,9 @@ class _Spy:
             return value
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            self._log.calls.append(f"{self._name}.{attr}")
+            kind = getattr(args[0], "kind", None) if args else None
+            suffix = f":{kind.name}" if attr == "publish" and kind is not None else ""
+            self._log.calls.append(f"{self._name}.{attr}{suffix}")
             return value(*args, **kwargs)
 
         return call
@@ -89,3 +92,33 @@ def raising(exc: BaseException) -> Callable[..., Any]:
         raise exc
 
     return fail
+
+
+class DroppingBus:
+    """A node's view of the bus that never hears the given kinds (it publishes normally)."""
+
+    def __init__(self, target: Any, drop: set[str]) -> None:
+        self._target, self._drop = target, drop
+        self.dropped = 0
+
+    async def publish(self, signal: Any) -> None:
+        await self._target.publish(signal)
+
+    @asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[Any]:
+        send, receive = trio.open_memory_channel[Any](1024)
+        async with self._target.subscribe() as inner, trio.open_nursery() as nursery:
+
+            async def pump() -> None:
+                async with send:
+                    async for signal in inner:
+                        if signal.kind.name in self._drop:
+                            self.dropped += 1
+                        else:
+                            await send.send(signal)
+
+            nursery.start_soon(pump)
+            try:
+                yield receive
+            finally:
+                nursery.cancel_scope.cancel()
