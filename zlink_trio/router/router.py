@@ -162,8 +162,10 @@ class _HeldLease:
     """A lease this router holds: its renewer task, its touch slot, and one terminal latch
     (``ended``) so racing end paths (yield, loss, close) end it exactly once."""
 
-    def __init__(self, session_id: SessionId) -> None:
+    def __init__(self, session_id: SessionId, acquired_at: float) -> None:
         self.session_id = session_id
+        self.acquired_at = acquired_at
+        """The renewal schedule's phase: ticks at acquired_at + k * extend interval."""
         self.slot = _TouchSlot()
         self.scope = trio.CancelScope()
         self.ended: Literal["lost", "returned"] | None = None
@@ -757,15 +759,18 @@ class SessionRouter:
     # --- the lease (§7.4) ------------------------------------------------------------------------
 
     def _start_renewer(self, session_id: SessionId) -> None:
-        held = _HeldLease(session_id)
+        held = _HeldLease(session_id, trio.current_time())
         self._leases[session_id] = held
         self._nursery.start_soon(self._renew, held)
 
     async def _renew(self, held: _HeldLease) -> None:
         sid = held.session_id
+        interval = self._config.lock_extend_interval
+        tick = held.acquired_at
         with held.scope:
             while True:
-                await trio.sleep(self._config.lock_extend_interval)
+                tick += interval
+                await trio.sleep_until(tick)
                 try:
                     lease = await self._store.renew(sid)
                 except Exception:

@@ -47,8 +47,9 @@ def backend(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def advance(autojump_clock: trio.testing.MockClock) -> Advance:
     async def advance(seconds: float) -> None:
+        """Jump the clock, then let every task woken by the jump run until all block."""
         autojump_clock.jump(seconds)
-        await trio.lowlevel.checkpoint()
+        await trio.testing.wait_all_tasks_blocked()
 
     return advance
 
