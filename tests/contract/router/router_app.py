@@ -61,6 +61,8 @@ class World:
     runtime_constructions: int = 0
     runtime_closes: int = 0
     open_attributes: list[dict[str, Any]] = attrs.field(factory=list)
+    open_options: list[dict[str, Any]] = attrs.field(factory=list)
+    turn_options: list[dict[str, Any]] = attrs.field(factory=list)
 
 
 class FakeRuntime:
@@ -106,6 +108,7 @@ class FakeSession:
     async def run_turn(self, turn: TurnInput, listener: EventListener) -> AgentExecutionResult:
         text = turn.user_input.as_text()
         history = await turn.history.load()
+        self._world.turn_options.append(turn.submit_options.as_dict())
         log = TurnLog(self._node, text, trio.current_time(), history_len=len(history))
         self._world.turns.append(log)
         try:
@@ -137,6 +140,7 @@ class Opener:
     async def open(self, request: OpenRequest) -> LiveSession:
         self._world.opens[self._node] = self._world.opens.get(self._node, 0) + 1
         self._world.open_attributes.append(request.open_attributes.as_dict())
+        self._world.open_options.append(request.options.as_dict())
         runtime = self._registry.lookup(request.agent_ref, request.context_discriminator)
         return FakeSession(self._world, self._node, request.session_id, runtime)
 
