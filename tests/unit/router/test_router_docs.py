@@ -17,6 +17,6 @@ def test_the_router_example_runs() -> None:
     with contextlib.redirect_stdout(out):
         exec(compile(blocks[0], str(DOC), "exec"), {"__name__": "__main__"})
     assert out.getvalue().splitlines() == [
-        "['hello']",
-        "support ['hello']",
+        "EXECUTED_LOCALLY hello (turn 1)",
+        "FORWARDED again (turn 2)",
     ]
