@@ -299,3 +299,17 @@ async def test_r10_23_a_blocked_publish_does_not_delay_renewals(
         a.interrupt(S2, InterruptReason.USER)  # its publish hangs forever, on its own task
         await running.result
     assert [t for _, t in renewals.ticks][:3] == [10.0, 20.0, 30.0]
+
+
+async def test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-129: NOW is immediate only on a holder running a turn; with no turn running (or
+    the doorbell missed) a NOW message is simply the first turn of the next pass."""
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        await (await a.submit(_request("bind"))).result
+        await shared.inbox.deliver(message("next-waiting"))  # doorbells missed
+        await shared.inbox.deliver(message("now-waiting", priority=Priority.NOW))
+        await (await a.submit(_request("trigger", priority=Priority.LATER))).result
+    assert world.injected == []
+    assert [t.text for t in world.turns] == ["bind", "now-waiting", "next-waiting", "trigger"]
