@@ -38,6 +38,7 @@ from .errors import (
     RouterShuttingDown as RouterShuttingDown,
     SessionClaimFailed as SessionClaimFailed,
     SessionEvicted as SessionEvicted,
+    SessionHeldElsewhere as SessionHeldElsewhere,
     TurnFailedError as TurnFailedError,
     TurnInterrupted as TurnInterrupted,
 )

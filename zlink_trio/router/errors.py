@@ -25,6 +25,7 @@ __all__ = [
     "RouterShuttingDown",
     "SessionClaimFailed",
     "SessionEvicted",
+    "SessionHeldElsewhere",
     "TurnFailedError",
     "TurnInterrupted",
     "failure_error",
@@ -85,6 +86,13 @@ class ForwardTimeout(DeadlineExceeded):
     """No answer for a forwarded turn within ``idempotency_forward_ttl`` (§9.1)."""
 
     code: ClassVar[FailureCode] = FailureCode.FORWARD_TIMEOUT
+
+
+class SessionHeldElsewhere(Unavailable):
+    """``delete_session`` could not take the lease within ``release_interrupt_timeout``: the
+    holder did not yield (§7.7, IllegalStateException in the JVM). Retry later."""
+
+    http_status: ClassVar[int] = 503
 
 
 class RouterShuttingDown(ShuttingDown):

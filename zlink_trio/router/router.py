@@ -19,6 +19,7 @@ releases it; a lost renewal, a YIELD, or closing the router does.
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -43,6 +44,7 @@ from .errors import (
     IdempotencyConflictError,
     RouterShuttingDown,
     SessionEvicted,
+    SessionHeldElsewhere,
     failure_error,
 )
 from .events import (
@@ -70,8 +72,15 @@ from .ids import IdempotencyKey, InboundMessageId, NodeId, ReserverId, SessionId
 from .inbox import InboundMessage
 from .primitives import JsonMap
 from .session_store import AgentConflict, Claimed, HeldElsewhere, SessionHistory, SessionStore
-from .signals import SessionSignal, SignalKind, interrupt_signal, requests_hand_off
+from .signals import (
+    SessionSignal,
+    SignalKind,
+    interrupt_signal,
+    requests_hand_off,
+    yield_signals,
+)
 from .spi import IdempotencyStore, SessionInbox, SessionSignalBus
+from .status import ClusterSessionStatus, SessionActivity, StatusProjection
 from .values import LiveSessionOptions, OpenAttributes, Priority, SubmitRequest
 
 __all__ = ["RouterParts", "SessionRouter", "serve_session_router"]
@@ -194,6 +203,7 @@ class _Pass:
     def __init__(self) -> None:
         self.running: _RunningTurn | None = None
         self.stop: InterruptReason | None = None
+        self.end_by: _PassEnd = _PassEnd.HAND_OFF
         self.injected: list[InboundMessage] = []
         self.done = trio.Event()
 
@@ -216,10 +226,18 @@ class _Forward:
         self.scope = trio.CancelScope()
 
 
-class _RouterState:
-    ACCEPTING: ClassVar[str] = "accepting"
-    DRAINING: ClassVar[str] = "draining"
-    CLOSED: ClassVar[str] = "closed"
+class _RouterState(enum.Enum):
+    ACCEPTING = "accepting"
+    DRAINING = "draining"
+    CLOSED = "closed"
+
+
+class _PassEnd(enum.Enum):
+    """Who finishes a stopped pass's session: the pass itself (a YIELD hand-off) or the
+    ``release_session``/``delete_session`` call that stopped it."""
+
+    HAND_OFF = "hand_off"
+    CALLER = "caller"
 
 
 def _stopped(gate: _Pass, held: _HeldLease) -> bool:
@@ -252,6 +270,8 @@ class SessionRouter:
         self._forwards_by_key: dict[IdempotencyKey, list[_Forward]] = {}
         self._local_keyed: dict[IdempotencyKey, TurnFuture] = {}
         self._clock: Callable[[], float] = trio.current_time
+        self._projection = StatusProjection()
+        self._status_seq = 0
 
     # --- public surface ------------------------------------------------------------------------
 
@@ -318,6 +338,73 @@ class SessionRouter:
         self._nursery.start_soon(
             self._publish, interrupt_signal(session_id, self.node_id, reason, turn_id)
         )
+
+    def status(self, session_id: SessionId) -> ClusterSessionStatus | None:
+        """Best-effort observation (§5.1), never a control gate: this node's own view when it
+        holds the session, else the newest STATUS snapshot heard from a peer."""
+        if session_id in self._leases:
+            return self._snapshot(session_id)
+        return self._projection.get(session_id)
+
+    async def release_session(self, session_id: SessionId) -> None:
+        """Give the handle back; the history stays (§6.3 A): interrupt the turn
+        (SESSION_RELEASED), wait up to ``release_interrupt_timeout`` for it, close the handle,
+        drop it, purge the inbox, return the lease, then broadcast EVICT."""
+        async with self._exclusive(session_id):
+            await self._close_handle(session_id)
+            await self._inbox.purge(session_id)
+            await self._return_lease(session_id)
+            await self._publish(self._evict_signal(session_id))
+
+    async def delete_session(self, session_id: SessionId) -> bool:
+        """Delete the history too; only the holder can (§7.7). Takes the lease first; while
+        another node holds it, asks it to yield (YIELD + the legacy INTERRUPT shim) and
+        retries until ``release_interrupt_timeout``, then raises
+        :class:`SessionHeldElsewhere` (retry later). Answers whether a record was deleted."""
+        bound = await self._store.bound_agent(session_id)
+        if bound is None:
+            await self._inbox.purge(session_id)
+            return False
+        async with self._exclusive(session_id):
+            retry = min(0.5, self._config.release_interrupt_timeout / 10)
+            with trio.move_on_after(self._config.release_interrupt_timeout):
+                while True:
+                    claimed = await self._store.claim(session_id, bound)
+                    if isinstance(claimed, Claimed):
+                        break
+                    for signal in yield_signals(session_id, self.node_id):
+                        await self._publish(signal)
+                    await trio.sleep(retry)
+            if self._store.held(session_id) is None:
+                raise SessionHeldElsewhere(
+                    f"{session_id} is held by another node; it did not yield within "
+                    f"{self._config.release_interrupt_timeout} s"
+                )
+            await self._inbox.purge(session_id)
+            deleted = await self._store.records.delete(session_id)
+            await self._close_handle(session_id)
+            if session_id in self._leases:
+                await self._return_lease(session_id)
+            else:
+                await self._store.release(session_id)
+            self._projection.remove(session_id)
+            await self._publish(self._evict_signal(session_id))
+        return deleted
+
+    @asynccontextmanager
+    async def _exclusive(self, session_id: SessionId) -> AsyncIterator[None]:
+        """Hold the session's turn gate (stopping a running pass first), so no turn or
+        drain starts here while a release or delete runs."""
+        while (running := self._passes.get(session_id)) is not None:
+            await self._stop_pass(session_id)
+            if self._passes.get(session_id) is running:
+                self._end_gate(session_id, running)  # its turn ignored the interrupt
+        gate = _Pass()
+        self._passes[session_id] = gate
+        try:
+            yield
+        finally:
+            self._end_gate(session_id, gate)
 
     async def close_gracefully(self, timeout: float) -> None:  # noqa: ASYNC109 (spec API)
         """Stop accepting, wait up to ``timeout`` for passes, interrupt the rest with
@@ -554,7 +641,11 @@ class SessionRouter:
                 for work in queue:  # stopped early: hand what is left to the next holder
                     await self._requeue(work)
             self._end_gate(session_id, gate)
-            if gate.stop is InterruptReason.SESSION_RELEASED and held.ended is None:
+            if (
+                gate.stop is InterruptReason.SESSION_RELEASED
+                and gate.end_by is _PassEnd.HAND_OFF
+                and held.ended is None
+            ):
                 with trio.CancelScope(shield=True):
                     await self._give_up(session_id)
 
@@ -842,6 +933,57 @@ class SessionRouter:
         if await self._pending(session_id):
             await self._ring(session_id, Priority.LATER)
 
+    async def _stop_pass(self, session_id: SessionId) -> None:
+        gate = self._passes.get(session_id)
+        if gate is None:
+            return
+        gate.stop = InterruptReason.SESSION_RELEASED
+        gate.end_by = _PassEnd.CALLER
+        if gate.running is not None:
+            gate.running.interrupt(InterruptReason.SESSION_RELEASED)
+        with trio.move_on_after(self._config.release_interrupt_timeout) as waited:
+            await gate.done.wait()
+        if waited.cancelled_caught:
+            _log.warning(
+                "the turn of %s ignored its interrupt for %s s; closing it anyway "
+                "(its remaining frames are lost)",
+                session_id,
+                self._config.release_interrupt_timeout,
+            )
+
+    def _evict_signal(self, session_id: SessionId) -> SessionSignal:
+        return SessionSignal(kind=SignalKind.EVICT, session_id=session_id, origin=self.node_id)
+
+    def _snapshot(self, session_id: SessionId) -> ClusterSessionStatus:
+        gate = self._passes.get(session_id)
+        running = None if gate is None else gate.running
+        return ClusterSessionStatus(
+            session_id=session_id,
+            origin=self.node_id,
+            seq=self._status_seq,
+            activity=SessionActivity.IDLE if running is None else SessionActivity.RUNNING,
+            active_turn_id=None if running is None else running.turn_id,
+            observed_at=trio.current_time(),
+        )
+
+    async def _heartbeat(self) -> None:
+        """STATUS every ``status_heartbeat_interval`` for each session this node holds."""
+        interval = self._config.status_heartbeat_interval
+        tick = trio.current_time()
+        while True:
+            tick += interval
+            await trio.sleep_until(tick)
+            for session_id in list(self._leases):
+                self._status_seq += 1
+                await self._publish(
+                    SessionSignal(
+                        kind=SignalKind.STATUS,
+                        session_id=session_id,
+                        origin=self.node_id,
+                        payload=self._snapshot(session_id).to_wire(),
+                    )
+                )
+
     # --- signals ----------------------------------------------------------------------------------
 
     async def _publish(self, signal: SessionSignal) -> None:
@@ -886,7 +1028,13 @@ class SessionRouter:
                 self._nursery.start_soon(self._inject_now, sid, gate)
         elif kind is SignalKind.TURN_RESULT:
             self._on_turn_result(signal.payload)
+        elif kind is SignalKind.STATUS:
+            if signal.origin != self.node_id:
+                self._projection.offer(ClusterSessionStatus.from_wire(signal.payload))
         elif kind is SignalKind.EVICT:
+            self._projection.remove(sid)
+            if signal.origin != self.node_id and sid not in self._passes:
+                self._nursery.start_soon(self._close_handle, sid)
             for forward in self._all_forwards():
                 if forward.session_id == sid:
                     forward.future.set_exception(SessionEvicted(f"{sid} was evicted"))
@@ -946,6 +1094,7 @@ async def serve_session_router(parts: RouterParts) -> AsyncIterator[SessionRoute
         try:
             nursery.start_soon(router._listen, receive)
             nursery.start_soon(router._metrics.serve)
+            nursery.start_soon(router._heartbeat)
             try:
                 yield router
             finally:
