@@ -109,6 +109,13 @@ from .records import (
     SessionRecordView as SessionRecordView,
     TranscriptEntry as TranscriptEntry,
 )
+from .relay import (
+    EventSubscription as EventSubscription,
+    RemoteEventQueue as RemoteEventQueue,
+    TurnEvent as TurnEvent,
+    event_from_wire as event_from_wire,
+    event_to_wire as event_to_wire,
+)
 from .router import (
     RouterParts as RouterParts,
     RouterStatistics as RouterStatistics,

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import logging
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, ClassVar, Literal, TypeAlias, final
 
 import attrs
@@ -50,8 +50,13 @@ from .errors import (
 from .events import (
     AgentExecutionEvent,
     AgentExecutionResult,
+    ExecutionCompleted,
+    ExecutionError,
     FailureCode,
+    InterruptedAt,
     InterruptReason,
+    RejectedAt,
+    RejectionReason,
     TurnFailed,
     TurnResult,
     TurnSucceeded,
@@ -71,6 +76,14 @@ from .idempotency import (
 from .ids import IdempotencyKey, InboundMessageId, NodeId, ReserverId, SessionId, TurnId
 from .inbox import InboundMessage
 from .primitives import JsonMap
+from .relay import (
+    EventSubscription,
+    RemoteEventQueue,
+    SessionEventHub,
+    TurnEvent,
+    event_from_wire,
+    event_to_wire,
+)
 from .session_store import AgentConflict, Claimed, HeldElsewhere, SessionHistory, SessionStore
 from .signals import (
     SessionSignal,
@@ -244,10 +257,6 @@ def _stopped(gate: _Pass, held: _HeldLease) -> bool:
     return gate.stop is not None or held.ended is not None
 
 
-def _noop_listener(_event: AgentExecutionEvent) -> None:
-    """Frames go nowhere yet: the events relay is issue 15 part 2."""
-
-
 @final
 class SessionRouter:
     """One node's router. Create with ``open_session_router``; never share its store."""
@@ -272,6 +281,8 @@ class SessionRouter:
         self._clock: Callable[[], float] = trio.current_time
         self._projection = StatusProjection()
         self._status_seq = 0
+        self._hub = SessionEventHub()
+        self._remote_events = RemoteEventQueue()
 
     # --- public surface ------------------------------------------------------------------------
 
@@ -339,6 +350,13 @@ class SessionRouter:
             self._publish, interrupt_signal(session_id, self.node_id, reason, turn_id)
         )
 
+    def events(self, session_id: SessionId) -> AbstractAsyncContextManager[EventSubscription]:
+        """Subscribe to the session's frames: those of turns run here and those relayed from
+        other nodes over the EVENT rail, each with its TurnId (live only: no replay). The
+        subscription ends when the session ends on this node (release, delete, EVICT,
+        close)."""
+        return self._hub.subscribe(session_id)
+
     def status(self, session_id: SessionId) -> ClusterSessionStatus | None:
         """Best-effort observation (§5.1), never a control gate: this node's own view when it
         holds the session, else the newest STATUS snapshot heard from a peer."""
@@ -355,6 +373,7 @@ class SessionRouter:
             await self._inbox.purge(session_id)
             await self._return_lease(session_id)
             await self._publish(self._evict_signal(session_id))
+            self._hub.complete(session_id)
 
     async def delete_session(self, session_id: SessionId) -> bool:
         """Delete the history too; only the holder can (§7.7). Takes the lease first; while
@@ -389,6 +408,7 @@ class SessionRouter:
                 await self._store.release(session_id)
             self._projection.remove(session_id)
             await self._publish(self._evict_signal(session_id))
+            self._hub.complete(session_id)
         return deleted
 
     @asynccontextmanager
@@ -428,6 +448,7 @@ class SessionRouter:
         for forward in self._all_forwards():
             forward.future.set_exception(RouterShuttingDown("the router closed"))
             forward.scope.cancel()
+        self._hub.complete_all()
         self._state = _RouterState.CLOSED
         self._metrics.close()
 
@@ -714,6 +735,7 @@ class SessionRouter:
                 write_result = False
         outcome_of_turn: TurnResult
         if bound is not None and bound != message.agent_ref:
+            self._relay(session_id, turn_id)(RejectedAt(RejectionReason.CONFLICTING_AGENT))
             outcome_of_turn = TurnFailed(
                 FailureCode.CONFLICTING_AGENT, f"{session_id} is bound to {bound}"
             )
@@ -793,21 +815,51 @@ class SessionRouter:
             initiator=request.initiator,
             idempotency_key=request.idempotency_key,
         )
+        relay = self._relay(session_id, turn_id)
         result: TurnResult
         try:
             with running.scope:
                 if gate.stop is not None:
                     running.interrupt(gate.stop)
-                answer: AgentExecutionResult = await handle.run_turn(turn, _noop_listener)
+                answer: AgentExecutionResult = await handle.run_turn(turn, relay)
+                relay(ExecutionCompleted(answer))
                 return TurnSucceeded(answer)
             reason = running.reason or InterruptReason.USER
+            relay(InterruptedAt(reason))
             result = TurnFailed(FailureCode.INTERRUPTED, reason.value)
         except Exception as exc:
+            relay(ExecutionError(repr(exc)))
             result = TurnFailed(FailureCode.FAILED, repr(exc))
         finally:
             gate.running = None
             gate.injected.extend(running.injected)
         return result
+
+    def _relay(
+        self, session_id: SessionId, turn_id: TurnId
+    ) -> Callable[[AgentExecutionEvent], None]:
+        """One relay per turn, stamping its TurnId on every frame (§5.5): local subscribers
+        and the bounded remote queue, never blocking the turn."""
+
+        def relay(event: AgentExecutionEvent) -> None:
+            frame = TurnEvent(turn_id, event)
+            self._hub.publish(session_id, frame)
+            self._remote_events.put(session_id, frame)
+
+        return relay
+
+    async def _dispatch_events(self) -> None:
+        """The EVENT rail's dispatcher: a slow publish delays frames, never a turn."""
+        while True:
+            session_id, frame = await self._remote_events.get()
+            await self._publish(
+                SessionSignal(
+                    kind=SignalKind.EVENT,
+                    session_id=session_id,
+                    origin=self.node_id,
+                    payload=event_to_wire(frame.turn_id, frame.event),
+                )
+            )
 
     async def _ensure_open(
         self,
@@ -1028,13 +1080,20 @@ class SessionRouter:
                 self._nursery.start_soon(self._inject_now, sid, gate)
         elif kind is SignalKind.TURN_RESULT:
             self._on_turn_result(signal.payload)
+        elif kind is SignalKind.EVENT:
+            if signal.origin != self.node_id:
+                frame = event_from_wire(signal.payload)
+                if frame is not None:
+                    self._hub.publish(sid, frame)
         elif kind is SignalKind.STATUS:
             if signal.origin != self.node_id:
                 self._projection.offer(ClusterSessionStatus.from_wire(signal.payload))
         elif kind is SignalKind.EVICT:
             self._projection.remove(sid)
-            if signal.origin != self.node_id and sid not in self._passes:
-                self._nursery.start_soon(self._close_handle, sid)
+            if signal.origin != self.node_id:
+                self._hub.complete(sid)
+                if sid not in self._passes:
+                    self._nursery.start_soon(self._close_handle, sid)
             for forward in self._all_forwards():
                 if forward.session_id == sid:
                     forward.future.set_exception(SessionEvicted(f"{sid} was evicted"))
@@ -1095,6 +1154,7 @@ async def serve_session_router(parts: RouterParts) -> AsyncIterator[SessionRoute
             nursery.start_soon(router._listen, receive)
             nursery.start_soon(router._metrics.serve)
             nursery.start_soon(router._heartbeat)
+            nursery.start_soon(router._dispatch_events)
             try:
                 yield router
             finally:

@@ -16,6 +16,7 @@ from zlink_trio.router import (
     AgentExecutionEvent,
     AgentExecutionResult,
     AgentRef,
+    AssistantTextDelta,
     DeploymentMode,
     EventListener,
     IdempotencyStore,
@@ -109,6 +110,7 @@ class FakeSession:
         text = turn.user_input.as_text()
         history = await turn.history.load()
         self._world.turn_options.append(turn.submit_options.as_dict())
+        listener(AssistantTextDelta(f"thinking about {text}"))
         log = TurnLog(self._node, text, trio.current_time(), history_len=len(history))
         self._world.turns.append(log)
         try:
