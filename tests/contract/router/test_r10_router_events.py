@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import attrs
 import pytest
 import trio
 import trio.testing
@@ -181,3 +182,31 @@ def test_event_payloads_are_flat_and_unknown_types_are_ignored() -> None:
         kind=SignalKind.EVENT, session_id=S1, origin=NODE_A, payload=event_to_wire(t, frames[0])
     )
     assert signal.payload["turnId"] == "t-9"
+
+
+async def test_r10_15_frames_cross_nodes_as_event_signals(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-15: a turn's frames leave the holder as EVENT signals (on the events channel),
+    each payload stamped with the TurnId."""
+    seen: list[SessionSignal] = []
+
+    class Tap:
+        def __init__(self, target: object) -> None:
+            self._target = target
+
+        async def publish(self, signal: SessionSignal) -> None:
+            if signal.kind is SignalKind.EVENT:
+                seen.append(signal)
+            await self._target.publish(signal)  # type: ignore[attr-defined]
+
+        def subscribe(self) -> object:
+            return self._target.subscribe()  # type: ignore[attr-defined]
+
+    async with cluster(attrs.evolve(shared, bus=Tap(shared.bus)), world, registry, ["a"]) as (a,):
+        disposition = await a.submit(_request())
+        await disposition.result
+        await trio.testing.wait_all_tasks_blocked()
+    assert [s.payload["type"] for s in seen] == ["textDelta", "completed"]
+    assert {s.payload["turnId"] for s in seen} == {disposition.turn_id.value}
+    assert all(s.channel.value == "events" for s in seen)
