@@ -1,0 +1,205 @@
+"""A fake application for router contract tests: live sessions whose turns take scripted
+(virtual) time, read the shared history at start and append to it at the end, and log every
+turn's interval; an opener counting opens; a runtime registry counting lookups and closes."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Any
+
+import attrs
+import trio
+
+from zlink_trio.router import (
+    AgentExecutionEvent,
+    AgentExecutionResult,
+    AgentRef,
+    AssistantTextDelta,
+    DeploymentMode,
+    EventListener,
+    IdempotencyStore,
+    LiveSession,
+    NodeId,
+    OpenRequest,
+    QueuedInput,
+    SessionId,
+    SessionInbox,
+    SessionLeaseStore,
+    SessionMetrics,
+    SessionRecordStore,
+    SessionRouter,
+    SessionRouterBuilder,
+    SessionRouterConfig,
+    SessionSignalBus,
+    TranscriptEntry,
+    TurnInput,
+    open_session_router,
+)
+
+
+@attrs.define
+class TurnLog:
+    node: str
+    text: str
+    start: float
+    end: float | None = None
+    history_len: int = 0
+    interrupted: bool = False
+
+
+@attrs.define
+class World:
+    """Shared application-side observations across every node of a test."""
+
+    turns: list[TurnLog] = attrs.field(factory=list)
+    duration: Callable[[str], float] = lambda _text: 1.0
+    opens: dict[str, int] = attrs.field(factory=dict)
+    closes: dict[str, int] = attrs.field(factory=dict)
+    injected: list[str] = attrs.field(factory=list)
+    runtime_lookups: int = 0
+    runtime_constructions: int = 0
+    runtime_closes: int = 0
+    open_attributes: list[dict[str, Any]] = attrs.field(factory=list)
+    open_options: list[dict[str, Any]] = attrs.field(factory=list)
+    turn_options: list[dict[str, Any]] = attrs.field(factory=list)
+
+
+class FakeRuntime:
+    def __init__(self, world: World, agent: AgentRef) -> None:
+        world.runtime_constructions += 1
+        self._world = world
+        self._agent = agent
+
+    @property
+    def agent_ref(self) -> AgentRef:
+        return self._agent
+
+    def close(self) -> None:
+        self._world.runtime_closes += 1
+
+
+class Registry:
+    """The bootstrap's runtimes, registered once."""
+
+    def __init__(self, world: World, agents: list[AgentRef]) -> None:
+        self._world = world
+        self._runtimes = {a: FakeRuntime(world, a) for a in agents}
+        world.runtime_constructions = 0  # count constructions after bootstrap only
+
+    def lookup(self, agent_ref: AgentRef, context_discriminator: str | None) -> FakeRuntime:
+        self._world.runtime_lookups += 1
+        return self._runtimes[agent_ref]
+
+
+class FakeSession:
+    def __init__(
+        self, world: World, node: str, session_id: SessionId, runtime: FakeRuntime
+    ) -> None:
+        self._world = world
+        self._node = node
+        self._session_id = session_id
+        self.runtime = runtime
+
+    @property
+    def session_id(self) -> SessionId:
+        return self._session_id
+
+    async def run_turn(self, turn: TurnInput, listener: EventListener) -> AgentExecutionResult:
+        text = turn.user_input.as_text()
+        history = await turn.history.load()
+        self._world.turn_options.append(turn.submit_options.as_dict())
+        listener(AssistantTextDelta(f"thinking about {text}"))
+        log = TurnLog(self._node, text, trio.current_time(), history_len=len(history))
+        self._world.turns.append(log)
+        try:
+            await trio.sleep(self._world.duration(text))
+        except trio.Cancelled:
+            log.interrupted = True
+            log.end = trio.current_time()
+            raise
+        await turn.history.append(
+            [
+                TranscriptEntry("user", text, turn.turn_id),
+                TranscriptEntry("assistant", f"re:{text}"),
+            ]
+        )
+        log.end = trio.current_time()
+        return AgentExecutionResult(f"{self._node}:{text}:{len(history)}")
+
+    def inject(self, queued: QueuedInput) -> None:
+        self._world.injected.append(queued.user_input.as_text())
+
+    async def aclose(self) -> None:
+        self._world.closes[self._node] = self._world.closes.get(self._node, 0) + 1
+
+
+class Opener:
+    def __init__(self, world: World, node: str, registry: Registry) -> None:
+        self._world, self._node, self._registry = world, node, registry
+
+    async def open(self, request: OpenRequest) -> LiveSession:
+        self._world.opens[self._node] = self._world.opens.get(self._node, 0) + 1
+        self._world.open_attributes.append(request.open_attributes.as_dict())
+        self._world.open_options.append(request.options.as_dict())
+        runtime = self._registry.lookup(request.agent_ref, request.context_discriminator)
+        return FakeSession(self._world, self._node, request.session_id, runtime)
+
+
+@attrs.frozen
+class Shared:
+    records: SessionRecordStore
+    leases: SessionLeaseStore
+    inbox: SessionInbox
+    bus: SessionSignalBus
+    idempotency: IdempotencyStore
+
+
+def builder(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    node: str,
+    *,
+    config: SessionRouterConfig | None = None,
+    metrics: SessionMetrics | None = None,
+    **overrides: Any,
+) -> SessionRouterBuilder:
+    fields: dict[str, Any] = {
+        "mode": DeploymentMode.DISTRIBUTED,
+        "node_id": NodeId(node),
+        "record_store": shared.records,
+        "lease_store": shared.leases,
+        "inbox": shared.inbox,
+        "signal_bus": shared.bus,
+        "idempotency_store": shared.idempotency,
+        "session_opener": Opener(world, node, registry),
+        "config": config or SessionRouterConfig(),
+        "metrics": metrics or SessionMetrics(),
+    }
+    fields.update(overrides)
+    return SessionRouterBuilder(**fields)
+
+
+@asynccontextmanager
+async def cluster(
+    shared: Shared, world: World, registry: Registry, nodes: list[str], **kwargs: Any
+) -> AsyncIterator[list[SessionRouter]]:
+    async with AsyncExitStack() as stack:
+        routers = [
+            await stack.enter_async_context(
+                open_session_router(builder(shared, world, registry, n, **kwargs))
+            )
+            for n in nodes
+        ]
+        yield routers
+
+
+def no_overlap(turns: list[TurnLog]) -> bool:
+    spans = sorted((t.start, t.end if t.end is not None else float("inf")) for t in turns)
+    return all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))
+
+
+def frames(_e: AgentExecutionEvent) -> None:
+    return None

@@ -1,0 +1,124 @@
+"""Helpers of the router contract suite: ids, messages and a spy wrapper that records the
+order of SPI calls across several backends."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any
+
+import trio
+
+from zlink_trio.router import (
+    AgentRef,
+    IdempotencyKey,
+    InboundMessage,
+    InboundMessageId,
+    NodeId,
+    Priority,
+    ReserverId,
+    SessionId,
+    TextInput,
+    UserInput,
+)
+
+S1 = SessionId("s-1")
+S2 = SessionId("s-2")
+AGENT = AgentRef("agent-x")
+OTHER_AGENT = AgentRef("agent-y")
+NODE_A = NodeId("node-a")
+NODE_B = NodeId("node-b")
+NODE_C = NodeId("node-c")
+KEY = IdempotencyKey("k-1")
+
+
+def reserver(node: NodeId = NODE_A) -> ReserverId:
+    return ReserverId.new(node)
+
+
+def message(
+    text: str,
+    *,
+    session: SessionId = S1,
+    priority: Priority = Priority.NEXT,
+    user_input: UserInput | None = None,
+    agent: AgentRef = AGENT,
+    key: IdempotencyKey | None = None,
+) -> InboundMessage:
+    return InboundMessage(
+        message_id=InboundMessageId.new(),
+        session_id=session,
+        agent_ref=agent,
+        user_input=user_input if user_input is not None else TextInput(text),
+        priority=priority,
+        delivered_at=trio.current_time(),
+        idempotency_key=key,
+    )
+
+
+class CallLog:
+    """One ordered log of ``"<name>.<method>"`` calls shared by several spies."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def spy(self, name: str, target: Any) -> Any:
+        return _Spy(self, name, target)
+
+    def of(self, name: str) -> list[str]:
+        return [c for c in self.calls if c.startswith(name + ".")]
+
+
+class _Spy:
+    def __init__(self, log: CallLog, name: str, target: Any) -> None:
+        self._log, self._name, self._target = log, name, target
+
+    def __getattr__(self, attr: str) -> Any:
+        value = getattr(self._target, attr)
+        if not callable(value):
+            return value
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            kind = getattr(args[0], "kind", None) if args else None
+            suffix = f":{kind.name}" if attr == "publish" and kind is not None else ""
+            self._log.calls.append(f"{self._name}.{attr}{suffix}")
+            return value(*args, **kwargs)
+
+        return call
+
+
+def raising(exc: BaseException) -> Callable[..., Any]:
+    async def fail(*_args: Any, **_kwargs: Any) -> Any:
+        raise exc
+
+    return fail
+
+
+class DroppingBus:
+    """A node's view of the bus that never hears the given kinds (it publishes normally)."""
+
+    def __init__(self, target: Any, drop: set[str]) -> None:
+        self._target, self._drop = target, drop
+        self.dropped = 0
+
+    async def publish(self, signal: Any) -> None:
+        await self._target.publish(signal)
+
+    @asynccontextmanager
+    async def subscribe(self) -> AsyncIterator[Any]:
+        send, receive = trio.open_memory_channel[Any](1024)
+        async with self._target.subscribe() as inner, trio.open_nursery() as nursery:
+
+            async def pump() -> None:
+                async with send:
+                    async for signal in inner:
+                        if signal.kind.name in self._drop:
+                            self.dropped += 1
+                        else:
+                            await send.send(signal)
+
+            nursery.start_soon(pump)
+            try:
+                yield receive
+            finally:
+                nursery.cancel_scope.cancel()

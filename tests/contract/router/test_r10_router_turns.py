@@ -1,0 +1,315 @@
+"""Turns on the router (spec 10 §2, §3.6, §5.1, §6.2, §7.1 F4, §7.3, §7.4, §9.3, §11.1)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import attrs
+import pytest
+import trio
+import trio.testing
+from conftest import Advance
+from router_app import Registry, Shared, World, cluster
+from router_kit import AGENT, OTHER_AGENT, S1, S2, message
+
+from zlink_trio.router import (
+    ConflictingAgentError,
+    InterruptReason,
+    LiveSessionOptions,
+    NodeId,
+    OpenAttributes,
+    Priority,
+    SessionId,
+    SessionMetrics,
+    SubmitOptions,
+    SubmitRequest,
+    TurnInterrupted,
+    yield_signals,
+)
+
+B = NodeId("b")
+
+
+def _request(text: str = "hi", session: SessionId = S1, **kw: object) -> SubmitRequest:
+    return SubmitRequest(session_id=session, agent_ref=AGENT, user_input=text, **kw)  # type: ignore[arg-type]
+
+
+class RenewLog:
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self.ticks: list[tuple[SessionId, float]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+    async def renew(self, lease: Any, ttl: float) -> Any:
+        self.ticks.append((lease.session_id, trio.current_time()))
+        return await self._target.renew(lease, ttl)
+
+
+async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-02: a turn cut midway (user interrupt, shutdown) leaves no transcript of itself
+    in the record store."""
+    world.duration = lambda t: 1.0 if t == "kept" else 100.0
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        await (await a.submit(_request("kept"))).result
+        cut = await a.submit(_request("cut"))
+        await trio.testing.wait_all_tasks_blocked()
+        a.interrupt(S1, InterruptReason.USER)
+        with pytest.raises(TurnInterrupted):
+            await cut.result
+        shutdown = await a.submit(_request("shutdown"))
+        await trio.testing.wait_all_tasks_blocked()
+        await a.close_gracefully(2.0)
+        with pytest.raises(TurnInterrupted, match="SYSTEM_SHUTDOWN"):
+            await shutdown.result
+    view = await shared.records.load(S1)
+    assert view is not None
+    assert [e.text for e in view.transcript] == ["kept", "re:kept"]
+
+
+async def test_r10_07_the_first_turn_decides_the_agent(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-07: after the first turn, another agentRef is ConflictingAgentError (409) with
+    no lease or idempotency side effect; the record's agent is unchanged; the loaded view
+    is immutable."""
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        await (await a.submit(_request())).result
+        with pytest.raises(ConflictingAgentError):
+            await a.submit(attrs.evolve(_request(), agent_ref=OTHER_AGENT))
+    view = await shared.records.load(S1)
+    assert view is not None and view.agent_ref == AGENT
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        view.agent_ref = OTHER_AGENT  # type: ignore[misc]
+    assert isinstance(view.transcript, tuple)
+
+
+async def test_r10_26_interrupt_without_turn_id_is_session_scoped(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-26: interrupt(id, reason) stops whatever turn of the session is active, and the
+    turn ends interrupted with that reason."""
+    world.duration = lambda _t: 50.0
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        running = await a.submit(_request())
+        await trio.testing.wait_all_tasks_blocked()
+        a.interrupt(S1, InterruptReason.SYSTEM_SHUTDOWN)
+        with pytest.raises(TurnInterrupted, match="SYSTEM_SHUTDOWN"):
+            await running.result
+    assert world.turns[0].interrupted
+
+
+async def test_r10_31_closing_touches_only_node_local_resources(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-31: close() and close_gracefully() close handles and give leases back; the
+    AgentRuntime's close count stays 0."""
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        await (await a.submit(_request())).result
+        await (await a.submit(_request(session=S2))).result
+        await a.aclose()
+        assert await shared.leases.current(S1) is None
+        assert await shared.leases.current(S2) is None
+    assert world.closes == {"a": 2}
+    assert world.runtime_closes == 0
+
+
+async def test_r10_84_the_next_holder_collects_orphans_before_its_turn(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    advance: Advance,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-84: messages left in the inbox when the previous holder let go (delivered after
+    its last collect, their doorbell missed) run in the next holder's first pass, before its
+    own turn at the same priority; a NOW orphan runs first."""
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        await (await a.submit(_request("a-turn"))).result
+        await a.aclose()  # the holder lets go; nobody hears the orphans' doorbells
+        await shared.inbox.deliver(message("orphan-next"))
+        await advance(1)
+        await shared.inbox.deliver(message("orphan-now", priority=Priority.NOW))
+        await advance(1)
+        await (await b.submit(_request("b-turn"))).result
+    assert [t.text for t in world.turns] == ["a-turn", "orphan-now", "orphan-next", "b-turn"]
+
+
+async def test_r10_90_hand_off_instead_of_not_holder(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-90: a YIELD mid-turn interrupts the turn; the handle closes before the lease is
+    released; the requester's next acquire succeeds; nothing answers NOT_HOLDER."""
+    order: list[str] = []
+
+    class Leases:
+        def __init__(self, target: Any) -> None:
+            self._target = target
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._target, name)
+
+        async def release(self, lease: Any) -> bool:
+            order.append(f"release(closes={world.closes.get('a', 0)})")
+            return bool(await self._target.release(lease))
+
+    world.duration = lambda _t: 100.0
+    async with cluster(
+        attrs.evolve(shared, leases=Leases(shared.leases)), world, registry, ["a"]
+    ) as (a,):
+        running = await a.submit(_request())
+        await trio.testing.wait_all_tasks_blocked()
+        for signal in yield_signals(S1, B):
+            await shared.bus.publish(signal)
+        with pytest.raises(TurnInterrupted) as info:
+            await running.result
+        assert "NOT_HOLDER" not in str(info.value)
+        await trio.testing.wait_all_tasks_blocked()
+        assert order == ["release(closes=1)"]
+        assert (await shared.leases.try_acquire(S1, B, 30)).kind == "granted"
+
+
+async def test_r10_93_the_renewer_keeps_a_blocked_turn_s_lease(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-93: a turn stuck 60 s in a fake LLM call still sees renewals every 10 s on the
+    renewer's own task, and the lease is never lost."""
+    renewals = RenewLog(shared.leases)
+    world.duration = lambda _t: 60.0
+    async with cluster(attrs.evolve(shared, leases=renewals), world, registry, ["a"]) as (a,):
+        answer = await (await a.submit(_request())).result
+    assert answer.text == "a:hi:0"
+    assert [t for _, t in renewals.ticks][:6] == [10.0, 20.0, 30.0, 40.0, 50.0, 60.0]
+
+
+async def test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    advance: Advance,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-95 / R10-172: the loss path never blocks the renewers: with a hook that blocks
+    its thread when one session's lease is lost, the other session's renewals stay on
+    their 10 s ticks and it keeps its lease."""
+    unblock = threading.Event()
+
+    class Blocking(SessionMetrics):
+        def on_lease_extend_failed(self, session_id: SessionId) -> None:
+            unblock.wait(10)
+
+    renewals = RenewLog(shared.leases)
+    world.duration = lambda _t: 100.0
+    async with cluster(
+        attrs.evolve(shared, leases=renewals), world, registry, ["a"], metrics=Blocking()
+    ) as (a,):
+        one = await a.submit(_request("one"))
+        two = await a.submit(_request("two", session=S2))
+        await advance(5)
+        lease = await shared.leases.current(S1)
+        assert lease is not None and await shared.leases.release(lease)
+        with pytest.raises(TurnInterrupted):
+            await one.result
+        for _ in range(4):
+            await advance(10)
+        s2_ticks = [t for s, t in renewals.ticks if s == S2]
+        assert s2_ticks[:5] == [10.0, 20.0, 30.0, 40.0, 50.0]
+        current = await shared.leases.current(S2)
+        assert current is not None and current.holder_id == a.node_id
+        unblock.set()
+        a.interrupt(S2, InterruptReason.USER)
+        with pytest.raises(TurnInterrupted):
+            await two.result
+
+
+async def test_r10_127_next_and_later_run_in_the_same_pass(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-127: NEXT and LATER messages delivered during a turn run as later turns of the
+    same drain pass (one after the other, no new pass in between)."""
+    world.duration = lambda _t: 4.0
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        first = await a.submit(_request("first"))
+        await trio.testing.wait_all_tasks_blocked()
+        later = await b.submit(_request("later", priority=Priority.LATER))
+        nxt = await b.submit(_request("next", priority=Priority.NEXT))
+        await first.result
+        await later.result
+        await nxt.result
+    assert [t.text for t in world.turns] == ["first", "next", "later"]
+    assert world.turns[1].start == world.turns[0].end
+    assert world.turns[2].start == world.turns[1].end
+
+
+async def test_r10_141_open_options_only_on_a_miss_submit_options_every_turn(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-141 / R10-20 (holder side): options and open attributes reach the opener on the
+    cache miss only; a later submit with other options, local or forwarded, calls no opener
+    and changes nothing; submit_options reach every local turn."""
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        first = _request(
+            "one",
+            options=LiveSessionOptions({"model": "m1"}),
+            open_attributes=OpenAttributes({"tenant": "t1"}),
+            submit_options=SubmitOptions({"trace": "x1"}),
+        )
+        await (await a.submit(first)).result
+        second = attrs.evolve(
+            first,
+            user_input="two",
+            options=LiveSessionOptions({"model": "m2"}),
+            open_attributes=OpenAttributes({"tenant": "t2"}),
+            submit_options=SubmitOptions({"trace": "x2"}),
+        )
+        await (await a.submit(second)).result
+        await (await b.submit(attrs.evolve(second, user_input="three"))).result
+    assert world.opens == {"a": 1}
+    assert world.open_options == [{"model": "m1"}]
+    assert world.open_attributes == [{"tenant": "t1"}]
+    assert world.turn_options[:2] == [{"trace": "x1"}, {"trace": "x2"}]
+
+
+async def test_r10_23_a_blocked_publish_does_not_delay_renewals(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-23 (the renewal scheduler's part; the cache and holder-loss sweepers come in
+    parts 2 and 3): a bus whose publish hangs does not delay a renewal tick."""
+
+    class StuckBus:
+        def __init__(self, target: Any) -> None:
+            self._target = target
+
+        async def publish(self, signal: Any) -> None:
+            await trio.sleep_forever()
+
+        def subscribe(self) -> Any:
+            return self._target.subscribe()
+
+    renewals = RenewLog(shared.leases)
+    world.duration = lambda _t: 35.0
+    async with cluster(
+        attrs.evolve(shared, leases=renewals, bus=StuckBus(shared.bus)), world, registry, ["a"]
+    ) as (a,):
+        running = await a.submit(_request())
+        a.interrupt(S2, InterruptReason.USER)  # its publish hangs forever, on its own task
+        await running.result
+    assert [t for _, t in renewals.ticks][:3] == [10.0, 20.0, 30.0]
+
+
+async def test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-129: NOW is immediate only on a holder running a turn; with no turn running (or
+    the doorbell missed) a NOW message is simply the first turn of the next pass."""
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        await (await a.submit(_request("bind"))).result
+        await shared.inbox.deliver(message("next-waiting"))  # doorbells missed
+        await shared.inbox.deliver(message("now-waiting", priority=Priority.NOW))
+        await (await a.submit(_request("trigger", priority=Priority.LATER))).result
+    assert world.injected == []
+    assert [t.text for t in world.turns] == ["bind", "now-waiting", "next-waiting", "trigger"]

@@ -1,0 +1,235 @@
+"""A turn's frames on their way out (spec 10 §5.5): the EVENT payload codec, the node-local
+subscriber hub, and the bounded remote queue with its three overflow grades.
+
+The producer (the turn, through its listener) never blocks: a local subscriber that does not
+keep up loses its oldest frames (counted); remote frames go to a bounded queue drained by
+the router's dispatcher task. On overflow the queue drops, among buffered frames whose grade
+is not higher than the incoming one, the oldest of the lowest grade; if none qualifies, the
+incoming frame is dropped, unless it and everything buffered are structural, in which case
+the oldest structural frame goes. Every drop is counted.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import final
+
+import attrs
+import trio
+
+from .events import (
+    AgentExecutionEvent,
+    AgentExecutionResult,
+    AssistantMessageReceived,
+    AssistantReasoningDelta,
+    AssistantTextDelta,
+    ExecutionCompleted,
+    ExecutionError,
+    InterruptedAt,
+    InterruptReason,
+    RejectedAt,
+    RejectionReason,
+    ToolUseCompleted,
+    ToolUseStarted,
+)
+from .ids import SessionId, TurnId
+from .primitives import Json, JsonMap, read_int
+
+__all__ = [
+    "EventSubscription",
+    "RemoteEventQueue",
+    "SessionEventHub",
+    "TurnEvent",
+    "event_from_wire",
+    "event_to_wire",
+]
+
+
+@attrs.frozen
+class TurnEvent:
+    """One frame with the turn it belongs to (the relay stamps every frame)."""
+
+    turn_id: TurnId
+    event: AgentExecutionEvent
+
+
+def event_to_wire(turn_id: TurnId, event: AgentExecutionEvent) -> JsonMap:
+    """``AgentExecutionEventPayload``: flat primitives stamped with the TurnId. Losses: an
+    error keeps only its message; a result keeps only its text (artifacts stay on the node
+    that made them); durations are whole ms."""
+    out: JsonMap = {"turnId": turn_id.value}
+    if isinstance(event, AssistantReasoningDelta):
+        out.update(type="reasoningDelta", text=event.text)
+    elif isinstance(event, AssistantTextDelta):
+        out.update(type="textDelta", text=event.text)
+    elif isinstance(event, AssistantMessageReceived):
+        out.update(type="messageReceived", text=event.text)
+    elif isinstance(event, ToolUseStarted):
+        out.update(type="toolUseStarted", tool=event.tool_name, input=dict(event.input_summary))
+    elif isinstance(event, ToolUseCompleted):
+        out.update(type="toolUseCompleted", tool=event.tool_name, durationMs=event.duration_ms)
+    elif isinstance(event, ExecutionCompleted):
+        out.update(type="completed", text=event.result.text)
+    elif isinstance(event, ExecutionError):
+        out.update(type="error", message=event.message)
+    elif isinstance(event, InterruptedAt):
+        out.update(type="interrupted", reason=event.reason.value)
+    else:
+        out.update(type="rejected", reason=event.reason.value)
+    return out
+
+
+def event_from_wire(payload: dict[str, Json]) -> TurnEvent | None:
+    """Decode a frame; None for an unknown type or a malformed payload (a newer node's
+    frame meets an older node during a rolling deploy: ignored, never an error)."""
+    try:
+        turn = TurnId(str(payload["turnId"]))
+        kind = payload.get("type")
+        event: AgentExecutionEvent
+        if kind == "reasoningDelta":
+            event = AssistantReasoningDelta(str(payload["text"]))
+        elif kind == "textDelta":
+            event = AssistantTextDelta(str(payload["text"]))
+        elif kind == "messageReceived":
+            event = AssistantMessageReceived(str(payload["text"]))
+        elif kind == "toolUseStarted":
+            raw = payload.get("input")
+            items = raw.items() if isinstance(raw, dict) else ()
+            event = ToolUseStarted(str(payload["tool"]), tuple((k, str(v)) for k, v in items))
+        elif kind == "toolUseCompleted":
+            event = ToolUseCompleted(
+                str(payload["tool"]), read_int(payload["durationMs"], "durationMs")
+            )
+        elif kind == "completed":
+            event = ExecutionCompleted(AgentExecutionResult(str(payload["text"])))
+        elif kind == "error":
+            event = ExecutionError(str(payload["message"]))
+        elif kind == "interrupted":
+            event = InterruptedAt(InterruptReason(payload["reason"]))
+        elif kind == "rejected":
+            event = RejectedAt(RejectionReason(payload["reason"]))
+        else:
+            return None
+    except (KeyError, ValueError, TypeError):
+        return None
+    return TurnEvent(turn, event)
+
+
+@final
+class EventSubscription:
+    """One subscriber's frames of one session: ``async for frame in subscription``. A
+    subscriber that does not keep up loses its oldest frames (``dropped``); the iteration
+    ends when the session ends on this node (release, delete, EVICT, router close)."""
+
+    def __init__(self, buffer: int) -> None:
+        self._frames: collections.deque[TurnEvent] = collections.deque()
+        self._buffer = buffer
+        self._wake = trio.Event()
+        self.completed = False
+        self.dropped = 0
+
+    def offer(self, frame: TurnEvent) -> None:
+        if self.completed:
+            return
+        if len(self._frames) >= self._buffer:
+            self._frames.popleft()
+            self.dropped += 1
+        self._frames.append(frame)
+        self._wake.set()
+
+    def complete(self) -> None:
+        self.completed = True
+        self._wake.set()
+
+    def __aiter__(self) -> EventSubscription:
+        return self
+
+    async def __anext__(self) -> TurnEvent:
+        while not self._frames:
+            if self.completed:
+                raise StopAsyncIteration
+            self._wake = trio.Event()
+            await self._wake.wait()
+        return self._frames.popleft()
+
+
+@final
+class SessionEventHub:
+    """Node-local subscribers per session (the in-process publisher)."""
+
+    def __init__(self, buffer: int = 256) -> None:
+        self._buffer = buffer
+        self._subscribers: dict[SessionId, list[EventSubscription]] = {}
+
+    @asynccontextmanager
+    async def subscribe(self, session_id: SessionId) -> AsyncIterator[EventSubscription]:
+        subscription = EventSubscription(self._buffer)
+        self._subscribers.setdefault(session_id, []).append(subscription)
+        try:
+            yield subscription
+        finally:
+            subs = self._subscribers.get(session_id, [])
+            if subscription in subs:
+                subs.remove(subscription)
+            if not subs:
+                self._subscribers.pop(session_id, None)
+
+    def publish(self, session_id: SessionId, frame: TurnEvent) -> None:
+        for subscription in list(self._subscribers.get(session_id, ())):
+            subscription.offer(frame)
+
+    def complete(self, session_id: SessionId) -> None:
+        for subscription in self._subscribers.pop(session_id, []):
+            subscription.complete()
+
+    def complete_all(self) -> None:
+        for session_id in list(self._subscribers):
+            self.complete(session_id)
+
+
+@attrs.frozen
+class _Outgoing:
+    session_id: SessionId
+    frame: TurnEvent
+
+
+@final
+class RemoteEventQueue:
+    """The bounded queue between the turns and the EVENT rail's dispatcher."""
+
+    def __init__(self, capacity: int = 1024) -> None:
+        if capacity <= 0:
+            raise ValueError("capacity must be > 0")
+        self._capacity = capacity
+        self._items: list[_Outgoing] = []
+        self._wake = trio.Event()
+        self.dropped = 0
+
+    def put(self, session_id: SessionId, frame: TurnEvent) -> None:
+        incoming = _Outgoing(session_id, frame)
+        if len(self._items) >= self._capacity and not self._make_room(frame.event.grade):
+            self.dropped += 1
+            return
+        self._items.append(incoming)
+        self._wake.set()
+
+    def _make_room(self, grade: int) -> bool:
+        for level in range(grade + 1):  # lowest grade first, never above the incoming one
+            for i, item in enumerate(self._items):
+                if item.frame.event.grade == level:
+                    del self._items[i]
+                    self.dropped += 1
+                    return True
+        return False
+
+    def buffered(self) -> list[TurnEvent]:
+        return [i.frame for i in self._items]
+
+    async def get(self) -> tuple[SessionId, TurnEvent]:
+        while not self._items:
+            self._wake = trio.Event()
+            await self._wake.wait()
+        item = self._items.pop(0)
+        return item.session_id, item.frame

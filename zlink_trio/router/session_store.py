@@ -1,0 +1,203 @@
+"""``SessionStore``: one node's door to the lease store and the record store (spec 10 §5.3).
+
+``claim`` runs in this order, so no distributed transaction is needed even when the two
+backends are different systems:
+
+1. lease election: a loser stops here (:class:`HeldElsewhere`) and never touches a record;
+2. agent-binding check: a mismatch is :class:`AgentConflict` and writes nothing;
+3. record provisioning: create the record bound to the agent if missing, and raise its
+   fence to this lease's token.
+
+The store remembers the leases this node holds, so :attr:`records` fences every write with
+the right token without threading it through the turn's call chain. Renewal goes through
+:meth:`renew`: a lost lease is forgotten at once and the next fenced write is refused.
+One store per router: the router builder assembles it from the two backends itself.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import ClassVar, Literal, TypeAlias, final
+
+import attrs
+import trio
+
+from ..errors import ZLinkError
+from .errors import FencingRejected, SessionClaimFailed
+from .ids import AgentRef, NodeId, SessionId
+from .records import LeaseHeld, SessionLease, SessionRecordView, TranscriptEntry
+from .spi import SessionLeaseStore, SessionRecordStore
+
+__all__ = [
+    "AgentConflict",
+    "ClaimOutcome",
+    "Claimed",
+    "FencedRecords",
+    "HeldElsewhere",
+    "SessionHistory",
+    "SessionStore",
+]
+
+
+@attrs.frozen
+class Claimed:
+    lease: SessionLease
+    record: SessionRecordView
+    newly_acquired: bool
+    kind: ClassVar[Literal["claimed"]] = "claimed"
+
+
+@attrs.frozen
+class HeldElsewhere:
+    holder_id: NodeId
+    kind: ClassVar[Literal["held_elsewhere"]] = "held_elsewhere"
+
+
+@attrs.frozen
+class AgentConflict:
+    bound_agent: AgentRef
+    kind: ClassVar[Literal["agent_conflict"]] = "agent_conflict"
+
+
+ClaimOutcome: TypeAlias = Claimed | HeldElsewhere | AgentConflict
+
+
+@final
+class SessionStore:
+    """Node-scoped composite of a :class:`SessionLeaseStore` and a
+    :class:`SessionRecordStore`. Never share one between two routers (§5.3)."""
+
+    def __init__(
+        self,
+        *,
+        records: SessionRecordStore,
+        leases: SessionLeaseStore,
+        node_id: NodeId,
+        lease_ttl: float,
+        clock: Callable[[], float] = trio.current_time,
+    ) -> None:
+        self._records = records
+        self._leases = leases
+        self.node_id = node_id
+        self._ttl = lease_ttl
+        self._clock = clock
+        self._held: dict[SessionId, SessionLease] = {}
+        self.records = FencedRecords(self, records)
+
+    def held(self, session_id: SessionId) -> SessionLease | None:
+        """The lease this node holds for the session, if it has not expired by this node's
+        clock (an unrenewed lease is not trusted past its expiry)."""
+        lease = self._held.get(session_id)
+        if lease is not None and self._clock() >= lease.expires_at:
+            del self._held[session_id]
+            return None
+        return lease
+
+    def held_sessions(self) -> tuple[SessionId, ...]:
+        return tuple(s for s in list(self._held) if self.held(s) is not None)
+
+    async def bound_agent(self, session_id: SessionId) -> AgentRef | None:
+        """The recorded binding (the F1 pre-check reads it; only ``claim`` writes it)."""
+        record = await self._records.load(session_id)
+        return None if record is None else record.agent_ref
+
+    async def claim(self, session_id: SessionId, agent_ref: AgentRef) -> ClaimOutcome:
+        """Election, binding check, provisioning (in that order). Backend failures raise
+        :class:`SessionClaimFailed` (503); a lease won by a failed claim is given back."""
+        lease = self.held(session_id)
+        newly = lease is None
+        try:
+            if lease is None:
+                outcome = await self._leases.try_acquire(session_id, self.node_id, self._ttl)
+                if isinstance(outcome, LeaseHeld):
+                    return HeldElsewhere(outcome.holder_id)
+                lease = outcome.lease
+                self._held[session_id] = lease
+            record = await self._records.load(session_id)
+            if record is not None and record.agent_ref != agent_ref:
+                if newly:
+                    await self._give_back(lease)
+                return AgentConflict(record.agent_ref)
+            record = await self._records.provision(session_id, agent_ref, lease.fencing_token)
+        except ZLinkError:
+            if newly and lease is not None:
+                await self._give_back(lease)
+            raise
+        except Exception as exc:
+            if newly and lease is not None:
+                await self._give_back(lease)
+            raise SessionClaimFailed(f"claim of {session_id} failed: {exc!r}") from exc
+        return Claimed(lease, record, newly)
+
+    async def renew(self, session_id: SessionId) -> SessionLease | None:
+        """Extend the held lease through the backend. On loss the lease is forgotten before
+        this returns None, so the next fenced write is refused. A backend error propagates
+        (the lease stays trusted until its own expiry)."""
+        lease = self.held(session_id)
+        if lease is None:
+            return None
+        renewed = await self._leases.renew(lease, self._ttl)
+        if renewed is None:
+            if self._held.get(session_id) == lease:
+                del self._held[session_id]
+            return None
+        self._held[session_id] = renewed
+        return renewed
+
+    async def release(self, session_id: SessionId) -> bool:
+        """Give the lease back (forgotten first; a backend failure is the caller's to
+        swallow, the TTL frees it anyway)."""
+        lease = self._held.pop(session_id, None)
+        if lease is None:
+            return False
+        return await self._leases.release(lease)
+
+    async def _give_back(self, lease: SessionLease) -> None:
+        self._held.pop(lease.session_id, None)
+        with trio.CancelScope(shield=True), contextlib.suppress(Exception):
+            await self._leases.release(lease)  # on failure the TTL frees it anyway
+
+    def _token(self, session_id: SessionId) -> int:
+        lease = self.held(session_id)
+        if lease is None:
+            raise FencingRejected(f"{self.node_id} holds no lease on {session_id}")
+        return lease.fencing_token
+
+
+@final
+class FencedRecords:
+    """Record access fenced with the lease this node's store holds."""
+
+    def __init__(self, store: SessionStore, records: SessionRecordStore) -> None:
+        self._store = store
+        self._records = records
+
+    async def load(self, session_id: SessionId) -> SessionRecordView | None:
+        return await self._records.load(session_id)
+
+    async def append(
+        self, session_id: SessionId, entries: Sequence[TranscriptEntry]
+    ) -> SessionRecordView:
+        return await self._records.append(session_id, entries, self._store._token(session_id))
+
+    async def delete(self, session_id: SessionId) -> bool:
+        return await self._records.delete(session_id, self._store._token(session_id))
+
+
+@final
+class SessionHistory:
+    """One session's history as a turn sees it: read the record (the authority, re-read at
+    every turn start, §10.4), append fenced with this node's lease. A turn writes at its end,
+    never partial state midway (§2)."""
+
+    def __init__(self, records: FencedRecords, session_id: SessionId) -> None:
+        self._records = records
+        self.session_id = session_id
+
+    async def load(self) -> tuple[TranscriptEntry, ...]:
+        view = await self._records.load(self.session_id)
+        return () if view is None else view.transcript
+
+    async def append(self, entries: Sequence[TranscriptEntry]) -> None:
+        await self._records.append(self.session_id, entries)
