@@ -16,7 +16,8 @@ from typing import Any, Final, Generic, Self, TypeVar
 
 import trio
 
-from ..errors import DeadlineExceeded, InvalidArgument, InvalidOperation
+from ..errors import InvalidArgument, InvalidOperation
+from ..routing.deadline import call_deadline, yield_to_caller
 
 __all__ = ["FluentCall", "call_deadline", "check_timeout", "yield_to_caller"]
 
@@ -39,29 +40,6 @@ def check_timeout(seconds: float) -> float:
     if math.isinf(seconds):
         raise InvalidArgument(f"timeout must be a finite number of seconds, got {seconds!r}")
     return math.ceil(seconds * 1000) / 1000
-
-
-def call_deadline(timeout: float) -> tuple[float, bool]:
-    """``(deadline, caller_bound)``: ``min(now + timeout, the caller's effective
-    deadline)``, and whether the caller's deadline is the binding one."""
-    own = trio.current_time() + timeout
-    callers = trio.current_effective_deadline()
-    if callers <= own:
-        return callers, True
-    return own, False
-
-
-async def yield_to_caller(run: Coroutine[Any, Any, R], deadline: float) -> R:
-    """Run a call whose deadline is its caller's: it never ends DeadlineExceeded, the
-    caller's own cancel scope ends it (``fail_after`` raises TooSlowError, ``move_on_*``
-    leaves its block), as trio users expect. An owner told that deadline (rounded down
-    to whole milliseconds) may answer DeadlineExceeded a moment early: wait for the
-    scope to fire then (a checkpoint when it already has)."""
-    try:
-        return await run
-    except DeadlineExceeded:
-        await trio.sleep_until(deadline)
-        raise
 
 
 class FluentCall(Generic[R]):

@@ -108,6 +108,26 @@ class RequestCall(_MessageCall[R]):
         self._options |= bit
         return cast("RequestCall[T]", self)
 
+    def _begin(self) -> Coroutine[Any, Any, R]:
+        # The caller's effective deadline (a walk over every enclosing cancel scope,
+        # ~1.5 us) is looked up by the delivery only where it matters: before a request
+        # leaves for a remote owner (its deadline travels), before it is queued behind
+        # other work of a local Actor, and when it ends DeadlineExceeded. A local request
+        # to an idle Actor starts before the clock can move; if the caller's scope ends the
+        # wait first, the queued request is abandoned (it never starts). Same outcomes as
+        # fixing min(own, caller's) at submit (FluentCall._begin).
+        if self._submitted:
+            raise InvalidOperation("the call was already submitted")
+        self._submitted = True
+        return self._messenger.request(
+            self._target,
+            self._packet,
+            self._payload,
+            trio.current_time() + self._timeout,
+            self._reply,
+            own_deadline=True,
+        )
+
     def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
         return self._messenger.request(
             self._target, self._packet, self._payload, deadline, self._reply

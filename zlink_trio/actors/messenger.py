@@ -11,6 +11,7 @@ session binding.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, final
 
@@ -55,6 +56,10 @@ class ActorTarget:
 
     async def admit(self, key: ActorId, item: Any) -> None:
         await self._host.admit(key, item)
+
+    def abandon(self, item: Any) -> None:
+        # Its turn skips a request whose deadline passed (counted as request_expired).
+        item.deadline = -math.inf
 
     def command(
         self,

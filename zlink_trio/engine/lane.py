@@ -128,6 +128,13 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         core = self._core
         return core.lifecycle_count + core.application_count
 
+    @property
+    def idle(self) -> bool:
+        """Nothing queued and no turn running (cheap, for hot paths): an item submitted
+        now is the next one this lane runs."""
+        core = self._core  # its queues directly: this runs once per local request
+        return self._runner is None and not core._life and not core._app
+
     def in_turn(self) -> bool:
         """Whether the calling task is running one of this lane's turns (its handler, or
         code the handler awaits in the same task): waiting there for something that needs

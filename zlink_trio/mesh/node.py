@@ -181,12 +181,13 @@ class MeshNode:
         return keeper is None or keeper.check()
 
     def admission_error(self) -> ZLinkError | None:
-        phase = self._phase
+        state = self._state  # (not the _phase property: this runs once per call)
+        phase = state.phase
         if phase is NodePhase.RUNNING:
             keeper = self._keeper
             if keeper is None or keeper.check():
                 return None
-            phase = self._phase
+            phase = state.phase
         if phase is NodePhase.EXPIRED or phase is NodePhase.RUNNING:
             return Unavailable("this node's owner lease was lost: it is fail-stopped")
         if phase is NodePhase.CREATED:

@@ -71,6 +71,7 @@ from ..mesh.api import (
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadCodec, TypedPayload, reply_value
+from .deadline import yield_to_caller, yield_to_caller_scope
 from .route_cache import Route, RouteCache
 
 __all__ = [
@@ -103,6 +104,9 @@ Reply = bytes | TypedPayload | None
 class _Lane(Protocol):
     def submit_nowait(self, item: Any, /) -> object: ...
 
+    @property
+    def idle(self) -> bool: ...
+
 
 class DeliveryTarget(Protocol[K_contra]):
     """What delivery needs of one kind of target (an adapter per kind)."""
@@ -119,6 +123,11 @@ class DeliveryTarget(Protocol[K_contra]):
         self, kind: MessageKind, packet: str, payload: Payload, sink: Any, run_by: float
     ) -> Any:
         """The queued item of one message (``sink`` None for a one-way send)."""
+        ...
+
+    def abandon(self, item: Any) -> None:
+        """The caller of a queued request ``item`` is gone (its cancel scope ended the
+        wait): the item must never start."""
         ...
 
     async def admit(self, key: K_contra, item: Any) -> None:
@@ -265,14 +274,70 @@ class Delivery(Generic[K]):
         payload: Payload,
         deadline: float,
         reply: PayloadCodec[Any] | None = None,
+        *,
+        own_deadline: bool = False,
     ) -> Any:
         """Request: the handler's reply (bytes or None; with ``reply``, an object of its
-        class), or its typed error."""
+        class), or its typed error.
+
+        ``own_deadline``: ``deadline`` is the call's own (submit + timeout) and the
+        caller's effective deadline was not looked up yet (see
+        :mod:`zlink_trio.routing.deadline`): only a local request to an idle target goes
+        without it; every other path bounds the request by it first."""
         refused = self._node.admission_error()
         if refused is not None:
             await trio.lowlevel.checkpoint()
             raise refused
         route = self._cache.get(key, self._store.recovery_epoch)
+        if own_deadline:
+            if route is not None and self._is_local(route):
+                lane = self._ready_lane(key)
+                if lane is not None and lane.idle:
+                    await trio.lowlevel.checkpoint_if_cancelled()
+                    waiter: OneShot[Reply] = OneShot()
+                    item = self._item(_REQUEST, packet, payload, waiter, deadline)
+                    try:
+                        lane.submit_nowait(item)
+                    except CapacityExceeded:
+                        pass  # (not while idle; the general path below waits for space)
+                    else:
+                        # The caller's scope may end the wait first: the request is then
+                        # abandoned, and it never starts.
+                        ticket = self._deadlines.watch(waiter, deadline)
+                        try:
+                            result = await waiter.wait()
+                        except Unavailable:
+                            self._suspect(key, route)
+                            raise
+                        except DeadlineExceeded:
+                            await yield_to_caller_scope(deadline)
+                            raise
+                        except trio.Cancelled:
+                            self._target.abandon(item)
+                            raise
+                        finally:
+                            self._deadlines.settled(ticket)
+                        if reply is None and type(result) is not TypedPayload:
+                            return result
+                        return reply_value(result, reply)
+            callers = trio.current_effective_deadline()
+            if callers <= deadline:
+                return await yield_to_caller(
+                    self._routed_request(key, packet, payload, callers, reply, route), callers
+                )
+        return await self._routed_request(key, packet, payload, deadline, reply, route)
+
+    async def _routed_request(
+        self,
+        key: K,
+        packet: str,
+        payload: Payload,
+        deadline: float,
+        reply: PayloadCodec[Any] | None,
+        route: Route | None,
+    ) -> Any:
+        """:meth:`request` once admission was checked and the cache consulted
+        (``route``: the cached route, None on a miss); ``deadline`` is final."""
         if route is not None:
             if self._is_local(route):
                 lane = self._ready_lane(key)
