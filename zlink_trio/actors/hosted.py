@@ -258,7 +258,16 @@ class HostedActor:
                     await _fail(sink, exc)
                 return
         elif type(payload) is TypedPayload:
-            payload = payload.encode()  # a bytes handler gets what a remote one would
+            try:
+                payload = payload.encode()  # a bytes handler gets what a remote one would
+            except ZLinkError as exc:  # checked at the caller: not expected
+                stats.failed += 1
+                kind.flow.emit(
+                    FlowEvent.PAYLOAD_UNDECODABLE, "%r to %r: %r", item.packet, self.context, exc
+                )
+                if sink is not None:
+                    await _fail(sink, exc)
+                return
         try:
             result: object = await handler(self.instance, payload)
         except ZLinkError as exc:

@@ -71,6 +71,7 @@ class ActorRegistry:
     def __init__(self) -> None:
         self._types: list[tuple[object, object, object]] = []
         self._handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
+        self._problems: list[str] = []
 
     def register_actor(
         self, stable_type: str, factory: Callable[[Any], Any], *, relocation: RelocationPolicy
@@ -80,6 +81,13 @@ class ActorRegistry:
         self._types.append((stable_type, factory, relocation))
         if isinstance(factory, type):
             for kind, packet, name in declared_handlers(factory):
+                method = inspect.getattr_static(factory, name, None)
+                if inspect.isfunction(method) and not inspect.iscoroutinefunction(method):
+                    self._problems.append(
+                        f"actor type {stable_type!r}: handler {factory.__qualname__}.{name} "
+                        f"({kind.name.lower()} {packet!r}) must be an async def"
+                    )
+                    continue
                 self._handlers.append((stable_type, kind, packet, _method_handler(factory, name)))
 
     def register_handler(
@@ -91,6 +99,7 @@ class ActorRegistry:
     def validate(self, problems: list[str], payloads: PayloadRegistry) -> ActorTypes:
         """The validated types (typed handlers wrapped with their ``payloads`` codecs);
         every problem found is appended to ``problems``."""
+        problems.extend(self._problems)
         types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
         for raw, factory, policy in self._types:
             try:

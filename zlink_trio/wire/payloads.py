@@ -82,6 +82,16 @@ def _kind(value: object) -> str:
     return type(value).__name__
 
 
+def _check_depth(path: str) -> None:
+    """A container at ``path`` must fit the decoder's nesting bound: the decoder's
+    one-item wrapper, the ``[name, body]`` envelope and the class map take three levels,
+    every ``.field`` / ``[item]`` step one more (so a caller is refused exactly what a
+    remote owner would refuse, and deep values never recurse far)."""
+    steps = path.count(".") + path.count("[") + (1 if path else 0)
+    if steps + 3 > MAX_DEPTH:  # (+ the decoder's own one-item wrapper, see _loads)
+        raise _Bad(path, f"nested deeper than the payload bound of {MAX_DEPTH} levels")
+
+
 # --- field specs ---------------------------------------------------------------------------
 
 
@@ -115,6 +125,27 @@ class _Exact(_Spec):
 
 
 @final
+class _Text(_Spec):
+    """A ``str``: only text CBOR can carry (UTF-8: no lone surrogates)."""
+
+    __slots__ = ()
+
+    def dump(self, value: Any, path: str) -> Any:
+        if type(value) is not str:
+            raise _Bad(path, f"expected str, got {_kind(value)}")
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise _Bad(path, f"str is not valid Unicode text ({exc.reason})") from None
+        return value
+
+    def load(self, raw: Any, path: str) -> Any:
+        if type(raw) is not str:  # (decoded CBOR text is always valid UTF-8)
+            raise _Bad(path, f"expected str, got {_kind(raw)}")
+        return raw
+
+
+@final
 class _Int(_Spec):
     """An ``int`` CBOR carries without a bignum tag (tags are refused on decode)."""
 
@@ -140,10 +171,14 @@ class _Float(_Spec):
     __slots__ = ()
 
     def dump(self, value: Any, path: str) -> Any:
+        # An int is a float (PEP 484's numeric tower) and travels as the int it is, so a
+        # remote handler gets what a local one gets: the caller's very value.
         if type(value) is float:
             return value
         if type(value) is int:
-            return float(value)
+            if not _INT_MIN <= value <= _INT_MAX:
+                raise _Bad(path, "int out of the CBOR integer range (-2**64 .. 2**64-1)")
+            return value
         raise _Bad(path, f"expected float, got {_kind(value)}")
 
     def load(self, raw: Any, path: str) -> Any:
@@ -190,6 +225,7 @@ class _Sequence(_Spec):
     def dump(self, value: Any, path: str) -> Any:
         if type(value) is not self.cls:
             raise _Bad(path, f"expected {self.cls.__name__}, got {_kind(value)}")
+        _check_depth(path)
         item = self.item
         values: Any = value
         return [item.dump(v, f"{path}[{i}]") for i, v in enumerate(values)]
@@ -217,6 +253,7 @@ class _FixedTuple(_Spec):
     def dump(self, value: Any, path: str) -> Any:
         if type(value) is not tuple:
             raise _Bad(path, f"expected tuple, got {_kind(value)}")
+        _check_depth(path)
         self._check_len(value, path)
         return [
             s.dump(v, f"{path}[{i}]")
@@ -243,6 +280,7 @@ class _Dict(_Spec):
     def dump(self, value: Any, path: str) -> Any:
         if type(value) is not dict:
             raise _Bad(path, f"expected dict, got {_kind(value)}")
+        _check_depth(path)
         k, v = self.key, self.value
         return {k.dump(a, f"{path}.key"): v.dump(b, f"{path}[{a!r}]") for a, b in value.items()}
 
@@ -267,6 +305,7 @@ class _Class(_Spec):
     def dump(self, value: Any, path: str) -> Any:
         if type(value) is not self.cls:
             raise _Bad(path, f"expected {self.cls.__name__}, got {_kind(value)}")
+        _check_depth(path)
         return {
             name: spec.dump(getattr(value, name), f"{path}.{name}" if path else name)
             for name, spec in self.fields.items()
@@ -294,7 +333,7 @@ class _Class(_Spec):
 
 _PRIMITIVES: Final[dict[object, _Spec]] = {
     int: _Int(),
-    str: _Exact(str),
+    str: _Text(),
     bytes: _Exact(bytes),
     bool: _Exact(bool),
     float: _Float(),
