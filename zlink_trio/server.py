@@ -163,6 +163,12 @@ def check_startup(config: ServerConfig, app: App | None) -> ValidatedApp | None:
             )
         if store is None:
             raise ConfigurationError("Actor dispatch needs a Location Store")
+    if validated is not None and validated.actor_types and not validated.actor_dispatch:
+        names = ", ".join(sorted(t.value for t in validated.actor_types))
+        raise ConfigurationError(
+            f"registered Actor types ({names}) are never hosted without Actor dispatch: "
+            "call App.enable_actor_dispatch()"
+        )
     if (
         validated is not None
         and validated.actor_types

@@ -105,3 +105,13 @@ async def test_several_meshes_start_fine(autojump_clock: MockClock) -> None:
             "mesh-1": [],
             "mesh-2": ["player"],
         }
+
+
+async def test_actor_types_without_actor_dispatch_fail_startup(autojump_clock: MockClock) -> None:
+    """Registered Actor types on an App that never enabled Actor dispatch could never be
+    hosted: startup says so instead of starting a server that silently hosts nothing."""
+    app = App()
+    app.register_actor("player", Player, relocation=DisableRelocation())
+    with pytest.raises(ConfigurationError, match="enable_actor_dispatch"):
+        async with open_server(config(ObjectRole.SERVER), app):
+            pytest.fail("startup must fail")
