@@ -47,7 +47,7 @@ class MetricsDispatcher:
     def _call(self, method: Callable[..., None], args: tuple[Any, ...]) -> None:
         try:
             method(*args)
-        except Exception:
+        except BaseException:  # (SystemExit too: it must not end the router)
             self.failed += 1
             _log.warning("a SessionMetrics hook raised", exc_info=True)
 

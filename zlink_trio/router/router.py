@@ -344,7 +344,10 @@ class SessionRouter:
         self, session_id: SessionId, reason: InterruptReason, turn_id: TurnId | None = None
     ) -> None:
         """Stop the session's active turn, wherever it runs (§8). With ``turn_id``, only if
-        that is the active turn (a no-op once it moved on)."""
+        that is the active turn (a no-op once it moved on; a no-op on a closed router, which
+        runs no turn and publishes nothing)."""
+        if self._state == _RouterState.CLOSED:
+            return
         self._interrupt_local(session_id, reason, turn_id)
         self._nursery.start_soon(
             self._publish, interrupt_signal(session_id, self.node_id, reason, turn_id)
@@ -1110,9 +1113,19 @@ class SessionRouter:
             return
         for m in messages:
             if gate.running is running:
-                running.handle.inject(
-                    QueuedInput(user_input=m.user_input, priority=m.priority, initiator=m.initiator)
-                )
+                try:
+                    running.handle.inject(
+                        QueuedInput(
+                            user_input=m.user_input, priority=m.priority, initiator=m.initiator
+                        )
+                    )
+                except Exception:
+                    # The application's inject failed: the message is not lost, it runs
+                    # as a turn of its own in the next pass (an application hook that
+                    # raises never reaches the router).
+                    _log.warning("LiveSession.inject raised; %s queued instead", m.message_id)
+                    await self._inbox.deliver(m)
+                    continue
                 running.injected.append(m)
             else:
                 await self._inbox.deliver(m)
