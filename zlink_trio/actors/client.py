@@ -72,9 +72,6 @@ class SendCall(_MessageCall[None]):
             self._target, self._packet, self._payload, trio.current_time() + self._timeout
         )
 
-    def _run(self, deadline: float) -> Coroutine[Any, Any, None]:
-        return self._messenger.send(self._target, self._packet, self._payload, deadline)
-
 
 @final
 class RequestCall(_MessageCall[R]):
@@ -125,12 +122,6 @@ class RequestCall(_MessageCall[R]):
             self._payload,
             trio.current_time() + self._timeout,
             self._reply,
-            own_deadline=True,
-        )
-
-    def _run(self, deadline: float) -> Coroutine[Any, Any, R]:
-        return self._messenger.request(
-            self._target, self._packet, self._payload, deadline, self._reply
         )
 
 

@@ -384,14 +384,21 @@ class MemoryIdempotencyStore:
         self._entries[key] = taken
         return HolderAcquired(taken)
 
-    async def release_holder(self, key: IdempotencyKey, holder_id: ReserverId) -> bool:
-        await trio.lowlevel.checkpoint()
+    def _held_by(self, key: IdempotencyKey, holder_id: ReserverId) -> IdempotencyEntry | None:
+        """The live IN_FLIGHT entry of ``key`` if ``holder_id`` holds it, else None."""
         entry = self._live(key)
         if (
             entry is None
             or entry.state is not IdempotencyState.IN_FLIGHT
             or entry.holder_id != holder_id
         ):
+            return None
+        return entry
+
+    async def release_holder(self, key: IdempotencyKey, holder_id: ReserverId) -> bool:
+        await trio.lowlevel.checkpoint()
+        entry = self._held_by(key, holder_id)
+        if entry is None:
             return False
         self._entries[key] = attrs.evolve(
             entry, holder_id=None, expires_at=self._clock() + self._ttls.forward
@@ -400,12 +407,7 @@ class MemoryIdempotencyStore:
 
     async def compare_and_reset(self, key: IdempotencyKey, expected_holder_id: ReserverId) -> bool:
         await trio.lowlevel.checkpoint()
-        entry = self._live(key)
-        if (
-            entry is None
-            or entry.state is not IdempotencyState.IN_FLIGHT
-            or entry.holder_id != expected_holder_id
-        ):
+        if self._held_by(key, expected_holder_id) is None:
             return False
         del self._entries[key]
         return True
@@ -418,12 +420,8 @@ class MemoryIdempotencyStore:
 
     async def touch(self, key: IdempotencyKey, holder_id: ReserverId) -> bool:
         await trio.lowlevel.checkpoint()
-        entry = self._live(key)
-        if (
-            entry is None
-            or entry.state is not IdempotencyState.IN_FLIGHT
-            or entry.holder_id != holder_id
-        ):
+        entry = self._held_by(key, holder_id)
+        if entry is None:
             return False
         self._entries[key] = attrs.evolve(entry, last_touched_at=self._clock())
         return True

@@ -274,57 +274,53 @@ class Delivery(Generic[K]):
         payload: Payload,
         deadline: float,
         reply: PayloadCodec[Any] | None = None,
-        *,
-        own_deadline: bool = False,
     ) -> Any:
         """Request: the handler's reply (bytes or None; with ``reply``, an object of its
         class), or its typed error.
 
-        ``own_deadline``: ``deadline`` is the call's own (submit + timeout) and the
-        caller's effective deadline was not looked up yet (see
-        :mod:`zlink_trio.routing.deadline`): only a local request to an idle target goes
-        without it; every other path bounds the request by it first."""
+        ``deadline`` is the call's own (submit + timeout): the caller's effective deadline
+        is not looked up yet (see :mod:`zlink_trio.routing.deadline`). Only a local request
+        to an idle target goes without it; every other path is bounded by it first."""
         refused = self._node.admission_error()
         if refused is not None:
             await trio.lowlevel.checkpoint()
             raise refused
         route = self._cache.get(key, self._store.recovery_epoch)
-        if own_deadline:
-            if route is not None and self._is_local(route):
-                lane = self._ready_lane(key)
-                if lane is not None and lane.idle:
-                    await trio.lowlevel.checkpoint_if_cancelled()
-                    waiter: OneShot[Reply] = OneShot()
-                    item = self._item(_REQUEST, packet, payload, waiter, deadline)
+        if route is not None and self._is_local(route):
+            lane = self._ready_lane(key)
+            if lane is not None and lane.idle:
+                await trio.lowlevel.checkpoint_if_cancelled()
+                waiter: OneShot[Reply] = OneShot()
+                item = self._item(_REQUEST, packet, payload, waiter, deadline)
+                try:
+                    lane.submit_nowait(item)
+                except CapacityExceeded:
+                    pass  # (not while idle; the general path below waits for space)
+                else:
+                    # The caller's scope may end the wait first: the request is then
+                    # abandoned, and it never starts.
+                    ticket = self._deadlines.watch(waiter, deadline)
                     try:
-                        lane.submit_nowait(item)
-                    except CapacityExceeded:
-                        pass  # (not while idle; the general path below waits for space)
-                    else:
-                        # The caller's scope may end the wait first: the request is then
-                        # abandoned, and it never starts.
-                        ticket = self._deadlines.watch(waiter, deadline)
-                        try:
-                            result = await waiter.wait()
-                        except Unavailable:
-                            self._suspect(key, route)
-                            raise
-                        except DeadlineExceeded:
-                            await yield_to_caller_scope(deadline)
-                            raise
-                        except trio.Cancelled:
-                            self._target.abandon(item)
-                            raise
-                        finally:
-                            self._deadlines.settled(ticket)
-                        if reply is None and type(result) is not TypedPayload:
-                            return result
-                        return reply_value(result, reply)
-            callers = trio.current_effective_deadline()
-            if callers <= deadline:
-                return await yield_to_caller(
-                    self._routed_request(key, packet, payload, callers, reply, route), callers
-                )
+                        result = await waiter.wait()
+                    except Unavailable:
+                        self._suspect(key, route)
+                        raise
+                    except DeadlineExceeded:
+                        await yield_to_caller_scope(deadline)
+                        raise
+                    except trio.Cancelled:
+                        self._target.abandon(item)
+                        raise
+                    finally:
+                        self._deadlines.settled(ticket)
+                    if reply is None and type(result) is not TypedPayload:
+                        return result
+                    return reply_value(result, reply)
+        callers = trio.current_effective_deadline()
+        if callers <= deadline:
+            return await yield_to_caller(
+                self._routed_request(key, packet, payload, callers, reply, route), callers
+            )
         return await self._routed_request(key, packet, payload, deadline, reply, route)
 
     async def _routed_request(

@@ -4,6 +4,8 @@ never a raw Python exception at the caller, never a caller left waiting for its 
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import attrs
@@ -89,15 +91,23 @@ def _chain(n: int) -> Chain:
     return link
 
 
-async def test_text_that_cbor_cannot_carry_is_a_typed_error_at_once_local_and_remote(
-    clock: object, store: CountingStore
-) -> None:
+@asynccontextmanager
+async def _edges(store: CountingStore, actor_id: str) -> AsyncIterator[tuple[Any, Any]]:
+    """Two nodes, the ``edges`` Actor ``actor_id`` hosted on the second: (local, remote)
+    callers of it."""
     apps = [_app(False), _app(True)]
     async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
         await cluster.wait_all_admitted()
         remote, local = cluster.servers
-        created = await local.actors.create("e-1", "edges").timeout(10)
+        created = await local.actors.create(actor_id, "edges").timeout(10)
         assert isinstance(created, Created)
+        yield local, remote
+
+
+async def test_text_that_cbor_cannot_carry_is_a_typed_error_at_once_local_and_remote(
+    clock: object, store: CountingStore
+) -> None:
+    async with _edges(store, "e-1") as (local, remote):
         for caller in (local, remote):
             with trio.fail_after(5):  # well inside the calls' own 30 s: no waiting
                 with pytest.raises(InvalidOperation, match="not valid Unicode"):
@@ -120,12 +130,7 @@ async def test_text_that_cbor_cannot_carry_is_a_typed_error_at_once_local_and_re
 async def test_nesting_bound_is_the_same_for_local_and_remote_callers(
     clock: object, store: CountingStore
 ) -> None:
-    apps = [_app(False), _app(True)]
-    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
-        await cluster.wait_all_admitted()
-        remote, local = cluster.servers
-        created = await local.actors.create("e-2", "edges").timeout(10)
-        assert isinstance(created, Created)
+    async with _edges(store, "e-2") as (local, remote):
         deepest = None
         for depth in range(20, 40):
             outcomes = []
@@ -147,12 +152,7 @@ async def test_nesting_bound_is_the_same_for_local_and_remote_callers(
 async def test_an_int_in_a_float_field_arrives_as_the_same_value_local_and_remote(
     clock: object, store: CountingStore
 ) -> None:
-    apps = [_app(False), _app(True)]
-    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
-        await cluster.wait_all_admitted()
-        remote, local = cluster.servers
-        created = await local.actors.create("e-3", "edges").timeout(10)
-        assert isinstance(created, Created)
+    async with _edges(store, "e-3") as (local, remote):
         replies = [
             await caller.actors.request("e-3", "measure", Measure(3)).reply_type(Measure)
             for caller in (local, remote)
