@@ -11,7 +11,9 @@ above it, and only then lets the node bind, register and accept::
     │                       (later: the session owner, the relocation coordinator and the
     │                        STREAM listener start here, each given the handles below it)
     ├─ extra services       test plumbing (:mod:`zlink_trio.mesh.services`)
-    └─ zlink_trio.mesh.node MeshNode.serve        listener, lease, watcher, peers
+    ├─ zlink_trio.mesh.node MeshNode.serve        listener, lease, watcher, peers
+    └─ zlink_trio.objects   serve_reclaim_sweep   reclaims dead lifecycles' rows (its first
+                                                  round before the server is handed out)
 
 Exit (also when the body raises or is cancelled): the MeshNode closes gracefully first
 (shielded, bounded by ``drain_timeout``), then the roles are cancelled, then the engine and
@@ -37,6 +39,7 @@ from .mesh.faults import FaultPlan
 from .mesh.node import MeshNode
 from .mesh.services import RuntimeService, ServiceContext
 from .mesh.tap import WireTap
+from .objects.owner_loss import serve_reclaim_sweep
 from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
@@ -132,6 +135,17 @@ async def open_runtime(
             for service in services:
                 await nursery.start(service, context)
             await nursery.start(node.serve, name="zlink_trio.mesh.node")
+            if store is not None and config.meshes:
+                # Reclaims what dead lifecycles left; its first round runs before the
+                # server is handed out (a restart cleans up after its previous lifecycles).
+                await nursery.start(
+                    serve_reclaim_sweep,
+                    config,
+                    store,
+                    flow,
+                    node,
+                    name="zlink_trio.objects.sweep",
+                )
             yield Runtime(config, app, store, engine, node, spots, actors, flow)
         finally:
             await node.aclose()

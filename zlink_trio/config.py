@@ -249,6 +249,16 @@ class ServerConfig:
     create_backoff_initial: float = attrs.field(default=0.01, validator=_duration(allow_zero=False))
     create_backoff_max: float = attrs.field(default=0.5, validator=_duration(allow_zero=False))
     drain_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    reservation_grace: float = attrs.field(default=5.0, validator=_duration(allow_zero=True))
+    """A Creating reservation is reclaimable once store time passes its attempt deadline
+    (recorded in the row) + this, whether or not its owner lives (docs/decisions.md)."""
+    reclaim_sweep_interval: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
+    """Seconds between two rounds of the background reclaim sweep of every node."""
+    reclaim_sweep_batch: int = attrs.field(default=100, validator=_positive_int)
+    """Rows one sweep round reclaims at most (the round's Store work is bounded)."""
+    connect_timeout: float = attrs.field(default=2.0, validator=_duration(allow_zero=False))
+    """A call whose owner has no admitted connection waits at most this for one (or less,
+    if its own deadline is sooner) before it ends Unavailable."""
 
     # --- sizes ----------------------------------------------------------------------------
     max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)

@@ -67,6 +67,17 @@ class FlowEvent(enum.Enum):
     """A handler raised an unexpected exception: it is answered ApplicationError."""
     DROPPED_BY_DESTROY = ("dropped_by_destroy", _DEBUG, "actors")
     """Queued messages of an Actor that was destroyed before their turn."""
+    # --- owner loss and bounded reservations (docs/decisions.md, "Owner loss") ------------
+    RECLAIMED = ("reclaimed", _INFO, "objects")
+    """This node won the reclaim CAS of an authority row whose owner lease expired (or of
+    a Creating reservation past its attempt deadline + grace): the incarnation ended, the
+    id is Missing and its capacity was given back. Counted once per row, by its winner."""
+    REGISTRATION_SWEPT = ("registration_swept", _INFO, "objects")
+    """This node removed the registration (lease row, descriptors, Entry claims) of a node
+    lifecycle whose lease expired and which owns no authority row any more."""
+    RELEASED_AT_STOP = ("released_at_stop", _DEBUG, "objects")
+    """A clean stop released one authority row this lifecycle owned (peers see the id
+    Missing at once instead of after the lease)."""
     # --- sessions and relocation (spec 02 §8) -----------------------------------------------
     LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING, "sessions")
     """A command 44 (or another relocation's update) arrived after its seal was resolved:

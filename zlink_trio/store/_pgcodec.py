@@ -150,6 +150,7 @@ def reservation_args(r: Reservation) -> tuple[Any, ...]:
         None if content is None else content.size,
         *operation_args(r.operation),
         *recovery_args(r.recovery),
+        r.attempt_ttl,
     )
 
 
@@ -208,6 +209,7 @@ def decode_row(r: Sequence[Any], o: int = 0) -> AuthorityRow:
             _fence(r[o + 22], r[o + 23], r[o + 24], r[o + 25]),
             bool(r[o + 26]),
         ),
+        attempt_expires_at=r[o + 27],
     )
 
 

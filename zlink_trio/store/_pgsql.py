@@ -33,6 +33,9 @@ class Statements:
     begin_closing: str
     lost: str
     release: str
+    reclaim: str
+    owner_live: str
+    list_reclaimable: str
     register_node: str
     renew_lease: str
     remove_node: str
@@ -87,7 +90,7 @@ class Statements:
                 f"SELECT * FROM {q}.authority WHERE namespace = $1 AND object_id > $2"
                 " ORDER BY object_id LIMIT $3"
             ),
-            reserve=call("reserve", 17),
+            reserve=call("reserve", 18),
             commit_ready=call("commit_ready", 8),
             abort_creation=call("abort_creation", 8),
             change_owner=call("change_owner", 7),
@@ -103,6 +106,17 @@ class Statements:
             begin_closing=field_cas("state = 'closing'", " AND state = 'ready'"),
             lost=call("lost", 2),
             release=call("release", 3),
+            reclaim=call("reclaim", 8),
+            owner_live=(
+                f"SELECT EXISTS (SELECT 1 FROM {q}.nodes WHERE node_rid = $1"
+                f" AND node_generation = $2 AND lease_generation = $3"
+                f" AND {now} < lease_expires_at)"
+            ),
+            list_reclaimable=(
+                f"SELECT a.* FROM {q}.authority a WHERE a.kind <> 'entry_spot'"
+                f" AND {q}.reclaimable({now}, a, $1)"
+                " ORDER BY a.namespace, a.object_id LIMIT $2"
+            ),
             register_node=call("register_node", 6),
             renew_lease=(
                 f"UPDATE {q}.nodes SET lease_expires_at = {now} + $3"

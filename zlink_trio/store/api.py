@@ -71,7 +71,7 @@ from ..ids import (
     StableType,
     check_text_id,
 )
-from .validate import check_expected_version, check_replay_cursor
+from .validate import check_attempt_ttl, check_expected_version, check_replay_cursor
 
 __all__ = [
     "ENTRY_SPOT_TYPE",
@@ -224,6 +224,16 @@ class AuthorityRow:
     """The durable operation that made the reservation (Creating rows)."""
     recovery: RecoveryPointer | None = None
     relocation: RelocationMark | None = None
+    attempt_expires_at: float | None = None
+    """Creating rows: store time of the deadline of the attempt that made the
+    reservation (the source operation's deadline); None once Ready, or when the
+    reservation was made without one. Past it (plus the reclaimer's grace) anyone may
+    :meth:`~LocationStore.reclaim` the row, and the operation's terminal record is kept
+    exactly until it + the terminal retention (:meth:`LocationStore.commit_ready`)."""
+
+
+def _check_attempt_ttl(_inst: object, _attr: object, value: float | None) -> None:
+    check_attempt_ttl(value)
 
 
 @attrs.frozen(slots=True)
@@ -238,6 +248,9 @@ class Reservation:
     content: ContentRef | None = None
     operation: OperationKey | None = None
     recovery: RecoveryPointer | None = None
+    attempt_ttl: float | None = attrs.field(default=None, validator=_check_attempt_ttl)
+    """Seconds from store now to the attempt's deadline (the row records
+    ``attempt_expires_at`` = store now + this). Finite and >= 0, or None."""
 
     def __attrs_post_init__(self) -> None:
         if self.kind.namespace is not self.key.namespace:
@@ -377,11 +390,13 @@ class LocationStore(Protocol):
         terminal: TerminalRecord | None = None,
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
-        """Creating -> Ready: pending -> active, ``pending_content`` and ``operation``
-        cleared. When ``terminal`` is given it is recorded in the same transaction (kept
-        for ``retain_for`` seconds of store time; a live record with that key wins, as in
-        :meth:`record_terminal`). The row's owner lease must be current (OwnerLeaseExpired,
-        nothing written, terminal included)."""
+        """Creating -> Ready: pending -> active, ``pending_content``, ``operation`` and
+        ``attempt_expires_at`` cleared. When ``terminal`` is given it is recorded in the
+        same transaction (a live record with that key wins, as in :meth:`record_terminal`),
+        kept until the row's ``attempt_expires_at`` + ``retain_for`` — the original
+        deadline + retention, however long the attempt took — or, for a row without an
+        attempt deadline, until store now + ``retain_for``. The row's owner lease must be
+        current (OwnerLeaseExpired, nothing written, terminal included)."""
         ...
 
     async def abort_creation(
@@ -393,8 +408,37 @@ class LocationStore(Protocol):
         retain_for: float = 0.0,
     ) -> CasResult[None]:
         """Creating -> Missing (row deleted), pending unit returned; optional terminal
-        recorded in the same transaction. Needs no current lease (cleanup of a dead
-        owner's reservation)."""
+        recorded in the same transaction (retention as in :meth:`commit_ready`). Needs no
+        current lease (cleanup of a dead owner's reservation)."""
+        ...
+
+    async def reclaim(
+        self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
+    ) -> CasResult[None]:
+        """End an incarnation whose owner can no longer act: Creating, Ready or Closing
+        -> Missing (row deleted), its pending or active unit given back.
+
+        One CAS fenced by ``expected_version`` AND ``owner`` (the row's owner NodeRid,
+        NodeGeneration and OwnerLeaseGeneration must equal it; the mesh too). It applies
+        only when, by store time, the owner's lease is no longer current (expired,
+        superseded by a re-registration, or its registration removed) or — Creating rows
+        only — store now >= ``attempt_expires_at`` + ``grace``. Otherwise (the owner is
+        live, the attempt still running) it is ``Conflict(current)`` and nothing changes,
+        exactly like a lost CAS: of N concurrent reclaimers of one row exactly one gets
+        ``Applied``. An expired lease is never revived (:meth:`renew_lease`), so a row
+        found reclaimable stays so until someone reclaims it. ``grace`` >= 0, else
+        ValueError."""
+        ...
+
+    async def owner_live(self, owner: OwnerFence) -> bool:
+        """Whether ``owner``'s lease is current by store time (same NodeRid, NodeGeneration
+        and OwnerLeaseGeneration registered, lease unexpired)."""
+        ...
+
+    async def list_reclaimable(self, *, grace: float, limit: int) -> Sequence[AuthorityRow]:
+        """Up to ``limit`` (1..1000, else ValueError) rows :meth:`reclaim` would accept
+        now (Entry claims excluded), ordered by (namespace, object id): the background
+        sweep's work list."""
         ...
 
     async def change_owner(

@@ -59,6 +59,7 @@ from .api import (
 from .validate import (
     check_clock_advance,
     check_expected_version,
+    check_grace,
     check_list_limit,
     check_registration,
     check_retention,
@@ -293,18 +294,25 @@ class MemoryLocationStore:
             pending_content=reservation.content,
             operation=reservation.operation,
             recovery=reservation.recovery,
+            attempt_expires_at=None
+            if reservation.attempt_ttl is None
+            else self._now() + reservation.attempt_ttl,
         )
         self._rows[row.key] = row
         self._adjust(owner.node_rid, pending=1)
         return Applied(row)
 
-    def _record_terminal(self, record: TerminalRecord, retain_for: float) -> TerminalRecord:
+    def _record_terminal(
+        self, record: TerminalRecord, retain_for: float, since: float | None = None
+    ) -> TerminalRecord:
+        """Keep ``record`` until ``since`` (store time; default now) + ``retain_for``."""
         expires_in = check_retention(retain_for)
         now = self._now()
         existing = self._terminals.get(record.key, now)
         if existing is not None:
             return existing.value
-        self._terminals.put(record.key, record, now + expires_in, now)
+        base = now if since is None else since
+        self._terminals.put(record.key, record, base + expires_in, now)
         return record
 
     async def commit_ready(
@@ -322,10 +330,16 @@ class MemoryLocationStore:
             return row
         self._require_lease(row.owner)
         if terminal is not None:
-            self._record_terminal(terminal, retain_for)
+            self._record_terminal(terminal, retain_for, row.attempt_expires_at)
         self._adjust(row.owner.node_rid, active=1, pending=-1)
         return self._put(
-            attrs.evolve(row, state=AuthorityState.READY, pending_content=None, operation=None)
+            attrs.evolve(
+                row,
+                state=AuthorityState.READY,
+                pending_content=None,
+                operation=None,
+                attempt_expires_at=None,
+            )
         )
 
     async def abort_creation(
@@ -342,10 +356,54 @@ class MemoryLocationStore:
         if isinstance(row, Conflict):
             return row
         if terminal is not None:
-            self._record_terminal(terminal, retain_for)
+            self._record_terminal(terminal, retain_for, row.attempt_expires_at)
         del self._rows[key]
         self._adjust(row.owner.node_rid, pending=-1)
         return Applied(None)
+
+    def _reclaimable(self, row: AuthorityRow, now: float, grace: float) -> bool:
+        if not self._fence_current(row.owner, now):
+            return True
+        return (
+            row.state is AuthorityState.CREATING
+            and row.attempt_expires_at is not None
+            and now >= row.attempt_expires_at + grace
+        )
+
+    async def reclaim(
+        self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
+    ) -> CasResult[None]:
+        grace = check_grace(grace)
+        await trio.lowlevel.checkpoint()
+        row = self._precondition(key, expected_version, _ANY_STATE)
+        if isinstance(row, Conflict):
+            return row
+        if row.owner != owner or not self._reclaimable(row, self._now(), grace):
+            return Conflict(row)
+        del self._rows[key]
+        if row.state is AuthorityState.CREATING:
+            self._adjust(row.owner.node_rid, pending=-1)
+        else:
+            self._adjust(row.owner.node_rid, active=-1)
+        return Applied(None)
+
+    async def owner_live(self, owner: OwnerFence) -> bool:
+        await trio.lowlevel.checkpoint()
+        return self._fence_current(owner, self._now())
+
+    async def list_reclaimable(self, *, grace: float, limit: int) -> Sequence[AuthorityRow]:
+        grace = check_grace(grace)
+        check_list_limit(limit)
+        await trio.lowlevel.checkpoint()
+        now = self._now()
+        rows = [
+            row
+            for row in self._rows.values()
+            if row.kind is not ObjectKind.ENTRY_SPOT and self._reclaimable(row, now, grace)
+        ]
+        return tuple(
+            heapq.nsmallest(limit, rows, key=lambda r: (r.key.namespace.value, r.key.object_id))
+        )
 
     async def change_owner(
         self, key: ObjectKey, expected_version: int, new_owner: OwnerFence

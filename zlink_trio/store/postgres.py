@@ -79,6 +79,7 @@ from .api import (
 from .validate import (
     check_clock_advance,
     check_expected_version,
+    check_grace,
     check_list_limit,
     check_registration,
     check_retention,
@@ -310,6 +311,37 @@ class PostgresLocationStore:
             "fetchrow", self._sql.release, *codec.key_args(key), expected_version
         )
         return codec.decode_cas_none(record)
+
+    async def reclaim(
+        self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
+    ) -> CasResult[None]:
+        check_expected_version(expected_version)
+        step = check_grace(grace)
+        record = await self._write(
+            "fetchrow",
+            self._sql.reclaim,
+            *codec.key_args(key),
+            expected_version,
+            *codec.fence_args(owner),
+            step,
+        )
+        return codec.decode_cas_none(record)
+
+    async def owner_live(self, owner: OwnerFence) -> bool:
+        live: bool = await self._read(
+            "fetchval",
+            self._sql.owner_live,
+            owner.node_rid.value,
+            owner.node_generation.value,
+            owner.lease_generation.value,
+        )
+        return live
+
+    async def list_reclaimable(self, *, grace: float, limit: int) -> Sequence[AuthorityRow]:
+        step = check_grace(grace)
+        check_list_limit(limit)
+        records = await self._read("fetch", self._sql.list_reclaimable, step, limit)
+        return tuple(codec.decode_row(r) for r in records)
 
     # ----- nodes, descriptors, leases ------------------------------------------------------
     async def register_node(

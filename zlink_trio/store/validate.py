@@ -62,6 +62,26 @@ def check_retention(retain_for: float | None) -> float:
     return float(retain_for)
 
 
+def check_attempt_ttl(value: object) -> float | None:
+    """A reservation's ``attempt_ttl``: None, or a finite float >= 0."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"attempt_ttl must be a number or None, got {type(value).__name__}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"attempt_ttl must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
+def check_grace(value: object) -> float:
+    """A reclaim ``grace``: a finite float >= 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"grace must be a number, got {type(value).__name__}")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"grace must be finite and >= 0, got {value!r}")
+    return float(value)
+
+
 def check_ttl(lease_ttl: float) -> float:
     """A lease time-to-live in seconds: finite and > 0."""
     if not (lease_ttl > 0 and math.isfinite(lease_ttl)):

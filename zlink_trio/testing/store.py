@@ -41,7 +41,17 @@ __all__ = [
 ]
 
 STORE_READ_METHODS: Final = frozenset(
-    {"now", "read", "scan_owned", "list_rows", "list_nodes", "read_terminal", "read_root"}
+    {
+        "now",
+        "read",
+        "scan_owned",
+        "list_rows",
+        "list_nodes",
+        "owner_live",
+        "list_reclaimable",
+        "read_terminal",
+        "read_root",
+    }
 )
 """Protocol methods counted as reads (each is one Store round trip)."""
 
@@ -56,6 +66,7 @@ STORE_WRITE_METHODS: Final = frozenset(
         "set_relocation",
         "begin_closing",
         "release",
+        "reclaim",
         "register_node",
         "renew_lease",
         "remove_node",
@@ -201,6 +212,20 @@ class CountingStore:
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
         self._calls["release"] += 1
         return await self._inner.release(key, expected_version)
+
+    async def reclaim(
+        self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
+    ) -> CasResult[None]:
+        self._calls["reclaim"] += 1
+        return await self._inner.reclaim(key, expected_version, owner, grace=grace)
+
+    async def owner_live(self, owner: OwnerFence) -> bool:
+        self._calls["owner_live"] += 1
+        return await self._inner.owner_live(owner)
+
+    async def list_reclaimable(self, *, grace: float, limit: int) -> Sequence[AuthorityRow]:
+        self._calls["list_reclaimable"] += 1
+        return await self._inner.list_reclaimable(grace=grace, limit=limit)
 
     async def register_node(
         self,

@@ -1,0 +1,142 @@
+"""Ending incarnations whose owner can no longer act (docs/decisions.md, "Owner loss").
+
+An authority row names its owner by fence (NodeRid, NodeGeneration, OwnerLeaseGeneration).
+Once that lease is no longer current by the Store's own clock, the owner is fail-stopped
+(its local admission deadline passed first, :mod:`zlink_trio.mesh.lease`) and can never
+commit, serve or release the row again; a Creating row is also finished once its attempt
+deadline (recorded in the row) + ``reservation_grace`` passed. Any live node may then end
+the incarnation with ONE :meth:`~zlink_trio.store.api.LocationStore.reclaim` CAS fenced by
+the row version and the owner fence: exactly one reclaimer wins per row, the id becomes
+Missing and the capacity comes back; late frames of the old incarnation are rejected by
+its ObjectGeneration, which no new incarnation reuses.
+
+Two paths call :func:`reclaim_row`:
+
+* lazily, a call that resolves a row whose owner it finds dead (find, create,
+  get_or_create, destroy, a message whose owner cannot be reached) reclaims it and goes
+  on against the new state;
+* :func:`serve_reclaim_sweep`, one bounded background task on every node with a Store:
+  a first round as soon as the node serves, before ``open_server`` returns (so a
+  restarted node has reclaimed its previous lifecycles' rows once it is up), then a round
+  every
+  ``reclaim_sweep_interval``, each reclaiming at most ``reclaim_sweep_batch`` rows and
+  removing the registrations of expired lifecycles that own no row any more.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from ..config import ServerConfig
+from ..errors import StoreOutcomeUnknown, Unavailable
+from ..mesh.api import MeshNodeApi
+from ..observe import FlowEvent, FlowTrace
+from ..store.api import Applied, AuthorityRow, LocationStore, ObjectKind
+
+__all__ = ["owner_dead", "reclaim_row", "serve_reclaim_sweep", "sweep_once"]
+
+logger = logging.getLogger("zlink_trio.objects")
+
+
+async def owner_dead(store: LocationStore, row: AuthorityRow) -> bool:
+    """Whether ``row``'s owner lease is no longer current by store time (one read)."""
+    return not await store.owner_live(row.owner)
+
+
+async def reclaim_row(
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+) -> bool:
+    """One reclaim CAS of exactly ``row`` (its version and owner fence).
+
+    True when the row is no longer ``row``: this node reclaimed it (counted as
+    :attr:`FlowEvent.RECLAIMED`), another reclaimer or the owner moved it on, or the
+    outcome is unknown (the caller re-reads). False when the Store refused because the
+    owner is live and (for a Creating row) its attempt is still running."""
+    try:
+        result = await store.reclaim(row.key, row.store_version, row.owner, grace=grace)
+    except StoreOutcomeUnknown as exc:
+        logger.info("reclaim of %r has an unknown outcome (%r); re-reading", row.key, exc)
+        return True
+    if isinstance(result, Applied):
+        flow.emit(
+            FlowEvent.RECLAIMED,
+            "%s %r (was %s, owner %s, object generation %s)",
+            row.kind.value,
+            row.key.object_id,
+            row.state.value,
+            row.owner.node_rid,
+            row.object_generation.value,
+        )
+        return True
+    return result.current != row
+
+
+async def sweep_once(
+    config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
+) -> int:
+    """One bounded sweep round: reclaim up to ``reclaim_sweep_batch`` reclaimable rows,
+    then remove the registrations of expired lifecycles that own no row any more.
+    Returns the rows this node reclaimed. Stops as soon as ``node`` stops admitting (a
+    fail-stopped node makes no Store call)."""
+    won = 0
+    rows = await store.list_reclaimable(
+        grace=config.reservation_grace, limit=min(config.reclaim_sweep_batch, 1000)
+    )
+    for row in rows:
+        if node.admission_error() is not None:
+            return won
+        before = flow.count(FlowEvent.RECLAIMED)
+        await reclaim_row(store, row, grace=config.reservation_grace, flow=flow)
+        won += flow.count(FlowEvent.RECLAIMED) - before
+    for record in await store.list_nodes():
+        if record.live or node.admission_error() is not None:
+            continue
+        descriptor = record.descriptor
+        owned = await store.scan_owned(descriptor.node_rid)
+        if any(r.kind is not ObjectKind.ENTRY_SPOT for r in owned):
+            continue  # its rows go first (next round, if this one's batch was full)
+        if await store.remove_node(
+            descriptor.node_rid, descriptor.node_generation, record.lease_generation
+        ):
+            flow.emit(
+                FlowEvent.REGISTRATION_SWEPT,
+                "node %s (lease %s expired)",
+                descriptor.node_rid,
+                record.lease_generation.value,
+            )
+    return won
+
+
+async def serve_reclaim_sweep(
+    config: ServerConfig,
+    store: LocationStore,
+    flow: FlowTrace,
+    node: MeshNodeApi,
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """The node's background sweep (see the module docstring), started once ``node``
+    serves: the first round runs before ``started`` (bounded by ``drain_timeout``), then
+    one per interval until cancelled or until the node stops admitting. A Store failure
+    skips the round; it never stops the node."""
+    with trio.move_on_after(config.drain_timeout):
+        await _round(config, store, flow, node)
+    task_status.started()
+    while node.admission_error() is None:
+        await trio.sleep(config.reclaim_sweep_interval)
+        await _round(config, store, flow, node)
+
+
+async def _round(
+    config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
+) -> None:
+    if node.admission_error() is not None:
+        return
+    try:
+        await sweep_once(config, store, flow, node)
+    except (Unavailable, OSError) as exc:  # StoreOutcomeUnknown included
+        logger.info("reclaim sweep skipped: %r", exc)
+    except Exception:
+        logger.exception("reclaim sweep round failed")
