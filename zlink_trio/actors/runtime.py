@@ -127,6 +127,7 @@ class ActorRuntime:
             target=self.target,
             authority=authority,
             reclaimer=self.reclaimer,
+            flow=flow,
         )
         self.destroyer: Destroyer[ActorId, HostedActor] = Destroyer(
             kind=ActorDestroyKind(self.host, authority),

@@ -21,6 +21,7 @@ values and the command that carries the create to a remote target — comes from
 from __future__ import annotations
 
 import logging
+import math
 import random
 from typing import Generic, TypeVar, final
 
@@ -39,6 +40,7 @@ from ..errors import (
 )
 from ..ids import MeshName, OperationId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress
+from ..observe import FlowTrace
 from ..store.api import (
     Applied,
     AuthorityRow,
@@ -55,6 +57,7 @@ from .authority import Authority
 from .create_target import CreateTarget
 from .durable import remaining_ms, run_durable
 from .kind import CreateOrder, IdT, SourceKind, noun
+from .owner_loss import owner_dead, reclaim_row
 from .placement import choose_node
 from .reclaim import Reclaimer, give_back, orphaned
 from .sinks import LocalSink, decode_terminal, raise_for_failure
@@ -73,6 +76,12 @@ def _about(reply: TerminalReply, row: AuthorityRow) -> bool:
     return isinstance(tail, CreateTail) and tail.object_generation == row.object_generation
 
 
+def _ttl(deadline: float) -> float | None:
+    """Seconds from now to ``deadline`` (None for a call without one)."""
+    left = deadline - trio.current_time()
+    return max(0.0, left) if math.isfinite(left) else None
+
+
 @final
 class CreateSource(Generic[IdT, ResultT]):
     def __init__(
@@ -85,8 +94,10 @@ class CreateSource(Generic[IdT, ResultT]):
         target: CreateTarget[IdT],
         authority: Authority[IdT],
         reclaimer: Reclaimer,
+        flow: FlowTrace,
     ) -> None:
         self._kind = kind
+        self._flow = flow
         self._noun = noun(kind.kind)
         self._config = config
         self._authority = authority
@@ -154,6 +165,20 @@ class CreateSource(Generic[IdT, ResultT]):
                                 f"{self._noun} {object_key.object_id!r} exists with type "
                                 f"{row.stable_type.value!r}"
                             )
+                        if (
+                            row.state is not AuthorityState.CREATING
+                            and row.owner.node_rid != me.node_rid
+                            and await owner_dead(self._store, row)
+                        ):
+                            # Its owner's lease expired: the incarnation ended with it.
+                            # Reclaim it (one fenced CAS) and compete for a new one.
+                            await reclaim_row(
+                                self._store,
+                                row,
+                                grace=self._config.reservation_grace,
+                                flow=self._flow,
+                            )
+                            continue
                         if row.state is AuthorityState.READY:
                             if exclusive:
                                 raise AlreadyExists(
@@ -241,6 +266,9 @@ class CreateSource(Generic[IdT, ResultT]):
                     membership=self._kind.membership(descriptor),
                     content=content,
                     operation=key,
+                    # The reservation lives at most until the operation's deadline (+ the
+                    # reclaimers' grace); its terminal is retained until it + retention.
+                    attempt_ttl=_ttl(deadline),
                 )
             )
         except (OwnerLeaseExpired, CapacityExceeded) as exc:

@@ -175,9 +175,12 @@ class CreateTarget(Generic[IdT]):
         store = self._store
         key = order.operation
         object_key = row.key
-        retain_for = (
-            max(0.0, deadline - trio.current_time()) + self._config.terminal_record_retention
-        )
+        # The Store keeps the terminal until the row's recorded attempt deadline (the
+        # source's original deadline) + retention, however long this attempt takes; a row
+        # without one (made by a target itself) counts from this attempt's deadline.
+        retain_for = self._config.terminal_record_retention
+        if row.attempt_expires_at is None:
+            retain_for += max(0.0, deadline - trio.current_time())
 
         async def abort(
             error: ZLinkError, state: CreateState, reply: bytes | None = None

@@ -48,6 +48,7 @@ from zlink_trio.objects.kind import Commit, CreateOrder, Decision, Refuse
 from zlink_trio.objects.reclaim import RETRY_INTERVAL, Reclaimer
 from zlink_trio.objects.results import Created, CreateResult, Existing, Rejected
 from zlink_trio.objects.sinks import LocalSink
+from zlink_trio.observe import FlowTrace
 from zlink_trio.routing.route_cache import RouteCache
 from zlink_trio.store.api import (
     Applied,
@@ -336,6 +337,7 @@ async def open_kit(store: Any) -> AsyncIterator[Kit]:
             target=target,
             authority=authority,
             reclaimer=reclaimer,
+            flow=FlowTrace(),
         )
         destroyer: Destroyer[SpotId, AuthorityRow] = Destroyer(
             kind=SpotHost(factory),
