@@ -10,7 +10,8 @@ A target never sends a terminal for an attempt while leaving that attempt's rese
 place: every end without a Ready commit — a Store failure before or at the fence check, a
 refused fence, an answer from the retained terminal, a rejection, any failure — aborts the
 fenced reservation (a CAS on exactly ``fence.expected_store_version``, so a row that moved
-on is never touched), recording the terminal sent in the same transaction unless the
+on is never touched; a fence from the wire only once a read showed that row is this
+operation's reservation), recording the terminal sent in the same transaction unless the
 operation's terminal is already recorded; what the Store cannot settle in time goes to the
 :class:`~.reclaim.Reclaimer`.
 
@@ -174,7 +175,7 @@ class CreateTarget(Generic[IdT]):
         ):
             # A delivery that joined naming another reservation gets this terminal too:
             # that reservation is given back first (a CAS on exactly its version).
-            await self._give_back(object_key, version)
+            await self._give_back(order, object_key, version)
         for sink in attempt.sinks:
             await sink.deliver(reply)
 
@@ -204,12 +205,12 @@ class CreateTarget(Generic[IdT]):
             # The operation ended before (a replay, or a re-submission that reserved
             # again): its one terminal is the answer, and the reservation this delivery
             # names has no attempt left to run: give it back.
-            await self._give_back(order.key, fence.expected_store_version)
+            await self._give_back(order)
             return decode_terminal(retained.result)
         held = self._reclaimer.reply_for(key)
         if held is not None:  # ended; its abort (and terminal record) is still pending
             if not self._reclaimer.holds(order.key, fence.expected_store_version):
-                await self._give_back(order.key, fence.expected_store_version)
+                await self._give_back(order)
             return held
         row = await self._authority.read(order.object_id)
         me = self._node.identity
@@ -225,19 +226,32 @@ class CreateTarget(Generic[IdT]):
             refused = failure(
                 Unavailable("the reservation fence does not match the Location Store")
             )
-            if row is not None and row.store_version == fence.expected_store_version:
-                # The reservation the fence names is there but is not this node's to
-                # run: it ends with this terminal all the same.
+            if (
+                row is not None
+                and row.store_version == fence.expected_store_version
+                and row.operation == key
+            ):
+                # This operation's reservation is there but is not this node's to run:
+                # it ends with this terminal all the same. (A fence copied under another
+                # operation names a reservation that is not ours to end.)
                 await self._end_fenced(order, refused)
             return refused
         return await self.run_reserved(order, row, deadline)
 
-    async def _give_back(self, key: ObjectKey, version: int) -> None:
-        """Abort the reservation ``(key, version)`` if it is still exactly that row (no
-        terminal: the operation's is recorded already); in the background when the Store
-        cannot be reached in time."""
-        if not await give_back(self._store, key, version, bound=self._config.drain_timeout):
-            self._reclaimer.later(key, version)
+    async def _give_back(
+        self, order: CreateOrder[Any], key: ObjectKey | None = None, version: int | None = None
+    ) -> None:
+        """Abort the reservation ``order``'s fence names (or ``(key, version)``) if it is
+        still exactly that row and was made by ``order``'s operation (a fence from the
+        wire is checked against the row first). No terminal: the operation's is recorded
+        already. In the background when the Store cannot be reached in time."""
+        key = order.key if key is None else key
+        version = order.fence.expected_store_version if version is None else version
+        operation = order.operation
+        if not await give_back(
+            self._store, key, version, bound=self._config.drain_timeout, operation=operation
+        ):
+            self._reclaimer.later(key, version, operation=operation)
 
     async def _end_fenced(self, order: CreateOrder[IdT], reply: TerminalReply) -> None:
         """Give the reservation ``order``'s fence names back, recording ``reply`` as the
@@ -257,10 +271,16 @@ class CreateTarget(Generic[IdT]):
             bound=self._config.drain_timeout,
             terminal=record,
             retain_for=retain_for,
+            operation=order.operation,
         )
         if not settled:
             self._reclaimer.later(
-                order.key, version, terminal=record, reply=reply, retain_for=retain_for
+                order.key,
+                version,
+                terminal=record,
+                reply=reply,
+                retain_for=retain_for,
+                operation=order.operation,
             )
 
     async def run_reserved(

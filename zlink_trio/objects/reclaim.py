@@ -63,11 +63,15 @@ async def _abort_once(
     retain_for: float,
     *,
     check: bool,
+    operation: OperationKey | None = None,
 ) -> None:
-    """One abort CAS (after a read when ``check``: the last abort may have happened)."""
-    if check:
+    """One abort CAS (after a read when ``check``: the last abort may have happened; or
+    when ``operation`` is given: the row must be that operation's reservation)."""
+    if check or operation is not None:
         current = await store.read(key)
         if current is None or current.store_version != version:
+            return
+        if operation is not None and current.operation != operation:
             return
     await store.abort_creation(key, version, terminal=terminal, retain_for=retain_for)
 
@@ -80,8 +84,11 @@ async def give_back(
     bound: float,
     terminal: TerminalRecord | None = None,
     retain_for: float = 0.0,
+    operation: OperationKey | None = None,
 ) -> bool:
-    """Abort the reservation ``(key, version)`` if it is still exactly that row.
+    """Abort the reservation ``(key, version)`` if it is still exactly that row (and,
+    with ``operation``, a reservation made by that operation: read first — for a version
+    that came from elsewhere, e.g. a fence on the wire).
 
     Runs shielded for at most ``bound`` seconds (callable from a ``finally`` of a
     cancelled task). An unknown outcome is retried after a re-read. Returns True when
@@ -92,7 +99,9 @@ async def give_back(
         check = False
         while True:
             try:
-                await _abort_once(store, key, version, terminal, retain_for, check=check)
+                await _abort_once(
+                    store, key, version, terminal, retain_for, check=check, operation=operation
+                )
                 return True
             except StoreOutcomeUnknown as exc:
                 logger.info("giving back the reservation of %r: %r; re-reading", key, exc)
@@ -105,12 +114,19 @@ async def give_back(
 
 @final
 class _Pending:
-    __slots__ = ("retain_for", "terminal", "version")
+    __slots__ = ("operation", "retain_for", "terminal", "version")
 
-    def __init__(self, version: int, terminal: TerminalRecord | None, retain_for: float) -> None:
+    def __init__(
+        self,
+        version: int,
+        terminal: TerminalRecord | None,
+        retain_for: float,
+        operation: OperationKey | None,
+    ) -> None:
         self.version = version
         self.terminal = terminal
         self.retain_for = retain_for
+        self.operation = operation
 
 
 @final
@@ -140,11 +156,13 @@ class Reclaimer:
         terminal: TerminalRecord | None = None,
         reply: TerminalReply | None = None,
         retain_for: float = 0.0,
+        operation: OperationKey | None = None,
     ) -> None:
         """Give ``(key, version)`` back in the background (with ``terminal`` recorded in
-        the same transaction). ``reply``: the terminal of the operation, answered to
-        replays of it until the give-back is settled (the target's attempt is over)."""
-        self._pending[(key, version)] = _Pending(version, terminal, retain_for)
+        the same transaction; with ``operation``, only a reservation that operation
+        made). ``reply``: the terminal of the operation, answered to replays of it until
+        the give-back is settled (the target's attempt is over)."""
+        self._pending[(key, version)] = _Pending(version, terminal, retain_for, operation)
         if terminal is not None and reply is not None:
             self._replies[terminal.key] = reply
         if not self._running:
@@ -172,6 +190,7 @@ class Reclaimer:
                             pending.terminal,
                             pending.retain_for,
                             check=True,
+                            operation=pending.operation,
                         )
                     except (Unavailable, OSError) as exc:  # StoreOutcomeUnknown included
                         logger.info("background give-back of %r: %r; retrying", key, exc)
