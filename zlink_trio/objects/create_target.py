@@ -158,6 +158,12 @@ class CreateTarget(Generic[IdT]):
         key = order.operation
         try:
             reply = await self._attempt(order, deadline)
+        except Exception as exc:
+            # Ending the attempt itself failed (not a Store outage: a bug, or a Store
+            # refusing the abort): still one terminal, never a crashed runtime; the row
+            # (if any is left) records its attempt deadline and is reclaimed after it.
+            logger.exception("ending the creation attempt of %r failed", order.key)
+            reply = failure(Unavailable(f"creation attempt failed: {type(exc).__name__}"))
         except BaseException:
             # Cancelled: the runtime is stopping. A local source waits on its sink in
             # memory: end it now (ShuttingDown, no terminal, so it gives its reservation
@@ -175,7 +181,10 @@ class CreateTarget(Generic[IdT]):
         ):
             # A delivery that joined naming another reservation gets this terminal too:
             # that reservation is given back first (a CAS on exactly its version).
-            await self._give_back(order, object_key, version)
+            try:
+                await self._give_back(order, object_key, version)
+            except Exception:  # as above: its attempt deadline bounds it all the same
+                logger.exception("giving back the reservation of %r failed", object_key)
         for sink in attempt.sinks:
             await sink.deliver(reply)
 
