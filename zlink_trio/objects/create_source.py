@@ -8,10 +8,16 @@ bounded backoff until it is Ready (→ Existing, or AlreadyExists for an exclusi
 Missing again (→ competes for a new reservation with its OWN request; no operation shares
 another's Rejected state or reply).
 
-A reservation is never left behind: an operation that ends without a terminal — deadline,
-failure, the caller's own cancellation — gives it back under a bounded shield, a reserve
-cut short is settled by a read, and a waiter aborts a Creating row whose source or owner
-lifecycle is gone (:mod:`.reclaim`).
+A reservation is never left behind: an operation that ends without a terminal of its own
+reservation — deadline, failure, the caller's own cancellation, a terminal of an earlier
+attempt — gives it back under a bounded shield, a reserve cut short is settled by a read,
+and a waiter ends a Creating row whose attempt is over (deadline + ``reservation_grace``)
+or whose source or owner lifecycle is gone (:mod:`.reclaim`).
+
+A re-submitted operation (an explicit OperationId) gets its retained terminal, and only
+its own: the terminal is checked first, again after a reservation it made (a terminal
+recorded meanwhile wins, and the reservation is given back), and before a Ready row found
+is answered AlreadyExists/Existing (the operation that created it gets its ``Created``).
 
 What is about one kind — its Store key, the membership a reservation records, its result
 values and the command that carries the create to a remote target — comes from its
@@ -33,6 +39,7 @@ from ..errors import (
     AlreadyExists,
     CapacityExceeded,
     DeadlineExceeded,
+    InvalidOperation,
     OwnerLeaseExpired,
     StoreOutcomeUnknown,
     TypeMismatch,
@@ -109,6 +116,21 @@ class CreateSource(Generic[IdT, ResultT]):
         self.creates = 0
         self.replays = 0
 
+    def _checked(self, reply: TerminalReply, object_key: ObjectKey) -> TerminalReply:
+        """``reply``, the retained terminal of this operation; InvalidOperation when it
+        names another object (an OperationId re-used for another id in its retention)."""
+        tail = reply.tail
+        if isinstance(tail, CreateTail) and tail.object_id != object_key.object_id:
+            raise InvalidOperation(
+                f"operation id already used for {self._noun} {tail.object_id!r} (retained "
+                "until its deadline + the terminal retention)"
+            )
+        return reply
+
+    def _retained(self, result: bytes, object_key: ObjectKey) -> ResultT:
+        """The result of this operation's retained terminal ``result``."""
+        return self._result(self._checked(decode_terminal(result), object_key))
+
     def _result(self, reply: TerminalReply) -> ResultT:
         raise_for_failure(reply)
         tail = reply.tail
@@ -145,7 +167,7 @@ class CreateSource(Generic[IdT, ResultT]):
                     # deadline + 5 min).
                     retained = await self._store.read_terminal(key)
                     if retained is not None:
-                        return self._result(decode_terminal(retained.result))
+                        return self._retained(retained.result, object_key)
                 backoff = self._config.create_backoff_initial
                 stuck: int | None = None  # the version of a Creating row seen last round
                 while reserved is None:
@@ -180,6 +202,12 @@ class CreateSource(Generic[IdT, ResultT]):
                             )
                             continue
                         if row.state is AuthorityState.READY:
+                            if explicit:
+                                # Maybe made by this very operation (its terminal was
+                                # recorded after our first check): its Created, then.
+                                retained = await self._store.read_terminal(key)
+                                if retained is not None:
+                                    return self._retained(retained.result, object_key)
                             if exclusive:
                                 raise AlreadyExists(
                                     f"{self._noun} {object_key.object_id!r} already exists"
@@ -188,10 +216,15 @@ class CreateSource(Generic[IdT, ResultT]):
                         if (
                             row.state is AuthorityState.CREATING
                             and stuck == row.store_version
-                            and await orphaned(self._store, row)
+                            and await orphaned(
+                                self._store,
+                                row,
+                                grace=self._config.reservation_grace,
+                                flow=self._flow,
+                            )
                         ):
                             stuck = None
-                            continue  # aborted (its lifecycles are gone): compete again
+                            continue  # ended (attempt over, lifecycle gone): compete again
                         stuck = row.store_version if row.state is AuthorityState.CREATING else None
                         # Creating or Closing: wait for the authority to settle (bounded
                         # backoff).
@@ -217,7 +250,16 @@ class CreateSource(Generic[IdT, ResultT]):
             )
         reply: TerminalReply | None = None
         try:
-            reply = await self._drive(key, object_id, reserved, deadline)
+            if explicit:
+                # The operation may have ended between our first check and this
+                # reservation (a re-submission overlapping an earlier one): its terminal
+                # is the answer, and this reservation is given back below.
+                with trio.move_on_at(deadline):
+                    retained = await self._store.read_terminal(key)
+                    if retained is not None:
+                        reply = self._checked(decode_terminal(retained.result), object_key)
+            if reply is None:
+                reply = await self._drive(key, object_id, reserved, deadline)
         finally:
             if reply is None:
                 # No terminal (deadline, the caller's cancellation, a transport failure,
@@ -228,6 +270,7 @@ class CreateSource(Generic[IdT, ResultT]):
             # for an earlier one (a replay that raced its give-back, or a fence the target
             # refused). The target never touched this row: give it back, never orphan it.
             await self._give_back(reserved.key, reserved.store_version)
+            reply = self._checked(reply, reserved.key)
         return self._result(reply)
 
     async def _reserve(

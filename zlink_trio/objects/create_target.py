@@ -6,8 +6,18 @@ reservation: concurrent deliveries of one operation (a replay racing the origina
 attempt in flight, and a finished operation answers from its terminal record, kept in the
 Store with the commit/abort it describes until the original deadline + retention.
 
+A target never sends a terminal for an attempt while leaving that attempt's reservation in
+place: every end without a Ready commit — a Store failure before or at the fence check, a
+refused fence, an answer from the retained terminal, a rejection, any failure — aborts the
+fenced reservation (a CAS on exactly ``fence.expected_store_version``, so a row that moved
+on is never touched; a fence from the wire only once a read showed that row is this
+operation's reservation), recording the terminal sent in the same transaction unless the
+operation's terminal is already recorded; what the Store cannot settle in time goes to the
+:class:`~.reclaim.Reclaimer`.
+
 Order of one attempt:
-1. the retained terminal, if any, is the answer (replay);
+1. the retained terminal, if any, is the answer (replay; the fenced reservation, a newer
+   one the operation made again, is given back);
 2. the reservation fence of the command is checked against the Store row (Creating, same
    version, generation, owner = this lifecycle, same operation);
 3. the kind says whether this node can build the type at all (:meth:`~.kind.TargetKind.refuse`);
@@ -25,7 +35,7 @@ spec 06 §4.1) runs them after its own reserve.
 from __future__ import annotations
 
 import logging
-from typing import Final, Generic, final
+from typing import Any, Final, Generic, final
 
 import trio
 
@@ -79,6 +89,28 @@ def _create_tail(state: CreateState, row: AuthorityRow, reply: bytes | None) -> 
 
 
 @final
+class _Attempt:
+    """The attempt in flight for one operation: the sinks waiting for its terminal and
+    the reservations of deliveries that joined it naming another one (a replay of an
+    older attempt, a re-submission that reserved again while this one was ending, an
+    OperationId re-used for another object)."""
+
+    __slots__ = ("key", "others", "sinks", "version")
+
+    def __init__(self, order: CreateOrder[Any], sink: TerminalSink) -> None:
+        self.key = order.key
+        self.version = order.fence.expected_store_version
+        self.sinks: list[TerminalSink] = [sink]
+        self.others: set[tuple[ObjectKey, int]] = set()
+
+    def join(self, order: CreateOrder[Any], sink: TerminalSink) -> None:
+        self.sinks.append(sink)
+        version = order.fence.expected_store_version
+        if (order.key, version) != (self.key, self.version):
+            self.others.add((order.key, version))
+
+
+@final
 class CreateTarget(Generic[IdT]):
     def __init__(
         self,
@@ -102,7 +134,7 @@ class CreateTarget(Generic[IdT]):
         self._nursery = nursery
         self._owner = owner
         self._task_name = task_name
-        self._inflight: dict[OperationKey, list[TerminalSink]] = {}
+        self._inflight: dict[OperationKey, _Attempt] = {}
         self.rejected = 0
         self.failed = 0
 
@@ -114,11 +146,11 @@ class CreateTarget(Generic[IdT]):
         """Start (or join) the attempt of ``order``'s operation; the terminal goes to
         ``sink``. Never blocks: the attempt runs in the owning runtime's nursery."""
         key = order.operation
-        waiters = self._inflight.get(key)
-        if waiters is not None:
-            waiters.append(sink)
+        attempt = self._inflight.get(key)
+        if attempt is not None:
+            attempt.join(order, sink)
             return
-        self._inflight[key] = [sink]
+        self._inflight[key] = _Attempt(order, sink)
         deadline = trio.current_time() + order.timeout_ms / 1000
         self._nursery.start_soon(self._run, order, deadline, name=self._task_name)
 
@@ -126,35 +158,71 @@ class CreateTarget(Generic[IdT]):
         key = order.operation
         try:
             reply = await self._attempt(order, deadline)
-        except ZLinkError as exc:
-            reply = failure(exc)
         except Exception as exc:
-            logger.exception("creation attempt of %r failed", order.key)
+            # Ending the attempt itself failed (not a Store outage: a bug, or a Store
+            # refusing the abort): still one terminal, never a crashed runtime; the row
+            # (if any is left) records its attempt deadline and is reclaimed after it.
+            logger.exception("ending the creation attempt of %r failed", order.key)
             reply = failure(Unavailable(f"creation attempt failed: {type(exc).__name__}"))
         except BaseException:
             # Cancelled: the runtime is stopping. A local source waits on its sink in
             # memory: end it now (ShuttingDown, no terminal, so it gives its reservation
             # back) rather than at its deadline. A remote source sees the link close.
-            for sink in self._inflight.pop(key, []):
+            attempt = self._inflight.pop(key, None)
+            for sink in attempt.sinks if attempt is not None else ():
                 if isinstance(sink, LocalSink):
                     sink.fail(ShuttingDown(f"the {self._owner} stopped during the creation"))
             raise
-        sinks = self._inflight.pop(key, [])
-        for sink in sinks:
+        attempt = self._inflight.pop(key, None)
+        if attempt is None:
+            return
+        for object_key, version in sorted(
+            attempt.others, key=lambda other: (other[0].object_id, other[1])
+        ):
+            # A delivery that joined naming another reservation gets this terminal too:
+            # that reservation is given back first (a CAS on exactly its version).
+            try:
+                await self._give_back(order, object_key, version)
+            except Exception:  # as above: its attempt deadline bounds it all the same
+                logger.exception("giving back the reservation of %r failed", object_key)
+        for sink in attempt.sinks:
             await sink.deliver(reply)
 
     async def _attempt(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
+        """The terminal of ``order``'s attempt; its reservation is ended (committed, or
+        given back) before it is returned."""
+        try:
+            return await self._fenced(order, deadline)
+        except ZLinkError as exc:
+            reply = failure(exc)
+        except Exception as exc:
+            logger.exception("creation attempt of %r failed", order.key)
+            reply = failure(Unavailable(f"creation attempt failed: {type(exc).__name__}"))
+        # Ended before (or outside) the steps that settle the reservation themselves: a
+        # Store failure before or at the fence check, the request root unreadable, the
+        # kind's staging failing to start. Give the fenced reservation back with this
+        # terminal (a row that moved on is left alone by the CAS).
+        await self._end_fenced(order, reply)
+        return reply
+
+    async def _fenced(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
         store = self._store
         key = order.operation
+        fence = order.fence
         retained = await store.read_terminal(key)
         if retained is not None:
+            # The operation ended before (a replay, or a re-submission that reserved
+            # again): its one terminal is the answer, and the reservation this delivery
+            # names has no attempt left to run: give it back.
+            await self._give_back(order)
             return decode_terminal(retained.result)
         held = self._reclaimer.reply_for(key)
         if held is not None:  # ended; its abort (and terminal record) is still pending
+            if not self._reclaimer.holds(order.key, fence.expected_store_version):
+                await self._give_back(order)
             return held
         row = await self._authority.read(order.object_id)
         me = self._node.identity
-        fence = order.fence
         if (
             row is None
             or row.state is not AuthorityState.CREATING
@@ -164,8 +232,65 @@ class CreateTarget(Generic[IdT]):
             or row.owner.node_generation != me.node_generation
             or row.operation != key
         ):
-            return failure(Unavailable("the reservation fence does not match the Location Store"))
+            refused = failure(
+                Unavailable("the reservation fence does not match the Location Store")
+            )
+            if (
+                row is not None
+                and row.store_version == fence.expected_store_version
+                and row.operation == key
+            ):
+                # This operation's reservation is there but is not this node's to run:
+                # it ends with this terminal all the same. (A fence copied under another
+                # operation names a reservation that is not ours to end.)
+                await self._end_fenced(order, refused)
+            return refused
         return await self.run_reserved(order, row, deadline)
+
+    async def _give_back(
+        self, order: CreateOrder[Any], key: ObjectKey | None = None, version: int | None = None
+    ) -> None:
+        """Abort the reservation ``order``'s fence names (or ``(key, version)``) if it is
+        still exactly that row and was made by ``order``'s operation (a fence from the
+        wire is checked against the row first). No terminal: the operation's is recorded
+        already. In the background when the Store cannot be reached in time."""
+        key = order.key if key is None else key
+        version = order.fence.expected_store_version if version is None else version
+        operation = order.operation
+        if not await give_back(
+            self._store, key, version, bound=self._config.drain_timeout, operation=operation
+        ):
+            self._reclaimer.later(key, version, operation=operation)
+
+    async def _end_fenced(self, order: CreateOrder[IdT], reply: TerminalReply) -> None:
+        """Give the reservation ``order``'s fence names back, recording ``reply`` as the
+        operation's terminal in the same transaction (an earlier live terminal of the
+        operation wins). Kept until the row's recorded attempt deadline + retention."""
+        version = order.fence.expected_store_version
+        retain_for = self._config.terminal_record_retention
+        record: TerminalRecord | None
+        try:
+            record = TerminalRecord(order.operation, encode_terminal(reply))
+        except ProtocolError:  # cannot happen for a failure terminal; stay safe
+            record = None
+        settled = await give_back(
+            self._store,
+            order.key,
+            version,
+            bound=self._config.drain_timeout,
+            terminal=record,
+            retain_for=retain_for,
+            operation=order.operation,
+        )
+        if not settled:
+            self._reclaimer.later(
+                order.key,
+                version,
+                terminal=record,
+                reply=reply,
+                retain_for=retain_for,
+                operation=order.operation,
+            )
 
     async def run_reserved(
         self, order: CreateOrder[IdT], row: AuthorityRow, deadline: float

@@ -8,12 +8,12 @@ runs, callbacks, handler logs) the way a user's test would.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 import attrs
 import trio
 
-from zlink_trio import App
+from zlink_trio import App, StoreOutcomeUnknown, Unavailable
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import RecreateOnRelocation
 from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision
@@ -33,6 +33,93 @@ class Wrapped:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
+
+
+Matcher = Callable[[str, tuple[Any, ...], dict[str, Any]], bool]
+"""Whether a Store call ``(method, args, kwargs)`` is one a test watches."""
+
+FAULTS: Final = ("unavailable", "unknown-applied", "unknown-lost")
+"""How :class:`StoreFaults` fails a call: ``Unavailable`` without running it (the Store
+was not reached), or ``StoreOutcomeUnknown`` after running it or without running it (the
+answer was lost)."""
+
+
+def about_id(object_id: str) -> Matcher:
+    """A matcher for the Store calls of one create of ``object_id``: the calls naming its
+    key, the placement read (``list_nodes`` of one mesh) and the calls only creates make
+    (terminal records, creation request roots, reclaim checks)."""
+
+    def matches(method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+        if method in ("read_terminal", "put_root", "read_root", "owner_live", "now"):
+            return True
+        if method == "list_nodes":
+            return bool(args) or "mesh_name" in kwargs
+        if method == "reserve":
+            return bool(args[0].key.object_id == object_id)
+        if method in ("read", "commit_ready", "abort_creation", "reclaim"):
+            return bool(args[0].object_id == object_id)
+        return False
+
+    return matches
+
+
+class StoreFaults:
+    """A LocationStore delegating to ``inner`` that records the calls a :data:`Matcher`
+    selects (once :meth:`watch` armed it) and fails exactly one of them: the
+    ``fail_at``-th (0-based), the way ``fault`` (one of :data:`FAULTS`) says. ``results``
+    keeps what each watched ``abort_creation`` answered, with whether it carried a
+    terminal record."""
+
+    def __init__(self, inner: LocationStore) -> None:
+        self._inner = inner
+        self._matches: Matcher | None = None
+        self._fail_at: int | None = None
+        self._fault = "unavailable"
+        self.calls: list[str] = []
+        self.fired: str | None = None
+        self.aborts: list[tuple[bool, object]] = []
+
+    @property
+    def recovery_epoch(self) -> int:
+        return self._inner.recovery_epoch
+
+    def watch(self, matches: Matcher, *, fail_at: int | None = None, fault: str = "") -> None:
+        self._matches = matches
+        self._fail_at = fail_at
+        self._fault = fault or "unavailable"
+        self.calls = []
+        self.fired = None
+        self.aborts = []
+
+    def stop(self) -> None:
+        self._matches = None
+
+    def __getattr__(self, name: str) -> Any:
+        real = getattr(self._inner, name)
+        if name.startswith("_") or not callable(real):
+            return real
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            matches = self._matches
+            if matches is None or not matches(name, args, kwargs):
+                return await real(*args, **kwargs)
+            index = len(self.calls)
+            self.calls.append(name)
+            if index == self._fail_at:
+                self.fired = f"{name}#{index}:{self._fault}"
+                if self._fault == "unknown-applied":
+                    await real(*args, **kwargs)
+                    raise StoreOutcomeUnknown(f"test: the answer of {name} was lost")
+                await trio.lowlevel.checkpoint()
+                if self._fault == "unknown-lost":
+                    raise StoreOutcomeUnknown(f"test: {name} was cut short")
+                raise Unavailable(f"test: the Store did not answer {name}")
+            result = await real(*args, **kwargs)
+            if name == "abort_creation":
+                self.aborts.append((kwargs.get("terminal") is not None, result))
+            return result
+
+        return call
 
 
 @attrs.define

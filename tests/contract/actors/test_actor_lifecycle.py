@@ -4,6 +4,10 @@ A04-26)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import pytest
 import trio
 import trio.testing
 from actor_kit import Recorder, client_app, make_app
@@ -11,6 +15,7 @@ from actor_kit import Recorder, client_app, make_app
 from zlink_trio import (
     ActorRef,
     AlreadyExists,
+    ApplicationError,
     InvalidId,
     InvalidOperation,
     MeshConfig,
@@ -18,11 +23,12 @@ from zlink_trio import (
     ServerConfig,
     TypeMismatch,
     Unavailable,
+    ZLinkError,
 )
 from zlink_trio.actors.results import Created, Existing, Rejected
 from zlink_trio.ids import ObjectGeneration
 from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision, Reject
-from zlink_trio.store.api import Applied, ObjectKey, RelocationMark
+from zlink_trio.store.api import Applied, ObjectKey, OperationKey, RelocationMark
 from zlink_trio.testing import (
     CountingStore,
     advance_store_clock,
@@ -308,6 +314,126 @@ async def test_a04_20_replay_key_is_source_node_lifecycle_and_operation(
         assert await other.request("replayed", "echo", b"hi") == b"hi"
 
 
+async def _outcome(call: Any) -> object:
+    """The result of a create call, or the typed error it raised."""
+    try:
+        return await call
+    except ZLinkError as exc:
+        return exc
+
+
+def _same_terminal(a: object, b: object) -> bool:
+    """The same semantic result: equal results (state, ref and reply bytes), or errors
+    of the same public class with the same message."""
+    if isinstance(a, ZLinkError) or isinstance(b, ZLinkError):
+        return type(a) is type(b) and str(a) == str(b)
+    return a == b
+
+
+@pytest.mark.parametrize("locality", ["local", "remote"])
+@pytest.mark.parametrize("terminal", ["created", "rejected", "failed"])
+async def test_a04_20_every_terminal_kind_is_retained_until_deadline_plus_five_minutes(
+    clock: object, store: CountingStore, terminal: str, locality: str
+) -> None:
+    """A04-20 for every terminal kind: a create re-sent under the same (NodeRid, lifecycle
+    generation, OperationId) gets the identical terminal — Created with its reply (even
+    once that incarnation was destroyed), Rejected with its reply, Failed with its error
+    kind and message — at the original deadline + 4 min 59 s, with no factory or
+    OnCreateActor run; at the original deadline + 5 min, with no Ready authority, it is a
+    fresh attempt: a new reservation, the factory runs again, a new incarnation."""
+    rec = Recorder()
+    deadlines: list[float] = []
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        if rec.on_create_calls > 1:
+            return Approve(b"fresh")
+        row = await store.read(ObjectKey.actor("kept"))
+        assert row is not None and row.attempt_expires_at is not None
+        deadlines.append(row.attempt_expires_at)  # the original deadline (store time)
+        if terminal == "created":
+            return Approve(b"welcome")
+        if terminal == "rejected":
+            return Reject(b"not now")
+        raise RuntimeError("the first approval failed")
+
+    apps = [make_app(rec, on_create=on_create)]
+    if locality == "remote":
+        apps = [client_app(), *apps]
+    long_lease = ServerConfig(owner_lease_ttl=3600.0, owner_lease_renew_interval=60.0)
+    async with open_cluster(
+        len(apps), store=store, app=lambda i: apps[i], config=long_lease
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0].actors
+        op = OperationId.new()
+
+        def resend() -> Any:
+            return caller.create("kept", "player").operation_id(op).request(b"r").timeout(10)
+
+        first = await _outcome(resend())
+        expected: dict[str, Callable[[object], bool]] = {
+            "created": lambda r: isinstance(r, Created) and r.reply == b"welcome",
+            "rejected": lambda r: r == Rejected(b"not now"),
+            "failed": lambda r: isinstance(r, ApplicationError) and "failed" in str(r),
+        }
+        assert expected[terminal](first), first
+        (deadline,) = deadlines
+
+        async def at(offset: float) -> None:
+            await advance_store_clock(store, deadline + offset - await store.now())
+
+        await at(4 * 60 + 59)
+        again = await _outcome(resend())
+        assert _same_terminal(again, first), (again, first)
+        assert rec.runs("kept") == 1 and rec.on_create_calls == 1
+        if isinstance(first, Created):
+            # No Ready authority may be left for the fresh attempt below; the retained
+            # terminal is the operation's, not the row's: it still answers.
+            assert await caller.destroy(first.actor) is True
+            assert _same_terminal(await _outcome(resend()), first)
+            assert rec.runs("kept") == 1
+        await at(5 * 60)
+        fresh = await _outcome(resend())
+        assert isinstance(fresh, Created) and fresh.reply == b"fresh", fresh
+        assert rec.runs("kept") == 2 and rec.on_create_calls == 2
+        if isinstance(first, Created):
+            assert fresh.actor.object_generation > first.actor.object_generation
+        assert await caller.find("kept") == fresh.actor
+        assert [n.pending for n in await store.list_nodes()] == [0] * len(apps)
+
+
+async def test_a04_20_a_new_source_lifecycle_is_another_operation(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-20 (implied), at server level: the operation key includes the source node's
+    lifecycle. After the caller node restarts (a new lifecycle: here a new NodeRid and a
+    new NodeGeneration), a create under the SAME OperationId well within the old
+    terminal's retention is not a replay: a fresh attempt runs (factory and OnCreateActor
+    again) and gets its own result; the old lifecycle's terminal is left alone."""
+    rec = Recorder()
+    verdicts: list[CreateDecision] = [Reject(b"old lifecycle"), Approve(b"new lifecycle")]
+
+    async def on_create(event: ActorCreateEvent) -> CreateDecision:
+        return verdicts.pop(0)
+
+    apps = [client_app(), make_app(rec, on_create=on_create)]
+    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
+        await cluster.wait_all_admitted()
+        op = OperationId.new()
+        old = cluster.servers[0].identity
+        first = await cluster.servers[0].actors.create("lc", "player").operation_id(op)
+        assert first == Rejected(b"old lifecycle")
+        retained = OperationKey(old.node_rid, old.node_generation, op)
+        assert await store.read_terminal(retained) is not None
+        restarted = await cluster.restart(0)
+        await cluster.wait_all_admitted()
+        assert restarted.identity.node_generation != old.node_generation
+        second = await restarted.actors.create("lc", "player").operation_id(op).timeout(10)
+        assert isinstance(second, Created) and second.reply == b"new lifecycle"
+        assert rec.runs("lc") == 2 and rec.on_create_calls == 2
+        assert await store.read_terminal(retained) is not None  # untouched
+
+
 async def test_a04_21_rejected_or_failed_leaves_nothing(
     clock: object, store: CountingStore
 ) -> None:
@@ -368,14 +494,17 @@ async def test_a04_21_rejected_or_failed_leaves_nothing(
 async def test_a04_26_destroy_names_one_incarnation(clock: object, store: CountingStore) -> None:
     """A04-26: destroy accepts only the same generation: twice → False, an old ref after a
     recreate → InvalidOperation with the new incarnation untouched; sealed → Unavailable;
-    no Entry Spot callback runs for a destroy."""
+    no Entry Spot callback runs for a destroy. Node 0 cannot host the Actor, so its
+    destroys take the remote path every run; node 1 (the host) destroys locally."""
     rec = Recorder()
-    async with open_cluster(2, store=store, app=make_app(rec)) as cluster:
+    apps = [client_app(), make_app(rec)]
+    async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
         await cluster.wait_all_admitted()
         actors = cluster.servers[0].actors
         first = await actors.create("mortal", "player").timeout(10)
         assert isinstance(first, Created)
         old = first.actor
+        assert old.node_rid == cluster.servers[1].identity.node_rid  # remote from node 0
         calls_before = rec.on_create_calls
         turns_before = [
             (s.lifecycle_turns, s.application_turns)

@@ -271,10 +271,16 @@ class FlakyStore:
         self._store = store
         self.failures = failures
         self.hide_terminal_once = False
+        self.terminal_reads_failing = 0
 
     async def read_terminal(self, key: OperationKey) -> Any:
         """With ``hide_terminal_once``: the next read misses a terminal recorded at the
-        same moment (a read that raced the give-back committing it)."""
+        same moment (a read that raced the give-back committing it). The next
+        ``terminal_reads_failing`` reads cannot reach the Store (Unavailable)."""
+        if self.terminal_reads_failing > 0:
+            self.terminal_reads_failing -= 1
+            await trio.lowlevel.checkpoint()
+            raise Unavailable("the Store is unreachable")
         found = await self._store.read_terminal(key)
         if self.hide_terminal_once:
             self.hide_terminal_once = False
@@ -617,3 +623,136 @@ async def test_a_command_47_from_another_source_is_run_once_and_replayed(kit: Ki
     assert sum(kit.factory.runs.values()) == 1
     current = await kit.store.read(row.key)
     assert current is not None and current.state is AuthorityState.READY
+
+
+# --- the target never answers while leaving its attempt's reservation in place -------------
+
+
+async def _reserve_as(
+    kit: Kit, spot: str, operation: OperationKey, *, attempt_ttl: float | None = 5.0
+) -> AuthorityRow:
+    """A reservation of ``spot`` on this node made under ``operation`` (what a source
+    does before it sends the create), with its fence."""
+    me = await kit.record()
+    owner = OwnerFence(
+        MESH, me.descriptor.node_rid, me.descriptor.node_generation, me.lease_generation
+    )
+    reserved = await kit.store.reserve(
+        Reservation(
+            key=_spot_key(SpotId(spot)),
+            kind=ObjectKind.USER_SPOT,
+            stable_type=ROOM,
+            owner=owner,
+            operation=operation,
+            attempt_ttl=attempt_ttl,
+        )
+    )
+    assert isinstance(reserved, Applied)
+    return reserved.row
+
+
+def _order(operation: OperationKey, row: AuthorityRow) -> CreateOrder[SpotId]:
+    fence = ReservationFence(
+        expected_store_version=row.store_version,
+        object_generation=row.object_generation,
+        authority_owner_generation=row.owner_generation,
+        target_rid=row.owner.node_rid,
+        target_generation=row.owner.node_generation,
+        target_owner_lease_generation=row.owner.lease_generation,
+        pending_capacity_delta=1,
+    )
+    return CreateOrder(operation, SpotId(row.key.object_id), row.key, ROOM, fence, 5000)
+
+
+async def _deliver(kit: Kit, order: CreateOrder[SpotId]) -> Any:
+    sink = LocalSink()
+    kit.target.handle(order, sink)
+    return await sink.wait()
+
+
+async def test_an_answer_from_the_retained_terminal_gives_the_named_reservation_back(
+    kit: Kit,
+) -> None:
+    """Regression (issue 10, path b at the target): an operation was Rejected; a
+    re-submission of it reserved the id again under the same operation key and sent the
+    create. The target answers with the retained terminal — and gives that new
+    reservation back (a CAS on exactly its version) before answering: no Creating row, no
+    pending unit. Before, it answered and left the row for ever."""
+    me = kit.node.identity
+    operation = OperationKey(me.node_rid, me.node_generation, OperationId.new())
+    first = await kit.get_or_create("again", request=b"refuse", operation_id=operation.operation_id)
+    assert first == Rejected(b"no room")
+    again = await _reserve_as(kit, "again", operation)
+    reply = await _deliver(kit, _order(operation, again))
+    assert isinstance(reply.tail, CreateTail) and reply.tail.state is CreateState.REJECTED
+    assert reply.tail.object_generation != again.object_generation  # the original one
+    assert await kit.store.read(again.key) is None
+    assert ((await kit.record()).active, (await kit.record()).pending) == (0, 0)
+    assert sum(kit.factory.runs.values()) == 1
+
+
+async def test_a_store_failure_before_the_fence_check_gives_the_reservation_back(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """Regression (issue 10, path a at the target): the target's first Store read (the
+    operation's terminal record) fails once. It answers Failed (Unavailable) and gives
+    the fenced reservation back with that terminal before answering: no Creating row, no
+    pending unit, and a replay of the operation gets the same terminal."""
+    store = FlakyStore(MemoryLocationStore(), failures=0)
+    async with open_kit(store) as kit:
+        me = kit.node.identity
+        operation = OperationKey(me.node_rid, me.node_generation, OperationId.new())
+        row = await _reserve_as(kit, "flaky", operation)
+        store.terminal_reads_failing = 1
+        reply = await _deliver(kit, _order(operation, row))
+        assert reply.terminal_result is TerminalResult.FAILED
+        assert await kit.store.read(row.key) is None
+        record = await kit.record()
+        assert (record.active, record.pending) == (0, 0)
+        assert await _deliver(kit, _order(operation, row)) == reply  # the recorded terminal
+        assert sum(kit.factory.runs.values()) == 0
+
+
+async def test_a_delivery_joining_another_reservations_attempt_gives_its_own_back(
+    kit: Kit,
+) -> None:
+    """One operation key names two reservations at once (an OperationId re-used for two
+    ids): the second delivery joins the attempt in flight and gets its terminal; its own
+    reservation is given back before the answer, the first one's is committed."""
+    me = kit.node.identity
+    operation = OperationKey(me.node_rid, me.node_generation, OperationId.new())
+    x = await _reserve_as(kit, "x", operation)
+    y = await _reserve_as(kit, "y", operation)
+    kit.factory.gate = trio.Event()
+    replies: list[Any] = []
+
+    async def deliver(row: AuthorityRow) -> None:
+        replies.append(await _deliver(kit, _order(operation, row)))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(deliver, x)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(deliver, y)
+        await trio.testing.wait_all_tasks_blocked()
+        kit.factory.gate.set()
+    assert replies[0] == replies[1]
+    assert replies[0].tail.object_id == "x"
+    current = await kit.store.read(x.key)
+    assert current is not None and current.state is AuthorityState.READY
+    assert await kit.store.read(y.key) is None
+    record = await kit.record()
+    assert (record.active, record.pending) == (1, 0)
+
+
+async def test_an_operation_id_reused_for_another_object_is_refused(kit: Kit) -> None:
+    """A retained terminal is returned only for the object it was made for: the same
+    OperationId re-submitted for another id within its retention is InvalidOperation,
+    and nothing is left reserved."""
+    operation = OperationId.new()
+    first = await kit.get_or_create("one", operation_id=operation)
+    assert isinstance(first, Created)
+    with pytest.raises(InvalidOperation, match="operation id already used for user spot 'one'"):
+        await kit.get_or_create("two", operation_id=operation)
+    assert await kit.store.read(_spot_key(SpotId("two"))) is None
+    record = await kit.record()
+    assert (record.active, record.pending) == (1, 0)
