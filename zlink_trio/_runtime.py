@@ -5,15 +5,17 @@
 ``await nursery.start(serve_x, ..., task_status=...)``, each handing its handle to the roles
 above it, and only then lets the node bind, register and accept::
 
-    open_runtime                                  the server nursery
-    ├─ zlink_trio.spots     serve_spots           Spot owner: Entry Spot lanes  -> SpotOwner
-    ├─ zlink_trio.actors    serve_actors(spots)   Actor owner + manager         -> ActorRuntime
-    │                       (later: the session owner, the relocation coordinator and the
-    │                        STREAM listener start here, each given the handles below it)
-    ├─ extra services       test plumbing (:mod:`zlink_trio.mesh.services`)
-    ├─ zlink_trio.mesh.node MeshNode.serve        listener, lease, watcher, peers
-    └─ zlink_trio.objects   serve_reclaim_sweep   reclaims dead lifecycles' rows (its first
-                                                  round before the server is handed out)
+    open_runtime                                  the node nursery
+    ├─ engine + roles nursery
+    │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
+    │  │                      (later: the session owner, the relocation coordinator and the
+    │  │                       STREAM listener start here, each given the handles below it)
+    │  ├─ extra services      test plumbing (:mod:`zlink_trio.mesh.services`)
+    │  └─ zlink_trio.objects  serve_reclaim_sweep  reclaims dead lifecycles' rows (its first
+    │                                              round before the server is handed out)
+    └─ zlink_trio.mesh.node   MeshNode.serve       listener, lease, watcher, peers (it
+                                                   outlives the roles: the drain needs it)
 
 Exit (also when the body raises or is cancelled) is the drain of a clean stop, the steps of
 :data:`DRAIN_STEPS` in that order, each shielded and bounded (docs/decisions.md,
@@ -120,6 +122,53 @@ def _entry_ids(
     return {m.name: node.entry_spot_id(m.name) for m in config.meshes if m.object_role.can_host}
 
 
+@final
+class _Roles:
+    """The roles of one node, started in order in the roles nursery (what started is kept
+    even when a later one fails: the drain needs it)."""
+
+    __slots__ = ("actors", "spots")
+
+    def __init__(self) -> None:
+        self.spots: SpotOwner | None = None
+        self.actors: ActorRuntime | None = None
+
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        config: ServerConfig,
+        app: ValidatedApp | None,
+        store: LocationStore | None,
+        node: MeshNode,
+        engine: Engine,
+        flow: FlowTrace,
+        services: Sequence[RuntimeService],
+    ) -> None:
+        """Spot owner, Actor owner, extra services (before the node serves)."""
+        on_create = app.on_create_actor if app is not None else None
+        self.spots = await nursery.start(
+            serve_spots, engine, _entry_ids(config, app, node), on_create, name="zlink_trio.spots"
+        )
+        if app is not None and app.actor_dispatch:
+            if store is None:  # check_startup refuses this configuration
+                raise ConfigurationError("Actor dispatch needs a Location Store")
+            self.actors = await nursery.start(
+                serve_actors,
+                config,
+                app.actor_types,
+                app.payloads,
+                self.spots.entry_spots,
+                store,
+                node,
+                engine,
+                flow,
+                name="zlink_trio.actors",
+            )
+        context = ServiceContext(config, store, engine, node)
+        for service in services:
+            await nursery.start(service, context)
+
+
 @asynccontextmanager
 async def open_runtime(
     config: ServerConfig,
@@ -142,38 +191,13 @@ async def open_runtime(
             async with open_engine(
                 lane_capacity=config.lane_capacity, lifecycle_burst=config.lifecycle_burst
             ) as engine:
-                actors: ActorRuntime | None = None
+                roles = _Roles()
                 try:
                     async with trio.open_nursery() as nursery:
                         try:
-                            on_create = app.on_create_actor if app is not None else None
-                            spots: SpotOwner = await nursery.start(
-                                serve_spots,
-                                engine,
-                                _entry_ids(config, app, node),
-                                on_create,
-                                name="zlink_trio.spots",
+                            await roles.start(
+                                nursery, config, app, store, node, engine, flow, services
                             )
-                            if app is not None and app.actor_dispatch:
-                                if store is None:  # check_startup refuses this configuration
-                                    raise ConfigurationError(
-                                        "Actor dispatch needs a Location Store"
-                                    )
-                                actors = await nursery.start(
-                                    serve_actors,
-                                    config,
-                                    app.actor_types,
-                                    app.payloads,
-                                    spots.entry_spots,
-                                    store,
-                                    node,
-                                    engine,
-                                    flow,
-                                    name="zlink_trio.actors",
-                                )
-                            context = ServiceContext(config, store, engine, node)
-                            for service in services:
-                                await nursery.start(service, context)
                             await outer.start(node.serve, name="zlink_trio.mesh.node")
                             if store is not None and config.meshes:
                                 # Reclaims what dead lifecycles left; its first round runs
@@ -187,9 +211,12 @@ async def open_runtime(
                                     node,
                                     name="zlink_trio.objects.sweep",
                                 )
-                            yield Runtime(config, app, store, engine, node, spots, actors, flow)
+                            assert roles.spots is not None
+                            yield Runtime(
+                                config, app, store, engine, node, roles.spots, roles.actors, flow
+                            )
                         finally:
-                            await _drain_live(config, node, engine, actors)  # steps 1-3
+                            await _drain_live(config, node, engine, roles.actors)  # steps 1-3
                             nursery.cancel_scope.cancel(reason="zlink_trio server closed")
                 except BaseExceptionGroup as group:
                     raise_single_error(group)  # one error leaves as itself

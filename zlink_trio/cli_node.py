@@ -205,7 +205,12 @@ def load_app(spec: str) -> App:
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"--app {spec}: {exc}") from None
     if not isinstance(found, App) and callable(found):
-        found = found()
+        try:
+            found = found()
+        except ConfigurationError:
+            raise
+        except Exception as exc:
+            raise ConfigurationError(f"--app {spec}: the factory raised {exc!r}") from None
     if not isinstance(found, App):
         raise ConfigurationError(f"--app {spec}: expected an App, got {type(found).__name__}")
     return found

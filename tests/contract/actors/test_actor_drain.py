@@ -244,6 +244,51 @@ async def test_a_reservation_still_creating_at_the_drain_deadline_is_aborted(
         assert isinstance(failure, Unavailable), failure
 
 
+class ReleaseFails(Ordered):
+    """``release`` of ``failing`` never reaches the Store (Unavailable)."""
+
+    failing: set[str]
+
+    async def release(self, key: ObjectKey, expected_version: int) -> Any:
+        if key.object_id in self.failing:
+            self.log.append(("release failed", key.object_id))
+            await trio.lowlevel.checkpoint()
+            raise Unavailable("the Location Store does not answer")
+        return await super().release(key, expected_version)
+
+
+async def test_a_row_the_stop_could_not_release_is_reclaimed_by_the_next_call(
+    clock: object, store: CountingStore
+) -> None:
+    """Issue 10 (drain): the Store refuses node 0's release of ``cart-0`` at its stop (the
+    other row is released). The stop still ends (the release is retried from fresh scans,
+    then given up) and removes the registration; the row left behind names a lifecycle
+    that is no longer live, so node 1's next request reclaims it (RECLAIMED) and ends
+    NotFound at once: a Store failure at stop costs one lazy reclaim, never a wedge."""
+    failing = ReleaseFails(store)
+    failing.failing = {"cart-0"}
+    apps = [make_app(Recorder()), client_app()]
+    config = ServerConfig(reclaim_sweep_interval=1000.0)  # the reclaim is the call's own
+    async with open_cluster(2, store=failing, app=lambda i: apps[i], config=config) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[1].actors
+        for actor_id in ("cart-0", "cart-1"):
+            created = await caller.create(actor_id, "player").timeout(LONG)
+            assert isinstance(created, Created)
+            assert await caller.request(actor_id, "echo", b"x").timeout(LONG) == b"x"
+        owner = cluster.servers[0]
+        await cluster.stop(0)
+        assert failing.log.count(("release failed", "cart-0")) > 1  # retried, then given up
+        assert failing.log[-1] == ("remove_node", owner.identity.node_rid.hex)
+        assert flow_count(owner, FlowEvent.RELEASED_AT_STOP) == 1
+        assert await store.read(ObjectKey.actor("cart-1")) is None
+        assert await store.read(ObjectKey.actor("cart-0")) is not None
+        with pytest.raises(NotFound):
+            await caller.request("cart-0", "echo", b"y").timeout(LONG)
+        assert flow_count(cluster.servers[1], FlowEvent.RECLAIMED) == 1
+        assert await store.read(ObjectKey.actor("cart-0")) is None
+
+
 @pytest.mark.parametrize("backend", ["memory"])  # virtual time: MockClock only
 async def test_a_node_whose_lease_expired_stops_without_any_store_call(
     clock: object, store: CountingStore
