@@ -5,30 +5,53 @@
 ``await nursery.start(serve_x, ..., task_status=...)``, each handing its handle to the roles
 above it, and only then lets the node bind, register and accept::
 
-    open_runtime                                  the server nursery
-    ├─ zlink_trio.spots     serve_spots           Spot owner: Entry Spot lanes  -> SpotOwner
-    ├─ zlink_trio.actors    serve_actors(spots)   Actor owner + manager         -> ActorRuntime
-    │                       (later: the session owner, the relocation coordinator and the
-    │                        STREAM listener start here, each given the handles below it)
-    ├─ extra services       test plumbing (:mod:`zlink_trio.mesh.services`)
-    ├─ zlink_trio.mesh.node MeshNode.serve        listener, lease, watcher, peers
-    └─ zlink_trio.objects   serve_reclaim_sweep   reclaims dead lifecycles' rows (its first
-                                                  round before the server is handed out)
+    open_runtime                                  the node nursery
+    ├─ engine + roles nursery
+    │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
+    │  │                      (later: the session owner, the relocation coordinator and the
+    │  │                       STREAM listener start here, each given the handles below it)
+    │  ├─ extra services      test plumbing (:mod:`zlink_trio.mesh.services`)
+    │  └─ zlink_trio.objects  serve_reclaim_sweep  reclaims dead lifecycles' rows (its first
+    │                                              round before the server is handed out)
+    └─ zlink_trio.mesh.node   MeshNode.serve       listener, lease, watcher, peers (it
+                                                   outlives the roles: the drain needs it)
 
-Exit (also when the body raises or is cancelled): the MeshNode closes gracefully first
-(shielded, bounded by ``drain_timeout``), then the roles are cancelled, then the engine and
-the Store close.
+Exit (also when the body raises or is cancelled) is the drain of a clean stop, the steps of
+:data:`DRAIN_STEPS` in that order, each shielded and bounded (docs/decisions.md,
+"Graceful drain on a clean stop"):
+
+1. **stop admission** -- the node admits nothing more: new calls end ShuttingDown, peers'
+   commands are refused (Unavailable), new hellos too; connections, replies and the
+   lease go on;
+2. **settle** -- the accepted turns (everything already queued to a lane) and the control
+   transactions in progress here (creation attempts, destroys) run to their end, until
+   the drain deadline (stop + ``drain_timeout``);
+3. **relocate out** -- the hook of the relocation issue: relocatable objects will move to
+   peers here, before their rows are released (nothing is relocatable yet);
+4. **stop the roles** -- what still runs is cancelled and the engine closes: no turn runs
+   from here on;
+5. **release** -- every authority row this lifecycle owns is given back in the Store
+   (Ready/Closing → release, Creating → abort_creation, each a CAS on the version read),
+   bounded by ``drain_timeout``, so peers see the ids Missing at once;
+6. **deregister** -- ``MeshNode.aclose``: ``remove_node`` (descriptors, Entry claims,
+   lease), goodbyes, then the node's tasks end; then the Store closes.
+
+A crash simulated by ``Cluster.kill`` skips 2-3 and 5-6 (nobody is told); a node whose
+lease expired (fail-stopped) skips 2-3 and makes no Store call at all.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, cast, final
 
 import trio
 
+from ._exceptions import raise_single_error
 from .actors.runtime import ActorRuntime, serve_actors
 from .app import ValidatedApp
 from .config import MemoryStoreConfig, PostgresStoreConfig, ServerConfig
@@ -40,14 +63,27 @@ from .mesh.node import MeshNode
 from .mesh.services import RuntimeService, ServiceContext
 from .mesh.tap import WireTap
 from .objects.owner_loss import serve_reclaim_sweep
+from .objects.release_owned import release_owned
 from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
 from .store.memory import MemoryLocationStore
 
-__all__ = ["Runtime", "open_runtime"]
+__all__ = ["DRAIN_STEPS", "Runtime", "open_runtime"]
+
+logger = logging.getLogger("zlink_trio.server")
 
 POSTGRES_MODULE: Final = "zlink_trio.store.postgres"
+
+DRAIN_STEPS: Final = (
+    "stop admission",
+    "settle",
+    "relocate out",
+    "stop the roles",
+    "release",
+    "deregister",
+)
+"""The steps of a clean stop, in order (the module docstring; :func:`open_runtime`)."""
 
 
 @final
@@ -86,6 +122,53 @@ def _entry_ids(
     return {m.name: node.entry_spot_id(m.name) for m in config.meshes if m.object_role.can_host}
 
 
+@final
+class _Roles:
+    """The roles of one node, started in order in the roles nursery (what started is kept
+    even when a later one fails: the drain needs it)."""
+
+    __slots__ = ("actors", "spots")
+
+    def __init__(self) -> None:
+        self.spots: SpotOwner | None = None
+        self.actors: ActorRuntime | None = None
+
+    async def start(
+        self,
+        nursery: trio.Nursery,
+        config: ServerConfig,
+        app: ValidatedApp | None,
+        store: LocationStore | None,
+        node: MeshNode,
+        engine: Engine,
+        flow: FlowTrace,
+        services: Sequence[RuntimeService],
+    ) -> None:
+        """Spot owner, Actor owner, extra services (before the node serves)."""
+        on_create = app.on_create_actor if app is not None else None
+        self.spots = await nursery.start(
+            serve_spots, engine, _entry_ids(config, app, node), on_create, name="zlink_trio.spots"
+        )
+        if app is not None and app.actor_dispatch:
+            if store is None:  # check_startup refuses this configuration
+                raise ConfigurationError("Actor dispatch needs a Location Store")
+            self.actors = await nursery.start(
+                serve_actors,
+                config,
+                app.actor_types,
+                app.payloads,
+                self.spots.entry_spots,
+                store,
+                node,
+                engine,
+                flow,
+                name="zlink_trio.actors",
+            )
+        context = ServiceContext(config, store, engine, node)
+        for service in services:
+            await nursery.start(service, context)
+
+
 @asynccontextmanager
 async def open_runtime(
     config: ServerConfig,
@@ -95,61 +178,106 @@ async def open_runtime(
     fault_plan: FaultPlan | None = None,
     tap: WireTap | None = None,
 ) -> AsyncIterator[Runtime]:
-    """Run one node for the block (``app`` already validated by ``check_startup``)."""
-    async with (
-        _store_for(config) as store,
-        open_engine(
-            lane_capacity=config.lane_capacity, lifecycle_burst=config.lifecycle_burst
-        ) as engine,
-        trio.open_nursery() as nursery,
-    ):
+    """Run one node for the block (``app`` already validated by ``check_startup``).
+
+    The node runs in the outer nursery, the roles in an inner one inside the engine: the
+    roles and the engine stop (drain step 4) while the node still holds its lease and its
+    connections, which the release (5) and the deregistration (6) need."""
+    async with _store_for(config) as store, trio.open_nursery() as outer:
         actor_types = app.hosted_actor_types if app is not None else frozenset()
         node = MeshNode(config, store, actor_types=actor_types, fault_plan=fault_plan, tap=tap)
         flow = FlowTrace()  # the node's one place that counts and logs flow events
         try:
-            on_create = app.on_create_actor if app is not None else None
-            spots: SpotOwner = await nursery.start(
-                serve_spots,
-                engine,
-                _entry_ids(config, app, node),
-                on_create,
-                name="zlink_trio.spots",
-            )
-            actors: ActorRuntime | None = None
-            if app is not None and app.actor_dispatch:
-                if store is None:  # check_startup refuses this configuration
-                    raise ConfigurationError("Actor dispatch needs a Location Store")
-                actors = await nursery.start(
-                    serve_actors,
-                    config,
-                    app.actor_types,
-                    app.payloads,
-                    spots.entry_spots,
-                    store,
-                    node,
-                    engine,
-                    flow,
-                    name="zlink_trio.actors",
-                )
-            context = ServiceContext(config, store, engine, node)
-            for service in services:
-                await nursery.start(service, context)
-            await nursery.start(node.serve, name="zlink_trio.mesh.node")
-            if store is not None and config.meshes:
-                # Reclaims what dead lifecycles left; its first round runs before the
-                # server is handed out (a restart cleans up after its previous lifecycles).
-                await nursery.start(
-                    serve_reclaim_sweep,
-                    config,
-                    store,
-                    flow,
-                    node,
-                    name="zlink_trio.objects.sweep",
-                )
-            yield Runtime(config, app, store, engine, node, spots, actors, flow)
+            async with open_engine(
+                lane_capacity=config.lane_capacity, lifecycle_burst=config.lifecycle_burst
+            ) as engine:
+                roles = _Roles()
+                try:
+                    async with trio.open_nursery() as nursery:
+                        try:
+                            await roles.start(
+                                nursery, config, app, store, node, engine, flow, services
+                            )
+                            await outer.start(node.serve, name="zlink_trio.mesh.node")
+                            if store is not None and config.meshes:
+                                # Reclaims what dead lifecycles left; its first round runs
+                                # before the server is handed out (a restart cleans up
+                                # after its previous lifecycles).
+                                await nursery.start(
+                                    serve_reclaim_sweep,
+                                    config,
+                                    store,
+                                    flow,
+                                    node,
+                                    name="zlink_trio.objects.sweep",
+                                )
+                            assert roles.spots is not None
+                            yield Runtime(
+                                config, app, store, engine, node, roles.spots, roles.actors, flow
+                            )
+                        finally:
+                            await _drain_live(config, node, engine, roles.actors)  # steps 1-3
+                            nursery.cancel_scope.cancel(reason="zlink_trio server closed")
+                except BaseExceptionGroup as group:
+                    raise_single_error(group)  # one error leaves as itself
         finally:
-            await node.aclose()
-            nursery.cancel_scope.cancel(reason="zlink_trio server closed")
+            await _drain_store(config, node, store, flow)  # steps 5-6
+            outer.cancel_scope.cancel(reason="zlink_trio server closed")
+
+
+async def _drain_live(
+    config: ServerConfig, node: MeshNode, engine: Engine, actors: ActorRuntime | None
+) -> None:
+    """Drain steps 1-3 (the module docstring), shielded; 2-3 until the drain deadline.
+    Step 4 follows: the caller cancels the roles and the engine closes."""
+    node.stop_admitting()  # 1. stop admission
+    if not node.graceful:
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        return  # a crash or a fail-stopped node: nothing is let finish
+    with trio.CancelScope(shield=True, deadline=trio.current_time() + config.drain_timeout):
+        await _settle(engine, actors)  # 2.
+        await _relocate_out(node, actors)  # 3.
+
+
+async def _settle(engine: Engine, actors: ActorRuntime | None) -> None:
+    """Drain step 2: wait until no turn runs or is queued and no control transaction is
+    in progress (a transaction may queue turns and a turn may start one: both at once)."""
+    transactions = None if actors is None else actors.transactions
+    while True:
+        await engine.wait_idle()
+        if transactions is not None:
+            await transactions.wait_idle()
+        if engine.idle and (transactions is None or not transactions.busy):
+            return
+
+
+async def _relocate_out(node: MeshNode, actors: ActorRuntime | None) -> None:
+    """Drain step 3, the hook of the relocation issue: move the relocatable objects this
+    lifecycle hosts to peers (their rows then name the peers, so step 5 finds nothing of
+    theirs to release). Nothing is relocatable yet."""
+    await trio.lowlevel.checkpoint()
+
+
+async def _drain_store(
+    config: ServerConfig, node: MeshNode, store: LocationStore | None, flow: FlowTrace
+) -> None:
+    """Drain steps 5-6 (the module docstring): release this lifecycle's rows (shielded,
+    bounded by ``drain_timeout``; skipped unless the exit is graceful: a crash or an
+    expired lease makes no Store call), then ``MeshNode.aclose``."""
+    if store is not None and node.graceful:
+        identity = node.identity
+        with trio.CancelScope(shield=True), trio.move_on_after(config.drain_timeout):
+            try:
+                await release_owned(
+                    store,
+                    identity.node_rid,
+                    identity.node_generation,
+                    flow,
+                    may_write=lambda: node.graceful,
+                )
+            except Exception:
+                logger.exception("releasing this lifecycle's rows at stop failed")
+    await node.aclose()
 
 
 def _store_for(config: ServerConfig) -> AbstractAsyncContextManager[LocationStore | None]:

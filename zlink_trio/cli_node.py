@@ -3,7 +3,12 @@
 ::
 
     zlink-trio node --mesh world --mesh lobby=client --listen 127.0.0.1:7001 \\
-        --secret-hex 00112233445566778899aabbccddeeff --pg-dsn postgresql://... --pg-schema zlink
+        --secret-hex 00112233445566778899aabbccddeeff --pg-dsn postgresql://... --pg-schema zlink \\
+        --app myproject.node:app
+
+``--app MODULE:ATTR`` names the application the node hosts: an :class:`~zlink_trio.App`,
+or a callable that takes no argument and returns one (imported once, before the node
+starts). Without it the node hosts nothing (a transport-only node).
 
 Flags override a JSON ``--config`` file whose keys are ServerConfig field names
 (scalars), plus ``meshes`` (``["world", "lobby=client"]`` or objects with ``name`` and
@@ -16,21 +21,28 @@ Standard output carries one JSON object per line: ``{"event": "ready", "rid": ..
 and accepting; with ``--report-peers`` a ``{"event": "peer", "mesh", "rid", "state"}`` line
 per peer state transition; ``{"event": "lease_lost", "reason"}`` when the owner lease is
 lost (the node is fail-stopped: it exits with status 3 so a supervisor starts a new
-lifecycle); ``{"event": "stopped"}`` after a graceful exit (descriptor removed).
+lifecycle); ``{"event": "stopping"}`` when SIGTERM/SIGINT starts the drain, and
+``{"event": "stopped", "status": ..., "released": n}`` after the exit (``released``: the
+authority rows this lifecycle gave back at its stop). SIGTERM/SIGINT is a clean stop:
+the drain of ``open_server`` (admission stops, accepted turns and creates/destroys in
+progress finish until ``drain_timeout``, every row this lifecycle owns is released, then
+the descriptor is removed); a second signal during the drain changes nothing (the drain
+is bounded).
 Exit status: 0 after SIGTERM/SIGINT, 1 when the node cannot start (Store unreachable,
-listen address taken), 2 for a configuration error, 3 after a lost lease; every error is
-one ``zlink-trio node: ...`` line on standard error.
+listen address taken), 2 for a configuration error (``--app`` included), 3 after a lost
+lease; every error is one ``zlink-trio node: ...`` line on standard error.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import attrs
 import trio
@@ -38,6 +50,10 @@ import trio
 from .config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
 from .errors import ConfigurationError, ZLinkError
 from .mesh.api import PeerState
+from .observe import FlowEvent
+
+if TYPE_CHECKING:
+    from .app import App
 
 __all__ = [
     "EXIT_CONFIGURATION",
@@ -45,12 +61,14 @@ __all__ = [
     "EXIT_STARTUP_FAILED",
     "add_node_parser",
     "build_config",
+    "load_app",
     "run",
 ]
 
 EXIT_STARTUP_FAILED: Final = 1
 EXIT_CONFIGURATION: Final = 2
 EXIT_LEASE_LOST: Final = 3
+RELEASED: Final = FlowEvent.RELEASED_AT_STOP
 
 _FLAG_FIELDS: Final = {
     "node_name": "node_name",
@@ -59,6 +77,7 @@ _FLAG_FIELDS: Final = {
     "renew_interval": "owner_lease_renew_interval",
     "poll_interval": "descriptor_poll_interval",
     "hello_timeout": "hello_timeout",
+    "drain_timeout": "drain_timeout",
 }
 
 
@@ -78,6 +97,8 @@ def add_node_parser(commands: Any) -> None:
     node.add_argument("--renew-interval", type=float, metavar="SECONDS")
     node.add_argument("--poll-interval", type=float, metavar="SECONDS")
     node.add_argument("--hello-timeout", type=float, metavar="SECONDS")
+    node.add_argument("--drain-timeout", type=float, metavar="SECONDS")
+    node.add_argument("--app", metavar="MODULE:ATTR", help="the App to host (or its factory)")
     node.add_argument("--report-peers", action="store_true", help="print peer transitions")
 
 
@@ -167,6 +188,34 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         raise ConfigurationError(str(exc)) from None
 
 
+def load_app(spec: str) -> App:
+    """The App named by ``MODULE:ATTR``: an App, or a callable returning one.
+
+    Raises:
+        ConfigurationError: a malformed spec, a module or attribute that cannot be
+            loaded, or something that is not an App.
+    """
+    from .app import App  # the application layer loads only when a node runs
+
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ConfigurationError(f"--app: expected MODULE:ATTR, got {spec!r}")
+    try:
+        found: Any = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigurationError(f"--app {spec}: {exc}") from None
+    if not isinstance(found, App) and callable(found):
+        try:
+            found = found()
+        except ConfigurationError:
+            raise
+        except Exception as exc:
+            raise ConfigurationError(f"--app {spec}: the factory raised {exc!r}") from None
+    if not isinstance(found, App):
+        raise ConfigurationError(f"--app {spec}: expected an App, got {type(found).__name__}")
+    return found
+
+
 def _emit(event: str, **fields: object) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
@@ -185,13 +234,13 @@ async def _report_peers(node: Any) -> None:
         await node.wait_peers_change()
 
 
-async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
+async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | None = None) -> int:
     """Run the node until SIGTERM/SIGINT (0) or a lost lease (3)."""
     from .server import open_server, runtime_of  # the server stack loads only when a node runs
 
     status = 0
     with trio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async with open_server(config) as server:
+        async with open_server(config, app) as server:
             node = runtime_of(server).node
             endpoint = server.endpoint
             _emit(
@@ -217,9 +266,10 @@ async def serve(config: ServerConfig, *, report_peers: bool = False) -> int:
                     nursery.start_soon(_report_peers, node)
                 nursery.start_soon(lease_watch)
                 async for _ in signals:
+                    _emit("stopping")
                     break
                 nursery.cancel_scope.cancel()
-    _emit("stopped", status=status)
+    _emit("stopped", status=status, released=runtime_of(server).flow.count(RELEASED))
     return status
 
 
@@ -227,11 +277,12 @@ def run(args: argparse.Namespace) -> int:
     """The ``node`` command."""
     try:
         config = build_config(args)
+        app = None if args.app is None else load_app(args.app)
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
     try:
-        return trio.run(lambda: serve(config, report_peers=args.report_peers))
+        return trio.run(lambda: serve(config, report_peers=args.report_peers, app=app))
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION

@@ -249,6 +249,9 @@ class ServerConfig:
     create_backoff_initial: float = attrs.field(default=0.01, validator=_duration(allow_zero=False))
     create_backoff_max: float = attrs.field(default=0.5, validator=_duration(allow_zero=False))
     drain_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    """A clean stop lets accepted turns and creates/destroys in progress run this long
+    (then cancels them); releasing the lifecycle's rows and removing its registration are
+    each bounded by it too (docs/decisions.md, "Graceful drain on a clean stop")."""
     reservation_grace: float = attrs.field(default=5.0, validator=_duration(allow_zero=True))
     """A Creating reservation is reclaimable once store time passes its attempt deadline
     (recorded in the row) + this, whether or not its owner lives (docs/decisions.md)."""
@@ -257,8 +260,10 @@ class ServerConfig:
     reclaim_sweep_batch: int = attrs.field(default=100, validator=_positive_int)
     """Rows one sweep round reclaims at most (the round's Store work is bounded)."""
     connect_timeout: float = attrs.field(default=2.0, validator=_duration(allow_zero=False))
-    """A call whose owner has no admitted connection waits at most this for one (or less,
-    if its own deadline is sooner) before it ends Unavailable."""
+    """A call whose owner has no admitted connection dials it at once and waits at most this
+    for the connection (or less, if its own deadline is sooner); it ends Unavailable as
+    soon as that dial fails, never later than this (docs/decisions.md, "Fast failure and
+    lazy reclaim on the messaging path")."""
 
     # --- sizes ----------------------------------------------------------------------------
     max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)

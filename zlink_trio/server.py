@@ -21,10 +21,13 @@ Startup (everything validated before anything starts, DESIGN.md §2):
    order -- Spot owner, Actor owner -- and finally the MeshNode (bind, ONE
    ``register_node``, lease renewer, descriptor watcher, accept).
 
-Exit (also when the body raises or is cancelled): the MeshNode closes gracefully
-(shielded, bounded by ``drain_timeout``: no admission, ``remove_node``, goodbyes), the
-roles are cancelled, then the engine and the Store close. A single error leaves the
-``async with`` as itself, never wrapped in an ExceptionGroup.
+Exit (also when the body raises or is cancelled) is the drain of a clean stop
+(:data:`zlink_trio._runtime.DRAIN_STEPS`, each step shielded and bounded): admission
+stops; accepted turns and creates/destroys in progress finish until ``drain_timeout``;
+the roles are cancelled and the engine closes; every authority row this lifecycle owns
+is released in the Store (peers see the ids Missing at once); then the MeshNode closes
+(``remove_node``, goodbyes) and the Store closes. A single error leaves the ``async
+with`` as itself, never wrapped in an ExceptionGroup.
 """
 
 from __future__ import annotations

@@ -122,3 +122,30 @@ def test_an_unusable_listen_host_is_one_line_and_exit_1(
     captured = capsys.readouterr()
     assert captured.err.startswith("zlink-trio node: ") and captured.err.count("\n") == 1
     assert "Traceback" not in captured.err and captured.out == ""
+
+
+def test_app_is_an_app_or_a_factory_of_one() -> None:
+    from zlink_trio import App
+    from zlink_trio.cli_node import load_app
+
+    assert isinstance(load_app("zlink_trio:App"), App)  # a callable returning an App
+    assert parse("--app", "zlink_trio:App", "--drain-timeout", "3").drain_timeout == 3.0  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        "no-colon",
+        ":app",
+        "zlink_trio:",
+        "no_such_module_xyz:app",
+        "zlink_trio:no_such",
+        "json:dumps",
+    ],
+)
+def test_a_bad_app_exits_2_with_one_line(spec: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--app`` must name an App (or a callable returning one): anything else is one
+    configuration error line and exit 2, before the node starts."""
+    assert main(["node", "--app", spec]) == EXIT_CONFIGURATION
+    err = capsys.readouterr().err
+    assert err.startswith("zlink-trio node: --app") and err.count("\n") == 1, err

@@ -22,6 +22,7 @@ import trio
 from ..config import ServerConfig
 from ..errors import InvalidOperation, NotFound, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, MeshName, NodeRid, SpotId, StableType
+from ..objects.activity import Activity
 from ..objects.kind import Commit, CreateOrder, Decision, Refuse
 from ..spots.approval import ActorCreateEvent, Approve
 from ..store.api import AuthorityRow, NodeDescriptor, ObjectKey, ObjectKind, OperationKey
@@ -113,6 +114,7 @@ class ActorTargetKind:
         stats_for: Callable[[StableType], DispatchStats],
         node_rid: Callable[[], NodeRid],
         nursery: trio.Nursery,
+        activity: Activity | None = None,
     ) -> None:
         self._config = config
         self._host = host
@@ -122,6 +124,8 @@ class ActorTargetKind:
         self._stats_for = stats_for
         self._node_rid = node_rid
         self._nursery = nursery
+        self._activity = Activity() if activity is None else activity
+        """Attempts between their staging and its end (a clean stop lets them finish)."""
 
     def refuse(self, order: CreateOrder[ActorId], row: AuthorityRow) -> ZLinkError | None:
         if order.stable_type not in self._types or row.stable_type != order.stable_type:
@@ -139,6 +143,7 @@ class ActorTargetKind:
             actor_id, row.object_generation, row.owner.mesh_name, row.membership, self._client
         )
         self._host.begin_staging(actor_id)
+        self._activity.begin()
         return _ActorStaging(self, self._types[order.stable_type], entry, context, row, request)
 
     def publish(
@@ -157,6 +162,7 @@ class ActorTargetKind:
     def end_staging(self, actor_id: ActorId) -> None:
         """The attempt is over: frames parked for the staging Actor fail unless it was
         published (they are then its queue)."""
+        self._activity.end()
         parked = self._host.end_staging(actor_id)
         if parked:  # frames admitted for it while it was staging; it was not published
             self._nursery.start_soon(

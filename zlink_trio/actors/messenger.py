@@ -6,7 +6,9 @@ hosted Actor's queue (:class:`~.host.ActorHost`), its queued item (:class:`~.hos
 and command 24, which carries a message to a remote owner with the route's fences, the
 remaining deadline and a message id (``operation_id``, unique per node lifecycle, so the
 owner drops a repeated frame, :mod:`.dedupe`). Direct messaging never creates or changes a
-session binding.
+session binding. An owner that cannot be reached ends the call as
+:class:`~zlink_trio.objects.unreachable.OwnerUnreachable` decides (a dead owner's row is
+reclaimed lazily: the id is then Missing, NotFound).
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from ..ids import ActorId, OperationId
 from ..mesh.api import MeshNodeApi
 from ..objects.durable import remaining_ms
 from ..objects.sinks import raise_for_failure
+from ..objects.unreachable import OwnerUnreachable
 from ..observe import FlowTrace
 from ..routing.deliver import NEVER, SEND_YIELD_EVERY, Delivery
 from ..routing.route_cache import Route
-from ..store.api import LocationStore
+from ..store.api import LocationStore, ObjectKind
 from ..wire.enums import MessageKind
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
@@ -126,4 +129,12 @@ class Messenger(Delivery[ActorId]):
             deadlines=deadlines,
             max_payload=config.max_request_bytes,
             flow=flow,
+            connect_timeout=config.connect_timeout,
+            unreachable=OwnerUnreachable(
+                store=store,
+                authority=authority,
+                kind=ObjectKind.ACTOR,
+                grace=config.reservation_grace,
+                flow=flow,
+            ),
         )

@@ -20,6 +20,7 @@ from ..config import ServerConfig
 from ..errors import CapacityExceeded, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, MeshName, StableType
 from ..mesh.api import PeerIdentity
+from ..objects.activity import Activity
 from ..objects.create_source import CreateSource
 from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
@@ -77,6 +78,9 @@ class ActorRuntime:
         self._store = store
         self._node = node
         self._stats: dict[StableType, DispatchStats] = {st: DispatchStats() for st in types}
+        self.transactions = Activity()
+        """Control transactions in progress here: creation attempts (from their staging
+        to its end) and destroys. A clean stop lets them finish (``_runtime``'s drain)."""
         self.host = ActorHost(engine, flow)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
@@ -109,6 +113,7 @@ class ActorRuntime:
                 stats_for=self._stats_for,
                 node_rid=lambda: node.identity.node_rid,
                 nursery=nursery,
+                activity=self.transactions,
             ),
             config=config,
             node=node,
@@ -138,6 +143,7 @@ class ActorRuntime:
             nursery=nursery,
             owner="Actor runtime",
             task_name="zlink_trio.actor.destroy",
+            activity=self.transactions,
         )
         self.manager = ActorManager(
             config=config,

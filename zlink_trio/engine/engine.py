@@ -163,6 +163,11 @@ class Engine(metaclass=NoPublicConstructor):
         """A gate to share between lanes that must never run turns concurrently."""
         return Gate._create(self)
 
+    @property
+    def idle(self) -> bool:
+        """No lane runs a turn and none has work it may run now."""
+        return self._active == 0
+
     async def wait_idle(self) -> None:
         """Wait until no lane runs a turn and none has work it may run now."""
         if self._active == 0:

@@ -26,6 +26,10 @@ protocol:
   and keeps no monitor of its own (spec 04 §8.1).
 * ``peers`` and ``wait_peers_change`` are the same states for every known peer at once
   (placement, harnesses, operators).
+* ``connect`` is how a caller that needs a CONNECTING peer now learns whether it can be
+  reached: it asks for a dial at once (ending the dialer's backoff pause) and returns
+  with that dial's outcome; CONNECTING after it means "cannot be reached now" (the fast
+  failure of a message whose owner crashed, docs/decisions.md).
 
 The decisions behind these rules are in docs/decisions.md ("MeshNode and transport").
 """
@@ -208,6 +212,16 @@ class MeshNodeApi(Protocol):
         ...
 
     def peer_state(self, peer: PeerAddress) -> PeerState: ...
+
+    async def connect(self, peer: PeerAddress) -> PeerState:
+        """For a CONNECTING ``peer``: dial it now (or join the dial in flight) and return
+        once that dial's outcome is known: ADMITTED, GONE (its lifecycle ended
+        meanwhile), or CONNECTING when the dial ended without an admission (refused,
+        unreachable, the hello failed or timed out): the peer cannot be reached now. A
+        dial that failed less than ``reconnect_backoff_initial`` ago is that answer at
+        once (callers never make a dial storm). Any other state is returned at once.
+        Unbounded: callers bound it (``connect_timeout``)."""
+        ...
 
     async def wait_peer_change(self, peer: PeerAddress) -> PeerState:
         """Wait for the next transition of ``peer``'s state; return the new state."""

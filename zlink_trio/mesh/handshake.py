@@ -57,12 +57,16 @@ _GOODBYE_FOR = {
 
 class HandshakeRejected(Exception):
     """The handshake failed. ``reason`` is the DropReason of the frame this side refused,
-    or None when the other side refused (closed or said goodbye)."""
+    or None when the other side refused (closed or said goodbye); ``goodbye`` is the
+    reason the other side gave in its 104, if it sent one."""
 
-    def __init__(self, reason: DropReason | None, detail: str) -> None:
+    def __init__(
+        self, reason: DropReason | None, detail: str, *, goodbye: GoodbyeReason | None = None
+    ) -> None:
         super().__init__(detail)
         self.reason = reason
         self.detail = detail
+        self.goodbye = goodbye
 
 
 def _ignore(sent: bool, peer: PeerIdentity | None, record: object) -> None:
@@ -115,7 +119,9 @@ async def dial_hello(
     await _write(io, hello, expected, observe)
     ack = await _read(io, expected, observe)
     if isinstance(ack, PeerGoodbye):
-        raise HandshakeRejected(None, f"the acceptor refused the hello: {ack.reason.name}")
+        raise HandshakeRejected(
+            None, f"the acceptor refused the hello: {ack.reason.name}", goodbye=ack.reason
+        )
     if not isinstance(ack, PeerHelloAck):
         raise HandshakeRejected(DropReason.UNADMITTED, f"expected 101, got {int(ack.COMMAND)}")
     if ack.protocol_version != PROTOCOL_VERSION:

@@ -13,10 +13,17 @@
 * ``ADMITTED``: a connection now. ``CONNECTING``: an intent, no connection. ``GONE``:
   neither. Waiters are woken on every transition (one Event per address, only while
   someone waits; plus one node-wide Event).
+* **Dial outcomes** (the fast failure of a call whose owner is not connected): a dial
+  that ends without an admission (refused, unreachable, hello failed or timed out; not a
+  hello the peer declined as a duplicate of its own dial) is counted on the link with its
+  time, and wakes :meth:`PeerTable.wait_attempt`, which also wakes on every transition.
+  A caller that needs the peer now ends the dialer's backoff pause (``Link.kick``), so it
+  learns the outcome of a dial made for it instead of waiting out the backoff.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
 from typing import TYPE_CHECKING, final
@@ -37,7 +44,18 @@ __all__ = ["Link", "PeerTable"]
 class Link:
     """What this node knows about one peer address."""
 
-    __slots__ = ("accepting", "address", "conn", "dialer", "dialing", "intent", "intent_since")
+    __slots__ = (
+        "accepting",
+        "address",
+        "conn",
+        "dialer",
+        "dialing",
+        "failed_at",
+        "failures",
+        "intent",
+        "intent_since",
+        "kick",
+    )
 
     def __init__(self, address: PeerAddress) -> None:
         self.address = address
@@ -51,6 +69,12 @@ class Link:
         """A dial (connect + hello) is in flight."""
         self.accepting = 0
         """Inbound hellos from this peer past the admission check, not yet admitted."""
+        self.failures = 0
+        """Dials that ended without an admission (see the module docstring)."""
+        self.failed_at = -math.inf
+        """Trio time the last of them ended."""
+        self.kick: trio.Event | None = None
+        """Set by a caller that needs the peer now: the dialer's backoff pause ends."""
 
     @property
     def state(self) -> PeerState:
@@ -63,7 +87,15 @@ class Link:
 
 @final
 class PeerTable:
-    __slots__ = ("_any_change", "_changes", "_links", "_on_gone", "admitted", "serial")
+    __slots__ = (
+        "_any_change",
+        "_attempts",
+        "_changes",
+        "_links",
+        "_on_gone",
+        "admitted",
+        "serial",
+    )
 
     def __init__(self, on_gone: Callable[[PeerAddress], None] | None = None) -> None:
         self._on_gone = on_gone
@@ -75,6 +107,8 @@ class PeerTable:
         self.admitted: dict[PeerAddress, Connection] = {}
         """The send path's lookup: address -> admitted connection."""
         self._changes: dict[PeerAddress, trio.Event] = {}
+        self._attempts: dict[PeerAddress, trio.Event] = {}
+        """Woken by a failed dial or a transition of that address (``wait_attempt``)."""
         self._any_change = trio.Event()
 
     # --- reading -------------------------------------------------------------------------
@@ -123,6 +157,37 @@ class PeerTable:
     async def wait_any_change(self) -> None:
         await self._any_change.wait()
 
+    async def wait_attempt(self, address: PeerAddress) -> PeerState:
+        """Wait for the next failed dial to ``address`` or transition of its state."""
+        event = self._attempts.get(address)
+        if event is None:
+            event = self._attempts[address] = trio.Event()
+        try:
+            await event.wait()
+        finally:
+            if self._attempts.get(address) is event and event.statistics().tasks_waiting == 0:
+                del self._attempts[address]
+        return self.state(address)
+
+    # --- dial outcomes -------------------------------------------------------------------
+    def want_dial(self, link: Link) -> None:
+        """A caller needs ``link``'s peer now: end its dialer's backoff pause."""
+        kick = link.kick
+        if kick is None:
+            kick = link.kick = trio.Event()
+        kick.set()
+
+    def dial_failed(self, link: Link) -> None:
+        """A dial of ``link`` ended without an admission."""
+        link.failures += 1
+        link.failed_at = trio.current_time()
+        self._wake_attempt(link.address)
+
+    def _wake_attempt(self, address: PeerAddress) -> None:
+        event = self._attempts.pop(address, None)
+        if event is not None:
+            event.set()
+
     # --- changing ------------------------------------------------------------------------
     def add_intent(self, descriptor: NodeDescriptor) -> Link:
         address = PeerAddress(descriptor.mesh_name, descriptor.node_rid)
@@ -166,6 +231,7 @@ class PeerTable:
                 return False
             old.close(CloseReason.REPLACED)
         link.conn = conn
+        link.failed_at = -math.inf  # a failure before this admission is no news any more
         self.admitted[address] = conn
         self._changed(link, before)
         return True
@@ -194,6 +260,7 @@ class PeerTable:
             return
         if after is PeerState.GONE and self._on_gone is not None:
             self._on_gone(link.address)
+        self._wake_attempt(link.address)
         event = self._changes.pop(link.address, None)
         if event is not None:
             event.set()

@@ -119,6 +119,7 @@ class MeshNode:
         self._net: trio.Nursery | None = None
         self._lease_lost = trio.Event()
         self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
+        self._closing = False  # aclose began
 
     def __repr__(self) -> str:
         return f"<MeshNode {self._rid.hex[:12]} {self._phase.value}>"
@@ -252,6 +253,27 @@ class MeshNode:
     def peer_state(self, peer: PeerAddress) -> PeerState:
         return self._links.state(peer)
 
+    async def connect(self, peer: PeerAddress) -> PeerState:
+        links = self._links
+        link = links.link(peer)
+        if link is None or link.state is not PeerState.CONNECTING:
+            await trio.lowlevel.checkpoint()
+            return links.state(peer)
+        fresh = trio.current_time() - link.failed_at < self._state.reconnect_backoff_initial
+        if fresh and not link.dialing:
+            await trio.lowlevel.checkpoint()
+            return PeerState.CONNECTING  # a dial just failed: that is the answer
+        failures = link.failures
+        if not link.dialing:
+            links.want_dial(link)
+        while True:
+            state = await links.wait_attempt(peer)
+            current = links.link(peer)
+            if state is not PeerState.CONNECTING or current is None:
+                return state
+            if current is not link or link.failures != failures:
+                return PeerState.CONNECTING
+
     async def wait_peer_change(self, peer: PeerAddress) -> PeerState:
         return await self._links.wait_change(peer)
 
@@ -277,6 +299,26 @@ class MeshNode:
         state = self.lease
         assert isinstance(state, LeaseExpired)  # terminal: nothing follows it
         return state
+
+    @property
+    def lease_held(self) -> bool:
+        """The owner lease is held and its local deadline has not passed: this lifecycle
+        may still write to the Store (also while it closes, unlike :attr:`admitting`)."""
+        keeper = self._keeper
+        return keeper is not None and keeper.check()
+
+    @property
+    def graceful(self) -> bool:
+        """The coming exit is a clean stop: not a (simulated) crash, and the lease is held
+        (an expired node is fail-stopped: no drain, no Store call)."""
+        return not self._abandoned and self.lease_held
+
+    def stop_admitting(self) -> None:
+        """The first step of a clean stop: admit nothing more (new calls end ShuttingDown,
+        inbound commands are refused, new hellos too) while connections, replies and the
+        lease go on until :meth:`aclose`. Idempotent."""
+        if self._phase is NodePhase.RUNNING or self._phase is NodePhase.CREATED:
+            self._phase = NodePhase.CLOSING
 
     def _abandon(self) -> None:
         """Testing: make the coming exit look like a crash: no ``remove_node``, no
@@ -391,12 +433,15 @@ class MeshNode:
                     await self._release()
 
     async def aclose(self) -> None:
-        """Graceful exit (idempotent): stop admitting, remove the registration, say
-        goodbye on every connection, wait (up to ``drain_timeout``) for them to close,
-        then cancel the node's tasks. Runs shielded: call it from a ``finally``."""
-        if self._phase in (NodePhase.CLOSING, NodePhase.CLOSED):
+        """Graceful exit (idempotent): stop admitting (if :meth:`stop_admitting` has not
+        already), remove the registration, say goodbye on every connection, wait (up to
+        ``drain_timeout``) for them to close, then cancel the node's tasks. Runs shielded:
+        call it from a ``finally``."""
+        if self._closing:
             return
-        self._phase = NodePhase.CLOSING
+        self._closing = True
+        if self._phase is not NodePhase.CLOSED:
+            self._phase = NodePhase.CLOSING
         with trio.CancelScope(shield=True):
             if self._nursery is not None and not self._abandoned:
                 with trio.move_on_after(self.config.drain_timeout):

@@ -12,8 +12,10 @@ registry). A service:
    possible before the node starts);
 2. opens its own child nursery for its tasks (so they live exactly as long as the
    service) and calls ``task_status.started(...)``;
-3. runs until cancelled. The server closes the node first (no admission, descriptor
-   removed, goodbyes), then cancels the services, then closes the engine and the Store.
+3. runs until cancelled. At exit the server stops admission, lets accepted turns finish
+   (``drain_timeout``), cancels the roles and the services, closes the engine, releases
+   the lifecycle's rows, then closes the node (descriptor removed, goodbyes) and the
+   Store (``zlink_trio._runtime.DRAIN_STEPS``).
 
 Example::
 

@@ -35,6 +35,7 @@ from ..errors import (
 )
 from ..ids import ObjectGeneration
 from ..store.api import Applied, AuthorityState, LocationStore, ObjectKind
+from .activity import Activity
 from .authority import Authority
 from .kind import IdT, noun
 
@@ -157,6 +158,7 @@ class Destroyer(Generic[IdT, HostedT]):
         nursery: trio.Nursery,
         owner: str = "runtime",
         task_name: str = "zlink_trio.objects.destroy",
+        activity: Activity | None = None,
     ) -> None:
         self._kind = kind
         self._noun = noun(object_kind)
@@ -167,6 +169,8 @@ class Destroyer(Generic[IdT, HostedT]):
         self._owner = owner
         self._task_name = task_name
         self._in_progress: dict[IdT, _Run] = {}
+        self._activity = Activity() if activity is None else activity
+        """Destroys in progress (a clean stop lets them finish)."""
 
     async def destroy(
         self, object_id: IdT, generation: ObjectGeneration, deadline: float = math.inf
@@ -200,7 +204,13 @@ class Destroyer(Generic[IdT, HostedT]):
             return await self._not_here(object_id, generation)
         run = _Run()
         self._in_progress[object_id] = run
-        self._nursery.start_soon(self._run, object_id, hosted, run, name=self._task_name)
+        self._activity.begin()
+        try:
+            self._nursery.start_soon(self._run, object_id, hosted, run, name=self._task_name)
+        except BaseException:
+            del self._in_progress[object_id]
+            self._activity.end()
+            raise
         await run.done.wait()
         if run.error is not None:
             raise type(run.error)(run.error.message)
@@ -244,3 +254,4 @@ class Destroyer(Generic[IdT, HostedT]):
             if self._in_progress.get(object_id) is run:
                 del self._in_progress[object_id]
             run.done.set()
+            self._activity.end()

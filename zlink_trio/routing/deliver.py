@@ -12,6 +12,14 @@ remote owner: 24 for an Actor, 39 for a Spot) is its :class:`DeliveryTarget` ada
   entry is dropped, and the operation is NEVER re-sent to a freshly resolved owner.
 * No automatic retry after a timeout or an unknown outcome (a broken connection): the
   request keeps waiting for its reply until its deadline, then DeadlineExceeded.
+* The owner has no admitted connection: the call asks for a dial now
+  (:meth:`~zlink_trio.mesh.api.MeshNodeApi.connect`) and waits for its outcome at most
+  ``connect_timeout`` (less if its deadline is sooner). If the owner cannot be reached
+  (the dial failed, ``connect_timeout`` passed, or its lifecycle is GONE), the call is
+  never sent: the :class:`Unreachable` policy decides how it ends from a fresh look at the
+  Store (the owner's lease live → Unavailable; expired → the row is reclaimed and the id
+  is Missing → NotFound; the row moved on → StaleRoute). A one-way send ends the same way
+  (it was not admitted, so its caller is told).
 * Never admitted (no connection to the owner until the deadline, or its writer lane stayed
   full) → Unavailable.
 * This node not admitting (lease lost, closing) → Unavailable / ShuttingDown at once, no
@@ -82,6 +90,7 @@ __all__ = [
     "DeliveryTarget",
     "Payload",
     "Resolver",
+    "Unreachable",
 ]
 
 K = TypeVar("K")
@@ -167,6 +176,16 @@ class _Epoch(Protocol):
     def recovery_epoch(self) -> int: ...
 
 
+class Unreachable(Protocol[K_contra]):
+    """How a call ends whose owner cannot be reached (the object layer's policy: it may
+    reclaim the row of a dead owner)."""
+
+    async def verdict(self, key: K_contra, route: Route, why: str) -> Exception:
+        """The error of a call to ``key`` that was never sent because the owner ``route``
+        names cannot be reached (``why``); ``route`` is dropped from the cache already."""
+        ...
+
+
 class Deadlines(Protocol):
     """The runtime's one timer of waiting replies."""
 
@@ -188,6 +207,8 @@ class Delivery(Generic[K]):
         deadlines: Deadlines,
         max_payload: int,
         flow: FlowTrace,
+        connect_timeout: float,
+        unreachable: Unreachable[K],
     ) -> None:
         self._target = target
         self._ready_lane = target.ready_lane
@@ -201,6 +222,8 @@ class Delivery(Generic[K]):
         self._message_ids = 0
         self._unyielded = 0
         self._flow = flow
+        self._connect_timeout = connect_timeout
+        self._unreachable = unreachable
 
     @property
     def cache(self) -> RouteCache[K]:
@@ -469,9 +492,10 @@ class Delivery(Generic[K]):
                     await self._node.refresh_peers()
                     continue
                 if state is PeerState.GONE:
-                    raise self._stale(key, route, "the owner node is gone")
+                    raise await self._cannot_reach(key, route, "its owner's lifecycle ended")
                 if state is PeerState.CONNECTING:
-                    await self._node.wait_peer_change(peer)
+                    if await self._connect(peer, deadline) is PeerState.CONNECTING:
+                        raise await self._cannot_reach(key, route, "its owner cannot be dialed")
                     continue
                 build = self._builder(key, route, kind, packet, data, deadline)
                 try:
@@ -499,6 +523,23 @@ class Delivery(Generic[K]):
         if admitted:
             raise DeadlineExceeded(f"no reply from {target.describe(key)} before the deadline")
         raise Unavailable(f"{target.describe(key)} could not be reached before the deadline")
+
+    async def _connect(self, peer: PeerAddress, deadline: float) -> PeerState:
+        """The outcome of a dial to the CONNECTING ``peer``, waited for at most
+        ``connect_timeout`` (the call's deadline, when sooner, ends the call instead):
+        CONNECTING means it cannot be reached now."""
+        give_up = trio.current_time() + self._connect_timeout
+        if deadline <= give_up:
+            return await self._node.connect(peer)  # the call's own scope ends it
+        with trio.move_on_at(give_up):
+            return await self._node.connect(peer)
+        return PeerState.CONNECTING
+
+    async def _cannot_reach(self, key: K, route: Route, why: str) -> Exception:
+        """The call was never sent: its owner cannot be reached. The route goes; the
+        Store tells how the call ends (:class:`Unreachable`)."""
+        self._cache.invalidate(key, route)
+        return await self._unreachable.verdict(key, route, why)
 
     def _suspect(self, key: K, route: Route) -> None:
         # The owner could not serve it (no longer owns it, destroying, lease gone): the

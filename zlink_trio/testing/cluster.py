@@ -151,7 +151,8 @@ class Cluster:
         return server
 
     async def stop(self, index: int) -> None:
-        """Stop the lifecycle at ``index`` gracefully (descriptor removed, goodbyes)."""
+        """Stop the lifecycle at ``index`` gracefully: the drain of leaving ``open_server``
+        (accepted turns finish, its rows are released, descriptor removed, goodbyes)."""
         lifecycle = self._lifecycles[index]
         if lifecycle is None or lifecycle.done.is_set():
             await trio.lowlevel.checkpoint()
