@@ -15,6 +15,9 @@ above it, and only then lets the node bind, register and accept::
     └─ zlink_trio.objects   serve_reclaim_sweep   reclaims dead lifecycles' rows (its first
                                                   round before the server is handed out)
 
+A lost owner lease halts the engine at once (``MeshNode.on_lease_lost``): no turn runs on
+a fail-stopped node.
+
 Exit (also when the body raises or is cancelled): the MeshNode closes gracefully first
 (shielded, bounded by ``drain_timeout``), then the roles are cancelled, then the engine and
 the Store close.
@@ -105,6 +108,10 @@ async def open_runtime(
     ):
         actor_types = app.hosted_actor_types if app is not None else frozenset()
         node = MeshNode(config, store, actor_types=actor_types, fault_plan=fault_plan, tap=tap)
+        # Fencing: the moment the owner lease is lost the node is fail-stopped and no turn
+        # of what it hosts runs any more (the one in progress is cancelled); a live node
+        # may reclaim its rows from then on (docs/decisions.md, "Owner loss: fencing").
+        node.on_lease_lost(engine.halt)
         flow = FlowTrace()  # the node's one place that counts and logs flow events
         try:
             on_create = app.on_create_actor if app is not None else None

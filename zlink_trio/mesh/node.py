@@ -118,6 +118,7 @@ class MeshNode:
         self._nursery: trio.Nursery | None = None
         self._net: trio.Nursery | None = None
         self._lease_lost = trio.Event()
+        self._fences: list[Callable[[], None]] = []
         self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
 
     def __repr__(self) -> str:
@@ -179,6 +180,14 @@ class MeshNode:
             return False
         keeper = self._keeper
         return keeper is None or keeper.check()
+
+    def lease_live(self) -> bool:
+        """True while this lifecycle holds its owner lease and its local admission deadline
+        has not passed, whatever the phase (a closing node's lease is still live until it
+        is released). What fences the objects this lifecycle owns: once False it never
+        becomes True again."""
+        keeper = self._keeper
+        return keeper is not None and keeper.check()
 
     def admission_error(self) -> ZLinkError | None:
         state = self._state  # (not the _phase property: this runs once per call)
@@ -277,6 +286,12 @@ class MeshNode:
         state = self.lease
         assert isinstance(state, LeaseExpired)  # terminal: nothing follows it
         return state
+
+    def on_lease_lost(self, fence: Callable[[], None]) -> None:
+        """Call ``fence()`` synchronously the moment this lifecycle's owner lease is lost
+        (before :meth:`wait_lease_lost` waiters wake, so nothing scheduled in between runs
+        first): what stops every turn of a fail-stopped node. It must not block."""
+        self._fences.append(fence)
 
     def _abandon(self) -> None:
         """Testing: make the coming exit look like a crash: no ``remove_node``, no
@@ -492,6 +507,11 @@ class MeshNode:
             self._links.remove_intent(link.address)
         if self._net is not None:
             self._net.cancel_scope.cancel(reason="zlink_trio owner lease lost")
+        for fence in self._fences:
+            try:
+                fence()
+            except Exception:
+                logger.exception("a lease-loss fence failed")
         self._lease_lost.set()
 
     # --- intents and dialing --------------------------------------------------------------------
