@@ -147,6 +147,7 @@ class ActorRuntime:
             destroyer=self.destroyer,
             client=self.client,
             authority=authority,
+            flow=flow,
         )
         self._nursery = nursery
         self._dedupe = IngressDedupe()

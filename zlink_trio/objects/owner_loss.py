@@ -25,6 +25,7 @@ Two paths call :func:`reclaim_row`:
 
 from __future__ import annotations
 
+import enum
 import logging
 
 import trio
@@ -35,7 +36,14 @@ from ..mesh.api import MeshNodeApi
 from ..observe import FlowEvent, FlowTrace
 from ..store.api import Applied, AuthorityRow, LocationStore, ObjectKind
 
-__all__ = ["owner_dead", "reclaim_row", "serve_reclaim_sweep", "sweep_once"]
+__all__ = [
+    "Reclaim",
+    "owner_dead",
+    "reclaim_row",
+    "serve_reclaim_sweep",
+    "sweep_once",
+    "try_reclaim",
+]
 
 logger = logging.getLogger("zlink_trio.objects")
 
@@ -45,20 +53,30 @@ async def owner_dead(store: LocationStore, row: AuthorityRow) -> bool:
     return not await store.owner_live(row.owner)
 
 
-async def reclaim_row(
-    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
-) -> bool:
-    """One reclaim CAS of exactly ``row`` (its version and owner fence).
+class Reclaim(enum.Enum):
+    """What one reclaim CAS (:func:`try_reclaim`) ended with."""
 
-    True when the row is no longer ``row``: this node reclaimed it (counted as
-    :attr:`FlowEvent.RECLAIMED`), another reclaimer or the owner moved it on, or the
-    outcome is unknown (the caller re-reads). False when the Store refused because the
-    owner is live and (for a Creating row) its attempt is still running."""
+    WON = "won"
+    """This call's CAS applied: the incarnation ended here (counted as RECLAIMED)."""
+    MOVED = "moved"
+    """The row is no longer the one given: another reclaimer, or its owner, moved it on."""
+    UNKNOWN = "unknown"
+    """The CAS's outcome is unknown (StoreOutcomeUnknown): it may have applied; re-read."""
+    REFUSED = "refused"
+    """The Store refused: the owner is live (and a Creating attempt still runs)."""
+
+
+async def try_reclaim(
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+) -> Reclaim:
+    """One reclaim CAS of exactly ``row`` (its version and owner fence); a winning CAS
+    is counted as :attr:`FlowEvent.RECLAIMED`. Raises Unavailable when the Store was not
+    reached (nothing changed)."""
     try:
         result = await store.reclaim(row.key, row.store_version, row.owner, grace=grace)
     except StoreOutcomeUnknown as exc:
         logger.info("reclaim of %r has an unknown outcome (%r); re-reading", row.key, exc)
-        return True
+        return Reclaim.UNKNOWN
     if isinstance(result, Applied):
         flow.emit(
             FlowEvent.RECLAIMED,
@@ -69,8 +87,20 @@ async def reclaim_row(
             row.owner.node_rid,
             row.object_generation.value,
         )
-        return True
-    return result.current != row
+        return Reclaim.WON
+    return Reclaim.MOVED if result.current != row else Reclaim.REFUSED
+
+
+async def reclaim_row(
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+) -> bool:
+    """One reclaim CAS of exactly ``row`` (:func:`try_reclaim`).
+
+    True when the row is no longer ``row``: this node reclaimed it (counted as
+    :attr:`FlowEvent.RECLAIMED`), another reclaimer or the owner moved it on, or the
+    outcome is unknown (the caller re-reads). False when the Store refused because the
+    owner is live and (for a Creating row) its attempt is still running."""
+    return await try_reclaim(store, row, grace=grace, flow=flow) is not Reclaim.REFUSED
 
 
 async def sweep_once(
@@ -87,9 +117,8 @@ async def sweep_once(
     for row in rows:
         if node.admission_error() is not None:
             return won
-        before = flow.count(FlowEvent.RECLAIMED)
-        await reclaim_row(store, row, grace=config.reservation_grace, flow=flow)
-        won += flow.count(FlowEvent.RECLAIMED) - before
+        outcome = await try_reclaim(store, row, grace=config.reservation_grace, flow=flow)
+        won += outcome is Reclaim.WON
     for record in await store.list_nodes():
         if record.live or node.admission_error() is not None:
             continue

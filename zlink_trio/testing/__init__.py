@@ -31,7 +31,7 @@ from .cluster import (
 from .cutoff import CutOffStore as CutOffStore
 from .descriptors import published_descriptors as published_descriptors
 from .flow import flow_count as flow_count, flow_counts as flow_counts
-from .history import RecordingStore as RecordingStore, StoreMutation as StoreMutation
+from .history import RecordingStore as RecordingStore, StoreCall as StoreCall
 from .postgres import open_private_postgres as open_private_postgres
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,

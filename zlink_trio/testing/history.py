@@ -4,9 +4,10 @@ Ready owners of one id ever coexisted, that every turn of a fenced node happened
 its rows were reclaimed).
 
 Wrap the store the nodes of interest use; each mutation (a write method, see
-``STORE_WRITE_METHODS``) that returns or raises becomes one :class:`StoreMutation`, stamped
-with the Trio time it returned at. :meth:`RecordingStore.wait_for` waits (event-driven)
-until the history satisfies a condition.
+``STORE_WRITE_METHODS``; with ``reads=True`` every read too) that returns or raises
+becomes one :class:`StoreCall`, stamped with the Trio time it returned at.
+:meth:`RecordingStore.wait_for` waits (event-driven) until the history satisfies a
+condition.
 """
 
 from __future__ import annotations
@@ -19,17 +20,18 @@ import trio
 
 from ..ids import NodeRid
 from ..store.api import Applied, AuthorityRow, Conflict, LocationStore, ObjectKey, OwnerFence
-from .store import STORE_WRITE_METHODS
+from .store import STORE_READ_METHODS, STORE_WRITE_METHODS
 from .wrapper import StoreWrapper
 
-__all__ = ["RecordingStore", "StoreMutation"]
+__all__ = ["RecordingStore", "StoreCall"]
 
 T = TypeVar("T")
 
 
 @attrs.frozen
-class StoreMutation:
-    """One mutation call, as the Store answered it."""
+class StoreCall:
+    """One recorded call (a mutation, or a read with ``reads=True``), as the Store
+    answered it."""
 
     at: float
     """Trio time the call returned (or raised) at: after the Store applied it, if it did."""
@@ -39,7 +41,7 @@ class StoreMutation:
     applied: bool | None
     """True: applied (a CAS won, ``remove_node`` removed, a registration or renewal
     made); False: refused (a lost CAS, ``remove_node`` matched nothing); None: it raised
-    (its outcome is unknown to the caller)."""
+    (its outcome is unknown to the caller). Reads: True when they returned."""
     owner: OwnerFence | None
     """The owner of the row it produced (applied row results), the fence it was given
     (``reclaim``), or the owner of the row last produced through this store for ``key``
@@ -47,7 +49,7 @@ class StoreMutation:
     node_rid: NodeRid | None = None
     """The node of a node method (``register_node``, ``renew_lease``, ``remove_node``)."""
     row: AuthorityRow | None = None
-    """The row it produced (applied mutations returning a row)."""
+    """The row it produced (applied mutations returning a row) or showed (``read``)."""
     error: str | None = None
     """``repr`` of what it raised."""
 
@@ -55,32 +57,34 @@ class StoreMutation:
 @final
 class RecordingStore(StoreWrapper):
     """A :class:`~zlink_trio.store.api.LocationStore` delegating to ``inner`` that keeps
-    every mutation made through it (see the module docstring)."""
+    every mutation made through it, and every read too with ``reads=True`` (see the
+    module docstring)."""
 
-    def __init__(self, inner: LocationStore) -> None:
+    def __init__(self, inner: LocationStore, *, reads: bool = False) -> None:
         super().__init__(inner)
-        self._history: Final[list[StoreMutation]] = []
+        self._reads = reads
+        self._history: Final[list[StoreCall]] = []
         self._last_owner: dict[ObjectKey, OwnerFence] = {}
         self._changed = trio.Event()
 
     @property
-    def history(self) -> Sequence[StoreMutation]:
-        """Every mutation so far, in the order they returned (a copy)."""
+    def history(self) -> Sequence[StoreCall]:
+        """Every recorded call so far, in the order they returned (a copy)."""
         return tuple(self._history)
 
-    def mutations(self, key: ObjectKey) -> tuple[StoreMutation, ...]:
-        """The mutations of ``key``'s authority row so far."""
+    def mutations(self, key: ObjectKey) -> tuple[StoreCall, ...]:
+        """The recorded calls of ``key``'s authority row so far."""
         return tuple(m for m in self._history if m.key == key)
 
-    async def wait_for(self, condition: Callable[[Sequence[StoreMutation]], bool]) -> None:
-        """Wait until ``condition(history)`` holds (checked after every mutation; callers
-        bound the wait with their own deadline)."""
+    async def wait_for(self, condition: Callable[[Sequence[StoreCall]], bool]) -> None:
+        """Wait until ``condition(history)`` holds (checked after every recorded call;
+        callers bound the wait with their own deadline)."""
         while not condition(self._history):
             await self._changed.wait()
         await trio.lowlevel.checkpoint()
 
     async def _around(self, method: str, call: Callable[[], Awaitable[T]], *args: object) -> T:
-        if method not in STORE_WRITE_METHODS:
+        if method not in STORE_WRITE_METHODS and not (self._reads and method in STORE_READ_METHODS):
             return await call()
         key = args[0] if args and isinstance(args[0], ObjectKey) else None
         rid = args[0] if args and isinstance(args[0], NodeRid) else None
@@ -88,7 +92,7 @@ class RecordingStore(StoreWrapper):
             result = await call()
         except BaseException as exc:
             at = trio.current_time()
-            self._add(StoreMutation(at, method, key, None, None, rid, None, repr(exc)))
+            self._add(StoreCall(at, method, key, None, None, rid, None, repr(exc)))
             raise
         applied: bool
         row: AuthorityRow | None = None
@@ -97,6 +101,11 @@ class RecordingStore(StoreWrapper):
             applied = True
             if isinstance(result.row, AuthorityRow):
                 row = result.row
+                owner = row.owner
+        elif method not in STORE_WRITE_METHODS:
+            applied = True  # a read (of a row: the row it showed)
+            if isinstance(result, AuthorityRow):
+                row = result
                 owner = row.owner
         elif isinstance(result, bool):
             applied = result
@@ -110,15 +119,15 @@ class RecordingStore(StoreWrapper):
             owner = fence
         elif key is not None and owner is None:
             owner = self._last_owner.get(key)
-        if key is not None and applied:
+        if key is not None and applied and method in STORE_WRITE_METHODS:
             if row is not None:
                 self._last_owner[key] = row.owner
             else:
                 self._last_owner.pop(key, None)
-        self._add(StoreMutation(trio.current_time(), method, key, applied, owner, rid, row))
+        self._add(StoreCall(trio.current_time(), method, key, applied, owner, rid, row))
         return result
 
-    def _add(self, mutation: StoreMutation) -> None:
+    def _add(self, mutation: StoreCall) -> None:
         self._history.append(mutation)
         changed, self._changed = self._changed, trio.Event()
         changed.set()

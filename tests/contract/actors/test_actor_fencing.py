@@ -34,7 +34,7 @@ from zlink_trio.store.api import LocationStore, ObjectKey
 from zlink_trio.testing import (
     CutOffStore,
     RecordingStore,
-    StoreMutation,
+    StoreCall,
     hosted_actors,
     node_of,
     open_cluster,
@@ -150,11 +150,11 @@ def local_deadline(cluster: Cluster, index: int) -> float:
     return lease.local_deadline
 
 
-def applied(history: Sequence[StoreMutation], key: ObjectKey, method: str) -> list[StoreMutation]:
+def applied(history: Sequence[StoreCall], key: ObjectKey, method: str) -> list[StoreCall]:
     return [m for m in history if m.key == key and m.method == method and m.applied]
 
 
-def ready_owners_never_overlap(history: Sequence[StoreMutation], key: ObjectKey) -> None:
+def ready_owners_never_overlap(history: Sequence[StoreCall], key: ObjectKey) -> None:
     """Folding the history of ``key``: at every moment at most one Ready owner."""
     owner = None
     for m in history:
