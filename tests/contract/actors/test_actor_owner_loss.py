@@ -119,7 +119,7 @@ async def test_find_and_destroy_errors_on_a_dead_owner_are_exported(
 async def test_survivors_see_a_dead_nodes_actors_gone_and_reclaim_each_row_once(
     clock: object, store: LocationStore
 ) -> None:
-    """A04-owner-loss: three survivors race (their finds and their background sweeps)
+    """Three survivors race (their finds and their background sweeps)
     to reclaim the rows of a node that died hosting five Actors: exactly one winning CAS
     per row (RECLAIMED summed over the survivors == 5, one applied reclaim per row in the
     Store's history); then find is None, request and send are NotFound (a reclaimed id is
@@ -209,9 +209,11 @@ async def test_a_restarted_node_reclaims_expired_lifecycles_at_startup(
     on the same store. Right after ``open_server`` returned (its sweep's first round ran
     before) the dead lifecycle's rows are gone (Missing; no row of it left, Entry claim
     included) and the ids can be created again, while the rows of the live node 1 are
-    untouched (same StoreVersion, still Ready). No background sweep runs."""
+    untouched (same StoreVersion, still Ready). No background sweep runs, and the
+    startup cleanup is not cut at one batch (2 rows): it goes on while batches are full."""
     rec = Recorder()
-    async with open_cluster(2, store=store, app=make_app(rec), config=short_leases()) as cluster:
+    config = short_leases(batch=2)
+    async with open_cluster(2, store=store, app=make_app(rec), config=config) as cluster:
         await cluster.wait_all_admitted()
         victim, live = cluster.servers
         dead = victim.identity.node_rid
