@@ -17,6 +17,7 @@ from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..errors import CapacityExceeded, StaleRoute, Unavailable
 from ..ids import ActorId, NodeRid, StableType
+from ..mesh.lease import LeaseDeadline
 from ..observe import FlowEvent, FlowTrace
 from .hosted import (
     ACTOR_LANE,
@@ -55,11 +56,27 @@ class _Staging:
 
 @final
 class ActorHost:
-    __slots__ = ("_actors", "_engine", "_fenced", "_flow", "_kinds", "_lease_live", "_staging")
+    __slots__ = (
+        "_actors",
+        "_engine",
+        "_fenced",
+        "_flow",
+        "_kinds",
+        "_lease",
+        "_lease_live",
+        "_staging",
+    )
 
-    def __init__(self, engine: Engine, flow: FlowTrace, lease_live: Callable[[], bool]) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        flow: FlowTrace,
+        lease: LeaseDeadline,
+        lease_live: Callable[[], bool],
+    ) -> None:
         self._engine = engine
         self._flow = flow
+        self._lease = lease
         self._lease_live = lease_live
         self._fenced = False
         self._actors: dict[ActorId, HostedActor] = {}
@@ -87,7 +104,7 @@ class ActorHost:
         kind = self._kinds.get(actor_type.stable_type)
         if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
-                actor_type, node_rid, stats, max_reply, self._flow, self._lease_live
+                actor_type, node_rid, stats, max_reply, self._flow, self._lease, self._lease_live
             )
         return kind
 

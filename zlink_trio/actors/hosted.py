@@ -21,6 +21,7 @@ from ..engine.lanes import ActorDeliveryLane
 from ..engine.oneshot import OneShot
 from ..errors import ApplicationError, NotFound, ShuttingDown, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
+from ..mesh.lease import LeaseDeadline
 from ..objects.sinks import LocalReply, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
@@ -134,6 +135,7 @@ class HostedKind:
         "actor_type",
         "flow",
         "handlers",
+        "lease",
         "lease_live",
         "max_reply",
         "node_rid",
@@ -148,6 +150,7 @@ class HostedKind:
         stats: DispatchStats,
         max_reply: int,
         flow: FlowTrace,
+        lease: LeaseDeadline,
         lease_live: Callable[[], bool],
     ) -> None:
         self.actor_type = actor_type
@@ -158,9 +161,11 @@ class HostedKind:
         self.flow = flow
         self.traced: set[tuple[MessageKind, str]] = set()
         """Handler keys whose unexpected exception was already logged with a traceback."""
+        self.lease = lease
+        """This node lifecycle's local lease deadline, compared with the clock at the
+        start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
         self.lease_live = lease_live
-        """True while this node lifecycle's owner lease is held and locally live: checked
-        at the start of every turn (no turn starts after the local lease deadline)."""
+        """True while the lease is held and locally live (expires it on the spot)."""
 
 
 def lease_lost_error() -> Unavailable:
@@ -250,15 +255,17 @@ class HostedActor:
             return
         kind = self.kind
         stats = kind.stats
-        if not kind.lease_live():
+        now = trio.current_time()
+        if now >= kind.lease.at:
             # Fenced: its row can be reclaimed (and a new incarnation serve elsewhere)
             # from the local lease deadline on; nothing of this incarnation runs again.
+            kind.lease_live()  # expires the lease now if its keeper has not noticed yet
             stats.dropped += 1
             kind.flow.emit(FlowEvent.FENCED, "%r to %r not run", item.packet, self.context)
             if item.sink is not None:
                 await _fail(item.sink, lease_lost_error())
             return
-        if item.deadline <= trio.current_time():
+        if item.deadline <= now:
             # A request whose caller's deadline passed while it waited (the caller was
             # answered DeadlineExceeded) is not run. A send's deadline is infinite: an
             # accepted send always runs.

@@ -77,7 +77,7 @@ class ActorRuntime:
         self._store = store
         self._node = node
         self._stats: dict[StableType, DispatchStats] = {st: DispatchStats() for st in types}
-        self.host = ActorHost(engine, flow, node.lease_live)
+        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )

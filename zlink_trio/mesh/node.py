@@ -52,7 +52,7 @@ from .descriptors import advertised_host, build_descriptors
 from .dialer import dial_loop
 from .faults import FaultPlan
 from .instrumented import Instrumentation
-from .lease import LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
+from .lease import LeaseDeadline, LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
 from .links import Link
 from .reasons import CloseReason
 from .replies import Pending
@@ -119,6 +119,7 @@ class MeshNode:
         self._net: trio.Nursery | None = None
         self._lease_lost = trio.Event()
         self._fences: list[Callable[[], None]] = []
+        self._lease_deadline: Final = LeaseDeadline()
         self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
 
     def __repr__(self) -> str:
@@ -180,6 +181,13 @@ class MeshNode:
             return False
         keeper = self._keeper
         return keeper is None or keeper.check()
+
+    @property
+    def lease_deadline(self) -> LeaseDeadline:
+        """The lease's local deadline as a cell (``at``: Trio time, ``-inf`` when no lease
+        is held): for a hot path that already read the clock. Compare with ``<``; on
+        ``now >= at`` call :meth:`lease_live` (it expires the lease on the spot)."""
+        return self._lease_deadline
 
     def lease_live(self) -> bool:
         """True while this lifecycle holds its owner lease and its local admission deadline
@@ -390,6 +398,7 @@ class MeshNode:
             ttl=config.owner_lease_ttl,
             interval=config.owner_lease_renew_interval,
             on_expired=self._lease_expired,
+            deadline=self._lease_deadline,
         )
         try:
             async with trio.open_nursery() as nursery:
