@@ -13,6 +13,7 @@ Both stores (the memory one on MockClock); 1 s leases.
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
 import pytest
 import trio
@@ -26,12 +27,13 @@ from owner_loss_kit import (
 )
 
 import zlink_trio
-from zlink_trio import Created, NotFound, Unavailable
+from zlink_trio import Created, NotFound, StoreOutcomeUnknown, Unavailable
 from zlink_trio.store.api import AuthorityState, LocationStore, ObjectKey
 from zlink_trio.testing import (
     CutOffStore,
     FlowEvent,
     RecordingStore,
+    StoreWrapper,
     flow_count,
     open_cluster,
 )
@@ -276,3 +278,41 @@ async def test_the_background_sweep_is_bounded_and_dead_rows_do_not_pile_up(
         assert all(b - a >= 0.5 * 0.9 for a, b in itertools.pairwise(times))
         assert await store.scan_owned(dead) == ()
         assert flow_count(survivor, FlowEvent.RECLAIMED) == 7
+
+
+class UnknownReclaim(StoreWrapper):
+    """Applies the first reclaim, then reports its outcome as unknown."""
+
+    def __init__(self, inner: LocationStore) -> None:
+        super().__init__(inner)
+        self.armed = False
+
+    async def _around(self, method: str, call: Any, *args: object) -> Any:
+        result = await call()
+        if method == "reclaim" and self.armed:
+            self.armed = False
+            raise StoreOutcomeUnknown("test: the reclaim applied, its answer was lost")
+        return result
+
+
+async def test_a_destroy_whose_reclaim_outcome_is_unknown_settles_by_reading(
+    clock: object, store: LocationStore
+) -> None:
+    """The reclaim CAS of a destroy applies but its answer is lost (StoreOutcomeUnknown):
+    the destroy re-reads, finds the incarnation gone and answers True (its CAS may have
+    been the one); a second destroy is False."""
+    rec = Recorder()
+    unknown = UnknownReclaim(store)
+    config = short_leases(store=lambda i: unknown if i == 1 else store)
+    async with open_cluster(2, store=store, app=make_app(rec), config=config) as cluster:
+        await cluster.wait_all_admitted()
+        victim, caller = cluster.servers
+        dead = victim.identity.node_rid
+        (ref,) = await create_on(caller, "u", dead, 1)
+        await cluster.kill(0)
+        await wait_gone([caller], dead)
+        unknown.armed = True
+        assert await caller.actors.destroy(ref) is True
+        assert not unknown.armed
+        assert await store.read(ObjectKey.actor(ref.actor_id.value)) is None
+        assert await caller.actors.destroy(ref) is False
