@@ -17,6 +17,9 @@ above it, and only then lets the node bind, register and accept::
     └─ zlink_trio.mesh.node   MeshNode.serve       listener, lease, watcher, peers (it
                                                    outlives the roles: the drain needs it)
 
+A lost owner lease halts the engine at once (``MeshNode.on_lease_lost``): no turn runs on
+a fail-stopped node.
+
 Exit (also when the body raises or is cancelled) is the drain of a clean stop, the steps of
 :data:`DRAIN_STEPS` in that order, each shielded and bounded (docs/decisions.md,
 "Graceful drain on a clean stop"):
@@ -191,6 +194,11 @@ async def open_runtime(
             async with open_engine(
                 lane_capacity=config.lane_capacity, lifecycle_burst=config.lifecycle_burst
             ) as engine:
+                # Fencing: the moment the owner lease is lost the node is fail-stopped and
+                # no turn of what it hosts runs any more (the one in progress is cancelled);
+                # a live node may reclaim its rows from then on (docs/decisions.md, "Owner
+                # loss: fencing").
+                node.on_lease_lost(engine.halt)
                 roles = _Roles()
                 try:
                     async with trio.open_nursery() as nursery:

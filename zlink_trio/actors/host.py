@@ -7,7 +7,7 @@ session relay, Actor-to-Actor): so every ingress kind is ordered by the same que
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -17,8 +17,19 @@ from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..errors import CapacityExceeded, StaleRoute, Unavailable
 from ..ids import ActorId, NodeRid, StableType
+from ..mesh.lease import LeaseDeadline
 from ..observe import FlowEvent, FlowTrace
-from .hosted import ACTOR_LANE, DESTROYING, READY, ActorItem, Deliver, HostedActor, HostedKind
+from .hosted import (
+    ACTOR_LANE,
+    DESTROYING,
+    FENCED,
+    READY,
+    ActorItem,
+    Deliver,
+    HostedActor,
+    HostedKind,
+    lease_lost_error,
+)
 
 if TYPE_CHECKING:
     from .registry import ActorType
@@ -45,11 +56,29 @@ class _Staging:
 
 @final
 class ActorHost:
-    __slots__ = ("_actors", "_engine", "_flow", "_kinds", "_staging")
+    __slots__ = (
+        "_actors",
+        "_engine",
+        "_fenced",
+        "_flow",
+        "_kinds",
+        "_lease",
+        "_lease_live",
+        "_staging",
+    )
 
-    def __init__(self, engine: Engine, flow: FlowTrace) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        flow: FlowTrace,
+        lease: LeaseDeadline,
+        lease_live: Callable[[], bool],
+    ) -> None:
         self._engine = engine
         self._flow = flow
+        self._lease = lease
+        self._lease_live = lease_live
+        self._fenced = False
         self._actors: dict[ActorId, HostedActor] = {}
         self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
@@ -75,7 +104,7 @@ class ActorHost:
         kind = self._kinds.get(actor_type.stable_type)
         if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
-                actor_type, node_rid, stats, max_reply, self._flow
+                actor_type, node_rid, stats, max_reply, self._flow, self._lease, self._lease_live
             )
         return kind
 
@@ -109,7 +138,19 @@ class ActorHost:
         """Make ``hosted`` reachable (after its Ready commit). The activation itself is
         its lane's handler; the lane is retired (not closed) by its owner, so it needs no
         drop callback. Payloads parked while it was staging enter its queue first, in
-        arrival order (the new queue holds them all: parking is bounded by its capacity)."""
+        arrival order (the new queue holds them all: parking is bounded by its capacity).
+
+        On a fenced host (its owner lease was lost after the Ready commit was sent) the
+        Actor is registered Fenced, without a lane: it never runs, and what was parked
+        for it stays parked (its attempt's end fails it)."""
+        if self._fenced:
+            hosted.state = FENCED
+            self._actors[hosted.actor_id] = hosted
+            staging = self._staging.get(hosted.actor_id)
+            if staging is not None:
+                staging.event.set()
+                staging.event = trio.Event()
+            return
         lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         self._actors[hosted.actor_id] = hosted
         staging = self._staging.get(hosted.actor_id)
@@ -135,11 +176,25 @@ class ActorHost:
     def reopen(self, hosted: HostedActor, *, new_lane: bool) -> None:
         """A destroy did not happen (the Store row is still Ready): admit again.
         ``new_lane``: its lane was retired by an earlier attempt; give it a fresh one."""
-        if self._actors.get(hosted.actor_id) is not hosted:
+        if self._actors.get(hosted.actor_id) is not hosted or hosted.state is FENCED:
             return
         if new_lane:
             hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         hosted.state = READY
+
+    def fence(self) -> list[HostedActor]:
+        """This node's owner lease was lost: every hosted Actor becomes Fenced (admits
+        nothing, runs no turn again), its lane is retired and what it held becomes its
+        orphans (counted as FENCED); the caller fails them. Later publications are fenced
+        at once. Returns the Actors that have orphans. Idempotent."""
+        self._fenced = True
+        orphaned = []
+        for hosted in self._actors.values():
+            hosted.state = FENCED
+            hosted.retire_lane(FlowEvent.FENCED)
+            if hosted.orphans:
+                orphaned.append(hosted)
+        return orphaned
 
     # --- admission --------------------------------------------------------------------------
     def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:
@@ -159,7 +214,7 @@ class ActorHost:
 
         Raises:
             StaleRoute: the Actor is not hosted here (the route that led here is stale).
-            Unavailable: the Actor is being destroyed.
+            Unavailable: the Actor is being destroyed, or fenced (the lease was lost).
         """
         hosted = self._actors.get(actor_id)
         if hosted is None:
@@ -170,7 +225,7 @@ class ActorHost:
             if hosted is None:
                 raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
         if hosted.state is not READY:
-            raise Unavailable(f"actor {actor_id.value!r} is being destroyed")
+            raise _not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None
         try:
@@ -190,7 +245,7 @@ class ActorHost:
 
         Raises:
             StaleRoute: the Actor is not hosted here.
-            Unavailable: the Actor is being destroyed.
+            Unavailable: the Actor is being destroyed, or fenced (the lease was lost).
             CapacityExceeded: its queue (or the staging parking) is full; counted as
                 ``refused`` on the Actor type's dispatch counters.
         """
@@ -208,7 +263,7 @@ class ActorHost:
             staging.parked.append(item)
             return
         if hosted.state is not READY:
-            raise Unavailable(f"actor {actor_id.value!r} is being destroyed")
+            raise _not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None
         try:
@@ -219,3 +274,9 @@ class ActorHost:
                 FlowEvent.DISPATCH_REFUSED, "actor %r: its queue is full", actor_id.value
             )
             raise
+
+
+def _not_admitting(hosted: HostedActor) -> Unavailable:
+    if hosted.state is FENCED:
+        return lease_lost_error()
+    return Unavailable(f"actor {hosted.actor_id.value!r} is being destroyed")

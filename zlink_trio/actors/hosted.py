@@ -10,7 +10,7 @@ stable type shares on this node (type, handlers, counters, limits) lives once in
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, TypeAlias, final
 
 import attrs
@@ -19,8 +19,9 @@ import trio
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..engine.oneshot import OneShot
-from ..errors import ApplicationError, NotFound, Unavailable, ZLinkError
+from ..errors import ApplicationError, NotFound, ShuttingDown, Unavailable, ZLinkError
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
+from ..mesh.lease import LeaseDeadline
 from ..objects.sinks import LocalReply, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
@@ -34,9 +35,11 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ACTOR_LANE",
+    "FENCED",
     "ActorState",
     "Deliver",
     "Destroying",
+    "Fenced",
     "HostedActor",
     "HostedKind",
     "Ready",
@@ -56,9 +59,16 @@ class Destroying:
     """Admission closed by destroy (spec 04 §6.8 step 1)."""
 
 
-ActorState: TypeAlias = Ready | Destroying
+@attrs.frozen
+class Fenced:
+    """This node's owner lease was lost: the Actor admits nothing and runs no turn again
+    (its row is reclaimed by a live node; docs/decisions.md, "Owner loss: fencing")."""
+
+
+ActorState: TypeAlias = Ready | Destroying | Fenced
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
+FENCED: Final = Fenced()
 ACTOR_LANE: Final = ActorDeliveryLane()
 """The policy value of every Actor lane (it carries no state, so one instance serves all)."""
 
@@ -121,7 +131,17 @@ ActorItem: TypeAlias = Deliver | Barrier
 class HostedKind:
     """What the hosted Actors of one stable type on this node share."""
 
-    __slots__ = ("actor_type", "flow", "handlers", "max_reply", "node_rid", "stats", "traced")
+    __slots__ = (
+        "actor_type",
+        "flow",
+        "handlers",
+        "lease",
+        "lease_live",
+        "max_reply",
+        "node_rid",
+        "stats",
+        "traced",
+    )
 
     def __init__(
         self,
@@ -130,6 +150,8 @@ class HostedKind:
         stats: DispatchStats,
         max_reply: int,
         flow: FlowTrace,
+        lease: LeaseDeadline,
+        lease_live: Callable[[], bool],
     ) -> None:
         self.actor_type = actor_type
         self.handlers: Mapping[tuple[MessageKind, str], ActorHandler] = actor_type.handlers
@@ -139,6 +161,19 @@ class HostedKind:
         self.flow = flow
         self.traced: set[tuple[MessageKind, str]] = set()
         """Handler keys whose unexpected exception was already logged with a traceback."""
+        self.lease = lease
+        """This node lifecycle's local lease deadline, compared with the clock at the
+        start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
+        self.lease_live = lease_live
+        """True while the lease is held and locally live (expires it on the spot)."""
+
+
+def lease_lost_error() -> Unavailable:
+    return Unavailable("this node's owner lease was lost: the Actor no longer runs here")
+
+
+def _stopped_error() -> ShuttingDown:
+    return ShuttingDown("the server stopped during the turn")
 
 
 async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
@@ -220,7 +255,17 @@ class HostedActor:
             return
         kind = self.kind
         stats = kind.stats
-        if item.deadline <= trio.current_time():
+        now = trio.current_time()
+        if now >= kind.lease.at:
+            # Fenced: its row can be reclaimed (and a new incarnation serve elsewhere)
+            # from the local lease deadline on; nothing of this incarnation runs again.
+            kind.lease_live()  # expires the lease now if its keeper has not noticed yet
+            stats.dropped += 1
+            kind.flow.emit(FlowEvent.FENCED, "%r to %r not run", item.packet, self.context)
+            if item.sink is not None:
+                await _fail(item.sink, lease_lost_error())
+            return
+        if item.deadline <= now:
             # A request whose caller's deadline passed while it waited (the caller was
             # answered DeadlineExceeded) is not run. A send's deadline is infinite: an
             # accepted send always runs.
@@ -270,6 +315,13 @@ class HostedActor:
                 return
         try:
             result: object = await handler(self.instance, payload)
+        except trio.Cancelled:
+            # The engine stopped running turns (the owner lease was lost, or the server
+            # closes): a local caller learns it now rather than at its deadline (a remote
+            # caller's link closes with the node).
+            if type(sink) is OneShot:
+                sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
+            raise
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
             stats.failed += 1
@@ -344,10 +396,12 @@ class HostedActor:
             lane = self.lane
             await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
-    def _orphan(self, items: tuple[ActorItem, ...]) -> None:
-        """Accepted items the lane will not run (the Actor is being destroyed): kept in
-        ``orphans`` so the destroyer can fail each one's terminal (see
-        :meth:`fail_orphans`)."""
+    def _orphan(
+        self, items: tuple[ActorItem, ...], event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY
+    ) -> None:
+        """Accepted items the lane will not run (the Actor is being destroyed, or fenced):
+        kept in ``orphans`` so the destroyer (or the fence) can fail each one's terminal
+        (see :meth:`fail_orphans`)."""
         for item in items:
             if type(item) is Barrier:
                 item.reached.set()
@@ -355,19 +409,22 @@ class HostedActor:
                 continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1
-            self.kind.flow.emit(FlowEvent.DROPPED_BY_DESTROY, "%r to %r", item.packet, self.context)
+            self.kind.flow.emit(event, "%r to %r", item.packet, self.context)
             if self.orphans is None:
                 self.orphans = []
             self.orphans.append(item)
 
-    def retire_lane(self) -> None:
-        """Close the lane for good; whatever it still held becomes an orphan."""
+    def retire_lane(self, event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY) -> None:
+        """Close the lane for good; whatever it still held becomes an orphan (counted as
+        ``event``)."""
         if self.lane is not None:
-            self._orphan(self.lane.retire())
+            self._orphan(self.lane.retire(), event)
 
-    async def fail_orphans(self) -> None:
+    async def fail_orphans(self, error: ZLinkError | None = None) -> None:
+        """Fail the terminal of every orphan (default error: destroyed before it ran)."""
         orphans, self.orphans = self.orphans or [], None
-        error = Unavailable("the Actor was destroyed before this payload ran")
+        if error is None:
+            error = Unavailable("the Actor was destroyed before this payload ran")
         for item in orphans:
             if item.sink is not None:
                 await _fail(item.sink, error)

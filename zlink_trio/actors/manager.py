@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Self, final
+from typing import TYPE_CHECKING, Any, Final, Self, final
 
 import trio
 
@@ -13,9 +13,11 @@ from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerNotAdmitted
 from ..objects.create_source import CreateSource
 from ..objects.durable import remaining_ms
+from ..objects.owner_loss import Reclaim, owner_dead, reclaim_row, try_reclaim
 from ..objects.placement import choose_mesh
 from ..objects.sinks import raise_for_failure
-from ..store.api import AuthorityState, LocationStore, OwnerFence
+from ..observe import FlowTrace
+from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
 from .authority import Authority
@@ -28,6 +30,10 @@ if TYPE_CHECKING:
     from .hosted import HostedActor
 
 __all__ = ["ActorManager", "CreateCall"]
+
+_RECLAIM_ROUNDS: Final = 3
+"""Reads (then reclaim CASes) a destroy of a dead owner's incarnation makes at most: a
+lost CAS means another reclaimer ended it (the next read shows it gone)."""
 
 
 @final
@@ -100,8 +106,10 @@ class ActorManager:
         destroyer: Destroyer[ActorId, HostedActor],
         client: ActorClient,
         authority: Authority,
+        flow: FlowTrace,
     ) -> None:
         self._config = config
+        self._flow = flow
         self._authority = authority
         self._node = node
         self._store = store
@@ -161,20 +169,40 @@ class ActorManager:
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
         """The ActorRef of the current Ready incarnation, or None. Starts no creation.
 
+        Never returns an incarnation whose owner lease expired: a Ready row owned by
+        another node whose lease is no longer current (by store time) is reclaimed (one
+        fenced CAS; the incarnation ended with its owner) and the answer is None.
+
         Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it."""
         target = ActorId.parse(actor_id)
         await self._refuse_unless_admitting()
         row = await self._authority.read(target)
         if row is None or row.state is not AuthorityState.READY:
             return None
+        if await self._owner_lost(row):
+            await reclaim_row(
+                self._store, row, grace=self._config.reservation_grace, flow=self._flow
+            )
+            self._authority.forget(target)
+            return None
         return ActorRef(target, row.object_generation, row.owner.mesh_name, row.owner.node_rid)
+
+    async def _owner_lost(self, row: AuthorityRow) -> bool:
+        """Whether ``row`` is owned by another node lifecycle whose lease expired (one
+        Store read). A row this node owns needs none: this node admits only while its
+        own lease is locally live, which is never later than the Store's expiry."""
+        if row.owner.node_rid == self._node.identity.node_rid:
+            return False
+        return await owner_dead(self._store, row)
 
     async def destroy(self, actor: ActorRef) -> bool:
         """Destroy exactly the incarnation ``actor`` names.
 
-        Returns False when that incarnation is already gone. Raises InvalidOperation when
-        another generation of the id is current (it is never destroyed instead), and
-        Unavailable while the Actor is sealed for a move or its owner is unreachable.
+        Returns False when that incarnation is already gone. An incarnation whose owner's
+        lease expired is ended by reclaiming its row (one fenced CAS): True, without
+        asking the dead owner. Raises InvalidOperation when another generation of the id
+        is current (it is never destroyed instead), and Unavailable while the Actor is
+        sealed for a move or its owner is unreachable.
 
         Takes no timeout of its own (spec 04 §6.2): the caller's cancel scopes bound it,
         and a remote owner's answer is awaited at most ``default_request_timeout`` within
@@ -184,18 +212,39 @@ class ActorManager:
         if not isinstance(actor, ActorRef):
             raise InvalidOperation("destroy takes the ActorRef of the incarnation to destroy")
         await self._refuse_unless_admitting()
-        row = await self._authority.read(actor.actor_id)
-        if row is None:
-            return False
-        if row.object_generation != actor.object_generation:
-            raise InvalidOperation(
-                f"actor {actor.actor_id.value!r} is generation {row.object_generation.value}, "
-                f"not {actor.object_generation.value}"
+        unknown = False  # a reclaim of ours whose outcome is unknown (it may have applied)
+        for _ in range(_RECLAIM_ROUNDS):
+            row = await self._authority.read(actor.actor_id)
+            if row is None:
+                return unknown
+            if row.object_generation != actor.object_generation:
+                if unknown:
+                    return True  # ours applied, and a new incarnation came since
+                raise InvalidOperation(
+                    f"actor {actor.actor_id.value!r} is generation "
+                    f"{row.object_generation.value}, not {actor.object_generation.value}"
+                )
+            if row.state is AuthorityState.CREATING:
+                return False
+            if not await self._owner_lost(row):
+                return await self._destroy_live(actor, row)
+            outcome = await try_reclaim(
+                self._store, row, grace=self._config.reservation_grace, flow=self._flow
             )
+            if outcome is Reclaim.WON:
+                self._authority.forget(actor.actor_id)
+                return True
+            unknown = unknown or outcome is Reclaim.UNKNOWN
+            # MOVED (another reclaimer won) or UNKNOWN: the next read settles it.
+        raise Unavailable(
+            f"the reclaim of {actor.actor_id.value!r} (its owner's lease expired) did not "
+            "settle; retry the destroy"
+        )
+
+    async def _destroy_live(self, actor: ActorRef, row: AuthorityRow) -> bool:
+        """Destroy through the incarnation's live owner (this node, or a peer)."""
         if row.relocation is not None and row.relocation.sealed:
             raise Unavailable(f"actor {actor.actor_id.value!r} is sealed for a move")
-        if row.state is AuthorityState.CREATING:
-            return False
         me = self._node.identity
         if row.owner.node_rid == me.node_rid:
             return await self._destroyer.destroy(actor.actor_id, actor.object_generation)

@@ -41,7 +41,7 @@ from .deadlines import ReplyDeadlines
 from .dedupe import IngressDedupe
 from .destroy import ActorDestroyKind
 from .host import ActorHost
-from .hosted import Deliver, Destroying, HostedActor, Ready
+from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
 from .kind import ActorSourceKind, ActorTargetKind, actor_order
 from .manager import ActorManager
 from .messenger import NEVER, Messenger
@@ -81,7 +81,7 @@ class ActorRuntime:
         self.transactions = Activity()
         """Control transactions in progress here: creation attempts (from their staging
         to its end) and destroys. A clean stop lets them finish (``_runtime``'s drain)."""
-        self.host = ActorHost(engine, flow)
+        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
@@ -153,6 +153,7 @@ class ActorRuntime:
             destroyer=self.destroyer,
             client=self.client,
             authority=authority,
+            flow=flow,
         )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
@@ -260,6 +261,17 @@ class ActorRuntime:
             return
         await sink.deliver(ok(DestroyTail(destroyed=destroyed)))
 
+    # --- fencing ------------------------------------------------------------------------------
+    async def fence_on_lease_loss(self) -> None:
+        """Once this lifecycle's owner lease is lost, fence every hosted Actor: none runs a
+        turn again (each turn also checks the lease when it starts, so none starts after
+        the local deadline even before this runs), and what their queues held is answered
+        Unavailable now instead of at its callers' deadlines."""
+        await self._node.wait_lease_lost()
+        error = lease_lost_error()
+        for hosted in self.host.fence():
+            await hosted.fail_orphans(error)
+
     # --- observability ------------------------------------------------------------------------
     def statistics(self) -> ActorRuntimeStatistics:
         per_type: dict[StableType, list[int]] = {st: [0, 0, 0, 0] for st in self._stats}
@@ -346,5 +358,6 @@ async def serve_actors(
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")
+        nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.actors.fence")
         task_status.started(runtime)
         await trio.sleep_forever()

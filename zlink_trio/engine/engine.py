@@ -99,6 +99,7 @@ class Engine(metaclass=NoPublicConstructor):
         "_nursery",
         "_parked",
         "_ready",
+        "_runner_scopes",
         "_runners",
         "_running",
         "_turns",
@@ -122,6 +123,7 @@ class Engine(metaclass=NoPublicConstructor):
         self._failures = 0
         self._idle: trio.Event | None = None
         self._blocked: set[Lane[Any, Any]] = set()  # lanes with tasks waiting for space
+        self._runner_scopes: set[trio.CancelScope] = set()  # one per live runner (halt)
 
     # --- public ---------------------------------------------------------------------------
 
@@ -165,12 +167,29 @@ class Engine(metaclass=NoPublicConstructor):
 
     @property
     def idle(self) -> bool:
-        """No lane runs a turn and none has work it may run now."""
-        return self._active == 0
+        """No lane runs a turn and none has work it may run now (always, once halted or
+        closed: no turn runs any more)."""
+        return self._active == 0 or self._closed
+
+    def halt(self) -> None:
+        """Run no turn any more, for good: every turn in progress is cancelled (at its next
+        checkpoint), no further turn starts, and what the lanes hold stays there for their
+        owners to fail; submitters waiting for space get ShuttingDown. A fail-stopped node
+        (its owner lease was lost) halts its engine. Idempotent; leaving ``open_engine``
+        does the same."""
+        self._closed = True
+        for scope in self._runner_scopes:
+            scope.cancel(reason="zlink_trio engine halted")
+        for lane in list(self._blocked):
+            lane._wake_space(everyone=True)
+        idle, self._idle = self._idle, None
+        if idle is not None:
+            idle.set()
 
     async def wait_idle(self) -> None:
-        """Wait until no lane runs a turn and none has work it may run now."""
-        if self._active == 0:
+        """Wait until no lane runs a turn and none has work it may run now (at once on a
+        halted engine)."""
+        if self._active == 0 or self._closed:
             await trio.lowlevel.checkpoint()
             return
         if self._idle is None:
@@ -215,7 +234,18 @@ class Engine(metaclass=NoPublicConstructor):
     def _spawn(self) -> None:
         self._free += 1
         self._runners += 1
-        self._nursery.start_soon(self._run, name="zlink_trio.engine.runner")
+        self._nursery.start_soon(self._run_halting, name="zlink_trio.engine.runner")
+
+    async def _run_halting(self) -> None:
+        """A runner inside its own cancel scope, which :meth:`halt` cancels (one scope per
+        runner lifetime, not per turn)."""
+        with trio.CancelScope() as scope:
+            scopes = self._runner_scopes
+            scopes.add(scope)
+            try:
+                await self._run()
+            finally:
+                scopes.discard(scope)
 
     async def _run(self) -> None:
         """A runner: drain ready lanes in batches; park or exit when none is ready."""

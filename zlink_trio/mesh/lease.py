@@ -16,6 +16,7 @@ node is fail-stopped and makes no further Store call, not even the cleanup at ex
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Callable
 from typing import Final, final
 
@@ -27,6 +28,7 @@ from ..ids import NodeRid, OwnerLeaseGeneration
 from ..store.api import LocationStore
 
 __all__ = [
+    "LeaseDeadline",
     "LeaseExpired",
     "LeaseHeld",
     "LeaseKeeper",
@@ -74,18 +76,32 @@ LeaseState = NoLease | LeaseHeld | LeaseExpired | LeaseReleased
 
 
 @final
+class LeaseDeadline:
+    """The lease's local admission deadline as one mutable cell, for hot paths that
+    compare it with a clock reading they already have (an Actor turn): ``at`` is the
+    Trio time of :attr:`LeaseHeld.local_deadline` while a lease is held, ``-inf``
+    before and once it is lost or released. Only :class:`LeaseKeeper` writes it."""
+
+    __slots__ = ("at",)
+
+    def __init__(self) -> None:
+        self.at = -math.inf
+
+
+@final
 class LeaseKeeper:
     """Renews one registration until it expires or the node releases it."""
 
     __slots__ = (
+        "_deadline",
         "_interval",
         "_on_expired",
         "_rid",
+        "_state",
         "_store",
         "_ttl",
         "renew_failures",
         "renewals",
-        "state",
     )
 
     def __init__(
@@ -97,15 +113,32 @@ class LeaseKeeper:
         ttl: float,
         interval: float,
         on_expired: Callable[[LeaseExpired], None],
+        deadline: LeaseDeadline | None = None,
     ) -> None:
         self._store: Final = store
         self._rid: Final = rid
         self._ttl: Final = ttl
         self._interval: Final = interval
         self._on_expired: Final = on_expired
-        self.state: LeaseState = held
+        self._deadline: Final = LeaseDeadline() if deadline is None else deadline
+        self._state: LeaseState = held
+        self._deadline.at = held.local_deadline
         self.renewals = 0
         self.renew_failures = 0
+
+    @property
+    def state(self) -> LeaseState:
+        return self._state
+
+    @state.setter
+    def state(self, state: LeaseState) -> None:
+        self._state = state
+        self._deadline.at = state.local_deadline if isinstance(state, LeaseHeld) else -math.inf
+
+    @property
+    def deadline(self) -> LeaseDeadline:
+        """The local deadline cell this keeper writes."""
+        return self._deadline
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         task_status.started()

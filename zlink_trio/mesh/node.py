@@ -52,7 +52,7 @@ from .descriptors import advertised_host, build_descriptors
 from .dialer import dial_loop
 from .faults import FaultPlan
 from .instrumented import Instrumentation
-from .lease import LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
+from .lease import LeaseDeadline, LeaseExpired, LeaseHeld, LeaseKeeper, LeaseState, NoLease
 from .links import Link
 from .reasons import CloseReason
 from .replies import Pending
@@ -118,6 +118,8 @@ class MeshNode:
         self._nursery: trio.Nursery | None = None
         self._net: trio.Nursery | None = None
         self._lease_lost = trio.Event()
+        self._fences: list[Callable[[], None]] = []
+        self._lease_deadline: Final = LeaseDeadline()
         self._abandoned = False  # testing: exit like a crash (no Store cleanup, no goodbye)
         self._closing = False  # aclose began
 
@@ -180,6 +182,21 @@ class MeshNode:
             return False
         keeper = self._keeper
         return keeper is None or keeper.check()
+
+    @property
+    def lease_deadline(self) -> LeaseDeadline:
+        """The lease's local deadline as a cell (``at``: Trio time, ``-inf`` when no lease
+        is held): for a hot path that already read the clock. Compare with ``<``; on
+        ``now >= at`` call :meth:`lease_live` (it expires the lease on the spot)."""
+        return self._lease_deadline
+
+    def lease_live(self) -> bool:
+        """True while this lifecycle holds its owner lease and its local admission deadline
+        has not passed, whatever the phase (a closing node's lease is still live until it
+        is released). What fences the objects this lifecycle owns: once False it never
+        becomes True again."""
+        keeper = self._keeper
+        return keeper is not None and keeper.check()
 
     def admission_error(self) -> ZLinkError | None:
         state = self._state  # (not the _phase property: this runs once per call)
@@ -320,6 +337,12 @@ class MeshNode:
         if self._phase is NodePhase.RUNNING or self._phase is NodePhase.CREATED:
             self._phase = NodePhase.CLOSING
 
+    def on_lease_lost(self, fence: Callable[[], None]) -> None:
+        """Call ``fence()`` synchronously the moment this lifecycle's owner lease is lost
+        (before :meth:`wait_lease_lost` waiters wake, so nothing scheduled in between runs
+        first): what stops every turn of a fail-stopped node. It must not block."""
+        self._fences.append(fence)
+
     def _abandon(self) -> None:
         """Testing: make the coming exit look like a crash: no ``remove_node``, no
         goodbye (sockets just close); the descriptor stays until its lease expires."""
@@ -417,6 +440,7 @@ class MeshNode:
             ttl=config.owner_lease_ttl,
             interval=config.owner_lease_renew_interval,
             on_expired=self._lease_expired,
+            deadline=self._lease_deadline,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -537,6 +561,11 @@ class MeshNode:
             self._links.remove_intent(link.address)
         if self._net is not None:
             self._net.cancel_scope.cancel(reason="zlink_trio owner lease lost")
+        for fence in self._fences:
+            try:
+                fence()
+            except Exception:
+                logger.exception("a lease-loss fence failed")
         self._lease_lost.set()
 
     # --- intents and dialing --------------------------------------------------------------------

@@ -10,23 +10,27 @@ the row version and the owner fence: exactly one reclaimer wins per row, the id 
 Missing and the capacity comes back; late frames of the old incarnation are rejected by
 its ObjectGeneration, which no new incarnation reuses.
 
-Two paths call :func:`reclaim_row`:
+Two paths reclaim (:func:`try_reclaim`, or :func:`reclaim_row` when who won does not
+matter):
 
 * lazily, a call that resolves a row whose owner it finds dead (find, create,
   get_or_create, destroy, a message whose owner cannot be reached) reclaims it and goes
   on against the new state;
 * :func:`serve_reclaim_sweep`, one bounded background task on every node with a Store:
-  a first round as soon as the node serves, before ``open_server`` returns (so a
-  restarted node has reclaimed its previous lifecycles' rows once it is up), then a round
-  every
-  ``reclaim_sweep_interval``, each reclaiming at most ``reclaim_sweep_batch`` rows and
-  removing the registrations of expired lifecycles that own no row any more.
+  startup cleanup as soon as the node serves, before ``open_server`` returns (rounds back
+  to back while their batch is full, bounded by ``drain_timeout``: a restarted node has
+  reclaimed every expired lifecycle's rows — its own previous ones among them — once it
+  is up), then one round every ``reclaim_sweep_interval``, each reclaiming at most
+  ``reclaim_sweep_batch`` rows and removing the registrations of expired lifecycles that
+  own no row any more.
 """
 
 from __future__ import annotations
 
+import enum
 import logging
 
+import attrs
 import trio
 
 from ..config import ServerConfig
@@ -35,7 +39,15 @@ from ..mesh.api import MeshNodeApi
 from ..observe import FlowEvent, FlowTrace
 from ..store.api import Applied, AuthorityRow, LocationStore, ObjectKind
 
-__all__ = ["owner_dead", "reclaim_row", "serve_reclaim_sweep", "sweep_once"]
+__all__ = [
+    "Reclaim",
+    "SweepRound",
+    "owner_dead",
+    "reclaim_row",
+    "serve_reclaim_sweep",
+    "sweep_once",
+    "try_reclaim",
+]
 
 logger = logging.getLogger("zlink_trio.objects")
 
@@ -45,20 +57,30 @@ async def owner_dead(store: LocationStore, row: AuthorityRow) -> bool:
     return not await store.owner_live(row.owner)
 
 
-async def reclaim_row(
-    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
-) -> bool:
-    """One reclaim CAS of exactly ``row`` (its version and owner fence).
+class Reclaim(enum.Enum):
+    """What one reclaim CAS (:func:`try_reclaim`) ended with."""
 
-    True when the row is no longer ``row``: this node reclaimed it (counted as
-    :attr:`FlowEvent.RECLAIMED`), another reclaimer or the owner moved it on, or the
-    outcome is unknown (the caller re-reads). False when the Store refused because the
-    owner is live and (for a Creating row) its attempt is still running."""
+    WON = "won"
+    """This call's CAS applied: the incarnation ended here (counted as RECLAIMED)."""
+    MOVED = "moved"
+    """The row is no longer the one given: another reclaimer, or its owner, moved it on."""
+    UNKNOWN = "unknown"
+    """The CAS's outcome is unknown (StoreOutcomeUnknown): it may have applied; re-read."""
+    REFUSED = "refused"
+    """The Store refused: the owner is live (and a Creating attempt still runs)."""
+
+
+async def try_reclaim(
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+) -> Reclaim:
+    """One reclaim CAS of exactly ``row`` (its version and owner fence); a winning CAS
+    is counted as :attr:`FlowEvent.RECLAIMED`. Raises Unavailable when the Store was not
+    reached (nothing changed)."""
     try:
         result = await store.reclaim(row.key, row.store_version, row.owner, grace=grace)
     except StoreOutcomeUnknown as exc:
         logger.info("reclaim of %r has an unknown outcome (%r); re-reading", row.key, exc)
-        return True
+        return Reclaim.UNKNOWN
     if isinstance(result, Applied):
         flow.emit(
             FlowEvent.RECLAIMED,
@@ -69,27 +91,53 @@ async def reclaim_row(
             row.owner.node_rid,
             row.object_generation.value,
         )
-        return True
-    return result.current != row
+        return Reclaim.WON
+    return Reclaim.MOVED if result.current != row else Reclaim.REFUSED
+
+
+async def reclaim_row(
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+) -> bool:
+    """One reclaim CAS of exactly ``row`` (:func:`try_reclaim`).
+
+    True when the row is no longer ``row``: this node reclaimed it (counted as
+    :attr:`FlowEvent.RECLAIMED`), another reclaimer or the owner moved it on, or the
+    outcome is unknown (the caller re-reads). False when the Store refused because the
+    owner is live and (for a Creating row) its attempt is still running."""
+    return await try_reclaim(store, row, grace=grace, flow=flow) is not Reclaim.REFUSED
+
+
+@attrs.frozen
+class SweepRound:
+    """What one :func:`sweep_once` round did."""
+
+    listed: int
+    """Reclaimable rows the Store listed (at most the batch)."""
+    reclaimed: int
+    """Of those, the rows this node's CAS won."""
+    settled: int
+    """Of those, the rows no longer there as listed (won here, moved on by another
+    reclaimer, or an unknown outcome): the round made progress."""
+    full: bool
+    """The batch was full: more reclaimable rows may be waiting."""
 
 
 async def sweep_once(
     config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
-) -> int:
+) -> SweepRound:
     """One bounded sweep round: reclaim up to ``reclaim_sweep_batch`` reclaimable rows,
-    then remove the registrations of expired lifecycles that own no row any more.
-    Returns the rows this node reclaimed. Stops as soon as ``node`` stops admitting (a
-    fail-stopped node makes no Store call)."""
-    won = 0
-    rows = await store.list_reclaimable(
-        grace=config.reservation_grace, limit=min(config.reclaim_sweep_batch, 1000)
-    )
+    then remove the registrations of expired lifecycles that own no row any more. Stops
+    as soon as ``node`` stops admitting (a fail-stopped node makes no Store call)."""
+    won = settled = 0
+    limit = min(config.reclaim_sweep_batch, 1000)
+    rows = await store.list_reclaimable(grace=config.reservation_grace, limit=limit)
     for row in rows:
         if node.admission_error() is not None:
-            return won
-        before = flow.count(FlowEvent.RECLAIMED)
-        await reclaim_row(store, row, grace=config.reservation_grace, flow=flow)
-        won += flow.count(FlowEvent.RECLAIMED) - before
+            return SweepRound(len(rows), won, settled, full=False)
+        outcome = await try_reclaim(store, row, grace=config.reservation_grace, flow=flow)
+        won += outcome is Reclaim.WON
+        settled += outcome is not Reclaim.REFUSED
+    done = SweepRound(len(rows), won, settled, full=len(rows) >= limit)
     for record in await store.list_nodes():
         if record.live or node.admission_error() is not None:
             continue
@@ -106,7 +154,7 @@ async def sweep_once(
                 descriptor.node_rid,
                 record.lease_generation.value,
             )
-    return won
+    return done
 
 
 async def serve_reclaim_sweep(
@@ -118,11 +166,14 @@ async def serve_reclaim_sweep(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The node's background sweep (see the module docstring), started once ``node``
-    serves: the first round runs before ``started`` (bounded by ``drain_timeout``), then
-    one per interval until cancelled or until the node stops admitting. A Store failure
-    skips the round; it never stops the node."""
+    serves. Startup cleanup first, before ``started``: rounds back to back while their
+    batch was full and they made progress (so a restarted node has reclaimed every
+    expired row once it is up, however many), bounded by ``drain_timeout``; then one round per interval until
+    cancelled or until the node stops admitting. A Store failure skips the round; it
+    never stops the node."""
     with trio.move_on_after(config.drain_timeout):
-        await _round(config, store, flow, node)
+        while await _round(config, store, flow, node):
+            pass
     task_status.started()
     while node.admission_error() is None:
         await trio.sleep(config.reclaim_sweep_interval)
@@ -131,12 +182,15 @@ async def serve_reclaim_sweep(
 
 async def _round(
     config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
-) -> None:
+) -> bool:
+    """One round; True when its batch was full and it made progress (more may wait)."""
     if node.admission_error() is not None:
-        return
+        return False
     try:
-        await sweep_once(config, store, flow, node)
+        done = await sweep_once(config, store, flow, node)
+        return done.full and done.settled > 0
     except (Unavailable, OSError) as exc:  # StoreOutcomeUnknown included
         logger.info("reclaim sweep skipped: %r", exc)
     except Exception:
         logger.exception("reclaim sweep round failed")
+    return False

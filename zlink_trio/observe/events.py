@@ -67,6 +67,10 @@ class FlowEvent(enum.Enum):
     """A handler raised an unexpected exception: it is answered ApplicationError."""
     DROPPED_BY_DESTROY = ("dropped_by_destroy", _DEBUG, "actors")
     """Queued messages of an Actor that was destroyed before their turn."""
+    FENCED = ("fenced", _INFO, "actors")
+    """A message accepted by an Actor of this node was not run because this node's owner
+    lease was lost (its local deadline passed): a request is answered Unavailable. No
+    turn runs on a fail-stopped node (docs/decisions.md, "Owner loss: fencing")."""
     # --- owner loss and bounded reservations (docs/decisions.md, "Owner loss") ------------
     RECLAIMED = ("reclaimed", _INFO, "objects")
     """This node won the reclaim CAS of an authority row whose owner lease expired (or of

@@ -28,8 +28,10 @@ from .cluster import (
     server_engine as server_engine,
     server_store as server_store,
 )
+from .cutoff import CutOffStore as CutOffStore
 from .descriptors import published_descriptors as published_descriptors
 from .flow import flow_count as flow_count, flow_counts as flow_counts
+from .history import RecordingStore as RecordingStore, StoreCall as StoreCall
 from .postgres import open_private_postgres as open_private_postgres
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,
@@ -37,3 +39,4 @@ from .store import (
     CountingStore as CountingStore,
     advance_store_clock as advance_store_clock,
 )
+from .wrapper import StoreWrapper as StoreWrapper

@@ -81,6 +81,8 @@ async def test_crash_is_connecting_until_the_lease_expires_then_gone(
             assert ttl - c.configs[1].owner_lease_renew_interval <= waited
             assert waited <= ttl + c.configs[0].descriptor_poll_interval
             records = await c.store.list_nodes()
-            assert [r.live for r in records if r.descriptor.node_rid == b.identity.node_rid] == [
-                False
-            ]
+            # expired, or already removed by a's reclaim sweep (b owned no row)
+            assert [r.live for r in records if r.descriptor.node_rid == b.identity.node_rid] in (
+                [False],
+                [],
+            )

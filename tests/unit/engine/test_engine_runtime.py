@@ -247,3 +247,49 @@ async def test_an_error_during_outer_cancellation_leaves_open_engine_as_itself()
             outer.cancel()
             raise Boom
     assert not outer.cancelled_caught
+
+
+async def test_halt_cancels_turns_in_progress_and_runs_no_other() -> None:
+    """Engine.halt (a fail-stopped node): the turn in progress is cancelled, queued items
+    never run, nothing more is admitted, blocked submitters get ShuttingDown, wait_idle
+    returns at once; the code around the engine (its owner's tasks) keeps running."""
+    seen: list[tuple[str, str]] = []
+    entered = trio.Event()
+    release = trio.Event()
+
+    async def handler(item: str) -> None:
+        seen.append((item, "start"))
+        if item == "held":
+            entered.set()
+            await release.wait()
+        seen.append((item, "end"))
+
+    async with open_engine(lane_capacity=2) as engine:
+        lane = engine.new_lane(ActorDeliveryLane(), handler)
+        lane.submit_nowait("held")
+        await entered.wait()
+        lane.submit_nowait("queued-1")
+        lane.submit_nowait("queued-2")
+        blocked: list[BaseException] = []
+
+        async def submit_blocked() -> None:
+            try:
+                await lane.submit("third")
+            except ShuttingDown as exc:
+                blocked.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(submit_blocked)
+            await trio.testing.wait_all_tasks_blocked()
+            engine.halt()
+            release.set()
+        assert len(blocked) == 1
+        await trio.testing.wait_all_tasks_blocked()
+        assert seen == [("held", "start")]  # cancelled in its await, nothing else ran
+        assert runner_tasks() == 0
+        with pytest.raises(ShuttingDown):
+            lane.submit_nowait("late")
+        with trio.fail_after(1):
+            await engine.wait_idle()
+        engine.halt()  # idempotent
+        await trio.lowlevel.checkpoint()  # the owner's own task is not cancelled
