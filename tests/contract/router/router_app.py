@@ -58,6 +58,8 @@ class World:
     opens: dict[str, int] = attrs.field(factory=dict)
     closes: dict[str, int] = attrs.field(factory=dict)
     injected: list[str] = attrs.field(factory=list)
+    failing: set[str] = attrs.field(factory=set)
+    """Texts whose turn raises at its end (after its duration)."""
     runtime_lookups: int = 0
     runtime_constructions: int = 0
     runtime_closes: int = 0
@@ -119,6 +121,9 @@ class FakeSession:
             log.interrupted = True
             log.end = trio.current_time()
             raise
+        if text in self._world.failing:
+            log.end = trio.current_time()
+            raise RuntimeError(f"{text} failed")
         await turn.history.append(
             [
                 TranscriptEntry("user", text, turn.turn_id),

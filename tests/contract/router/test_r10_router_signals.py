@@ -76,14 +76,18 @@ async def test_r10_13_one_doorbell_per_forwarded_delivery(
 async def test_r10_14_one_turn_result_per_forwarded_turn_after_mark_done(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-14: exactly one TURN_RESULT per forwarded turn (none for a local one), each
-    published after that turn's markDone."""
+    """R10-14: exactly one TURN_RESULT per forwarded turn, each published after that turn's
+    markDone. A keyed local turn publishes one too (callers attached by its key on other
+    nodes wait on it, §9.2 row 3); a keyless local one publishes none."""
     log = CallLog()
     spied = attrs.evolve(
         shared, bus=log.spy("bus", shared.bus), idempotency=log.spy("idem", shared.idempotency)
     )
     world.duration = lambda _t: 2.0
     async with cluster(spied, world, registry, ["a", "b"]) as (a, b):
+        plain = await a.submit(_request("plain"))
+        await plain.result
+        assert "bus.publish:TURN_RESULT" not in log.calls
         local = await a.submit(_request("local", idempotency_key=IdempotencyKey("l")))
         forwards = [
             await b.submit(_request(f"f{i}", idempotency_key=IdempotencyKey(f"k{i}")))
@@ -94,9 +98,10 @@ async def test_r10_14_one_turn_result_per_forwarded_turn_after_mark_done(
             await f.result
     results = [i for i, c in enumerate(log.calls) if c == "bus.publish:TURN_RESULT"]
     dones = [i for i, c in enumerate(log.calls) if c == "idem.mark_done"]
-    assert len(results) == 2
+    assert len(results) == 3
     assert len(dones) == 3
-    assert dones[1] < results[0] and dones[2] < results[1]
+    assert all(done < result for done, result in zip(dones, results, strict=True))
+    assert results[0] < dones[1] and results[1] < dones[2]
 
 
 async def test_r10_41_duplicated_and_reordered_signals_change_nothing(
