@@ -152,9 +152,9 @@ async def test_r10_43_an_empty_doorbell_is_a_no_op(
 async def test_r10_11_evict_fails_the_forwarded_results_of_the_session(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-11 (the forwarded-result part; subscriber completion and the status projection
-    come with events and status in part 2): an EVICT for the session fails every pending
-    forwarded result on the receiving node with SessionEvicted."""
+    """R10-11 (the forwarded-result part; subscribers, the projection and approvals have
+    their own tests): an EVICT for the session fails every pending forwarded result on the
+    receiving node with SessionEvicted."""
     await shared.leases.try_acquire(S1, NodeId("ghost"), 10_000)
     async with cluster(shared, world, registry, ["a"]) as (a,):
         pending = [await a.submit(_request(f"p{i}")) for i in range(2)]

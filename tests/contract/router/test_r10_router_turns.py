@@ -282,8 +282,8 @@ async def test_r10_141_open_options_only_on_a_miss_submit_options_every_turn(
 async def test_r10_23_a_blocked_publish_does_not_delay_renewals(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-23 (the renewal scheduler's part; the cache and holder-loss sweepers come in
-    parts 2 and 3): a bus whose publish hangs does not delay a renewal tick."""
+    """R10-23 (a remote publish that hangs): a bus whose publish hangs does not delay a
+    renewal tick (the three schedules together: test_r10_router_sweeps.py)."""
 
     class StuckBus:
         def __init__(self, target: Any) -> None:
@@ -318,3 +318,53 @@ async def test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass(
         await (await a.submit(_request("trigger", priority=Priority.LATER))).result
     assert world.injected == []
     assert [t.text for t in world.turns] == ["bind", "now-waiting", "next-waiting", "trigger"]
+
+
+async def test_r10_91_a_submit_from_inside_its_own_session_s_turn_is_refused(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R10-91: the router is not re-entrant. A submit to a session from inside one of that
+    session's turns (directly, or from a task the turn spawned) raises ReentrantSubmitError
+    at once and queues nothing, and the turn itself completes; a submit to another session
+    from inside a turn is ordinary."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import ReentrantSubmitError
+
+    routers: list[Any] = []
+    seen: list[str] = []
+    original = FakeSession.run_turn
+
+    async def nesting(self: Any, turn: Any, listener: Any) -> Any:
+        if turn.user_input.as_text() == "outer":
+            (router,) = routers
+            try:
+                await router.submit(_request("nested"))
+            except ReentrantSubmitError:
+                seen.append("direct refused")
+
+            async def spawned() -> None:
+                try:
+                    await router.submit(_request("nested-in-task"))
+                except ReentrantSubmitError:
+                    seen.append("spawned refused")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(spawned)
+            other = await router.submit(_request("elsewhere", session=S2))
+            seen.append(f"other session: {other.kind.name}")
+        return await original(self, turn, listener)
+
+    monkeypatch.setattr(FakeSession, "run_turn", nesting)
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        routers.append(a)
+        outer = await a.submit(_request("outer"))
+        assert (await outer.result).text == "a:outer:0"
+        await trio.testing.wait_all_tasks_blocked()
+        assert not await shared.inbox.has_pending(S1)
+    assert seen == ["direct refused", "spawned refused", "other session: EXECUTED_LOCALLY"]
+    assert sorted(t.text for t in world.turns) == ["elsewhere", "outer"]
