@@ -464,7 +464,9 @@ class SessionRouter:
         digest = request.input_hash()
         for _ in range(_STALE_RETRIES):
             reserver = ReserverId.new(self.node_id)
-            outcome = await self._idempotency.put_if_absent(key, digest, reserver)
+            outcome = await self._idempotency.put_if_absent(
+                key, digest, reserver, session_id=request.session_id
+            )
             if isinstance(outcome, Reserved):
                 return Reservation(key, reserver)
             if isinstance(outcome, InputConflict):
@@ -1149,23 +1151,22 @@ class SessionRouter:
                     continue
                 if won:
                     self._metrics.emit("on_holder_lost", entry.key)
-                    await self._announce_holder_lost(entry.key)
+                    await self._announce_holder_lost(entry.key, entry.session_id)
 
-    async def _announce_holder_lost(self, key: IdempotencyKey) -> None:
+    async def _announce_holder_lost(
+        self, key: IdempotencyKey, session_id: SessionId | None
+    ) -> None:
         lost = TurnFailed(FailureCode.HOLDER_LOST, f"the node running the turn under {key} died")
-        for forward in self._forwards.named(None, key):
+        waiting = self._forwards.named(None, key)
+        for forward in waiting:
             self._settle(forward.future, lost)
             forward.scope.cancel()
-        payload: JsonMap = {"idempotencyKey": key.value}
-        payload.update(turn_result_to_wire(None, lost))
-        await self._publish(
-            SessionSignal(
-                kind=SignalKind.TURN_RESULT,
-                session_id=SessionId("-"),
-                origin=self.node_id,
-                payload=payload,
-            )
-        )
+        if session_id is None and waiting:
+            session_id = waiting[0].session_id
+        if session_id is None:
+            _log.warning("reservation %s names no session: its callers elsewhere wait", key)
+            return
+        await self._announce(session_id, None, lost, key=key)
 
     # --- status -----------------------------------------------------------------------------------
 

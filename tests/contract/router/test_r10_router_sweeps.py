@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Registry, Shared, World, cluster
+from router_app import FakeSession, Registry, Shared, World, builder, cluster
 from router_kit import AGENT, KEY, S1, S2
 
 from zlink_trio.router import (
@@ -25,6 +25,7 @@ from zlink_trio.router import (
     SessionMetrics,
     SessionRouterConfig,
     SubmitRequest,
+    open_session_router,
 )
 
 S3 = SessionId("s-3")
@@ -125,21 +126,34 @@ async def test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds(
 ) -> None:
     """R10-152 / R10-124: holder_loss_sweep_interval defaults to 15 s and the sweeper reads
     the stale reservations at 15, 30, 45 s… A reservation whose holder died (untouched since
-    0 s) is stale only past the 30 s secondary TTL, so the 45 s sweep resets it (one
-    holder-loss count) and the caller attached to it fails with HolderLost then — within
-    the ~45 s the spec promises, not at the 5 min forward deadline."""
+    0 s) is stale only past the 30 s secondary TTL, so node a's 45 s sweep resets it (one
+    holder-loss count) and the caller attached to it on node b (whose own sweeper is stuck)
+    fails with HolderLost then, over the TURN_RESULT rail — within the ~45 s the spec
+    promises, not at the 5 min forward deadline."""
     assert SessionRouterConfig().holder_loss_sweep_interval == 15.0
     sweeps = SweepLog(shared.idempotency)
     metrics = Recorder()
     request = _request("x", idempotency_key=KEY)
     dead = ReserverId.new(NodeId("dead"))
-    assert (await shared.idempotency.put_if_absent(KEY, request.input_hash(), dead)).kind == (
-        "reserved"
+    reserved = await shared.idempotency.put_if_absent(
+        KEY, request.input_hash(), dead, session_id=S1
     )
-    spied = attrs.evolve(shared, idempotency=sweeps)
-    async with cluster(spied, world, registry, ["a"], metrics=metrics) as (a,):
+    assert reserved.kind == "reserved"
+    async with (
+        open_session_router(
+            builder(attrs.evolve(shared, idempotency=sweeps), world, registry, "a", metrics=metrics)
+        ),
+        open_session_router(
+            builder(
+                attrs.evolve(shared, idempotency=SweepLog(shared.idempotency, block_from=1)),
+                world,
+                registry,
+                "b",
+            )
+        ) as b,
+    ):
         await trio.sleep(1)
-        attached = await a.submit(request)
+        attached = await b.submit(request)
         assert attached.kind is DispositionKind.FORWARDED
         with pytest.raises(HolderLost):
             await attached.result
