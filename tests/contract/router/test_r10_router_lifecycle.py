@@ -210,8 +210,9 @@ async def test_r10_29_only_the_holder_deletes_and_a_holder_is_asked_to_yield(
 async def test_r10_103_delete_gives_up_when_the_holder_never_yields(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-103 (timeout): with a holder that never yields, delete raises
-    SessionHeldElsewhere at releaseInterruptTimeout (5 s) and the record is intact."""
+    """R10-103 / R10-156 (timeout): with a holder that never yields, delete raises
+    SessionHeldElsewhere at the default releaseInterruptTimeout (5 s) and the record is
+    intact."""
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("kept"))).result
         await a.release_session(S1)

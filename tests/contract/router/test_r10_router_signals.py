@@ -152,7 +152,7 @@ async def test_r10_43_an_empty_doorbell_is_a_no_op(
 async def test_r10_11_evict_fails_the_forwarded_results_of_the_session(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-11 (the forwarded-result part; subscribers, the projection and approvals have
+    """R10-11 / R10-110 (the forwarded-result part; subscribers, the projection and approvals have
     their own tests): an EVICT for the session fails every pending forwarded result on the
     receiving node with SessionEvicted."""
     await shared.leases.try_acquire(S1, NodeId("ghost"), 10_000)
@@ -163,3 +163,31 @@ async def test_r10_11_evict_fails_the_forwarded_results_of_the_session(
             with pytest.raises(SessionEvicted):
                 await f.result
         assert a.statistics().waiting_forwards == 0
+
+
+async def test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-19 (router side): each forwarded submit is one delivery to the shared inbox from
+    the submitting node; only the lease holder collects — the non-holder hears the same
+    doorbells, loses the election and never calls collect."""
+    from router_app import builder
+
+    from zlink_trio.router import open_session_router
+
+    log = CallLog()
+    world.duration = lambda _t: 5.0
+    on = {n: attrs.evolve(shared, inbox=log.spy(f"{n}-inbox", shared.inbox)) for n in "ab"}
+    async with (
+        open_session_router(builder(on["a"], world, registry, "a")) as a,
+        open_session_router(builder(on["b"], world, registry, "b")) as b,
+    ):
+        first = await a.submit(_request("first"))
+        await trio.testing.wait_all_tasks_blocked()
+        forwarded = [await b.submit(_request(f"f{i}")) for i in range(2)]
+        for f in [first, *forwarded]:
+            await f.result
+    assert log.calls.count("b-inbox.deliver") == 2
+    assert "a-inbox.deliver" not in log.calls
+    assert "b-inbox.collect" not in log.calls
+    assert "a-inbox.collect" in log.calls

@@ -51,8 +51,8 @@ class RenewLog:
 async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-02: a turn cut midway (user interrupt, shutdown) leaves no transcript of itself
-    in the record store."""
+    """R10-02: a turn cut midway (user interrupt, lost lease, shutdown) leaves no transcript
+    of itself in the record store."""
     world.duration = lambda t: 1.0 if t == "kept" else 100.0
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("kept"))).result
@@ -61,6 +61,12 @@ async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
         a.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted):
             await cut.result
+        lost = await a.submit(_request("lost"))
+        await trio.testing.wait_all_tasks_blocked()
+        lease = await shared.leases.current(S1)
+        assert lease is not None and await shared.leases.release(lease)  # taken away
+        with pytest.raises(TurnInterrupted, match="LEASE_LOST"):
+            await lost.result
         shutdown = await a.submit(_request("shutdown"))
         await trio.testing.wait_all_tasks_blocked()
         await a.close_gracefully(2.0)
