@@ -409,7 +409,7 @@ class SessionRouter:
             yield gate
         finally:
             if gate.evicted is not None:
-                with self._cleanup():
+                with trio.CancelScope(shield=True):  # the close is bounded itself
                     await self._close(session_id, gate.evicted)
             self._end_gate(session_id, gate)
 
@@ -427,13 +427,14 @@ class SessionRouter:
             yield gate
         finally:
             if gate.evicted is not None:
-                with self._cleanup():
+                with trio.CancelScope(shield=True):  # the close is bounded itself
                     await self._close(session_id, gate.evicted)
             self._end_gate(session_id, gate)
 
     def _cleanup(self) -> trio.CancelScope:
-        """A shielded scope for one clean-up step, bounded (``release_interrupt_timeout``)
-        so no clean-up can hold the router's exit."""
+        """A shielded scope for one clean-up I/O step, bounded (``release_interrupt_timeout``)
+        so no clean-up can hold the router's exit. (A composite clean-up is shielded without
+        a deadline of its own: each of its steps is bounded.)"""
         return trio.CancelScope(
             shield=True, deadline=trio.current_time() + self._config.release_interrupt_timeout
         )
@@ -692,7 +693,7 @@ class SessionRouter:
             for work in queue:  # stopped early: hand what is left to the next holder
                 with self._cleanup():
                     await self._requeue(work)
-            with self._cleanup():
+            with trio.CancelScope(shield=True):  # each step is bounded
                 await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
 
@@ -711,8 +712,9 @@ class SessionRouter:
         if gate.stop is InterruptReason.SESSION_RELEASED or gate.evicted is not None:
             await self._close_handle(session_id)
             await self._return_lease(session_id)
-            if await self._pending(session_id):
-                await self._ring(session_id, Priority.LATER)
+            with self._cleanup():
+                if await self._pending(session_id):
+                    await self._ring(session_id, Priority.LATER)
 
     async def _requeue(self, work: Work) -> None:
         try:
@@ -976,11 +978,10 @@ class SessionRouter:
             self._nursery.start_soon(self._end_evicted, session_id, handle)
 
     async def _end_evicted(self, session_id: SessionId, handle: LiveSession) -> None:
-        with self._cleanup():
-            await self._close(session_id, handle)
-            async with self._idle_gate(session_id) as gate:
-                if gate is not None and session_id not in self._cache:
-                    await self._return_lease(session_id)
+        await self._close(session_id, handle)
+        async with self._idle_gate(session_id) as gate:
+            if gate is not None and session_id not in self._cache:
+                await self._return_lease(session_id)
 
     async def _sweep_idle(self) -> None:
         """The cache sweeper (§4.1, §6.3 B), its own task: every ``cache_sweep_interval``,

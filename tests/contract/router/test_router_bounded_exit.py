@@ -88,3 +88,37 @@ async def test_close_gracefully_is_bounded_by_its_timeout_for_a_stubborn_turn(
                 await running.result
             assert await shared.leases.current(S1) is None
             assert world.closes == {"a": 1}
+
+
+async def test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R10-12 / R10-90: a holder asked to yield mid-turn whose ``aclose()`` never returns
+    still returns the lease, ``handle_close_timeout`` (5 s) after the turn ended, so the
+    requester's acquire succeeds then instead of after the 30 s lease."""
+    from router_kit import NODE_B
+
+    from zlink_trio.router import LeaseGranted, yield_signals
+
+    async def never(self: Any) -> None:
+        await trio.sleep_forever()
+
+    monkeypatch.setattr(FakeSession, "aclose", never)
+    world.duration = lambda _t: 100.0
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        running = await a.submit(_request("long"))
+        await trio.testing.wait_all_tasks_blocked()
+        for signal in yield_signals(S1, NODE_B):
+            await shared.bus.publish(signal)
+        with pytest.raises(TurnInterrupted):
+            await running.result
+        await trio.sleep(4.9)
+        assert await shared.leases.current(S1) is not None  # the close is still hanging
+        await trio.sleep(0.1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert await shared.leases.current(S1) is None
+        assert isinstance(await shared.leases.try_acquire(S1, NODE_B, 30), LeaseGranted)
