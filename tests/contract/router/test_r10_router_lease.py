@@ -410,14 +410,37 @@ async def test_r10_126_a_now_message_is_injected_into_the_running_turn(
 
 
 async def test_r10_101_no_extra_lease_for_work_inside_a_turn(
-    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """R10-101: whatever a turn does inside itself (a fork) runs under the parent's lease:
-    a turn makes no lease acquire of its own."""
+    """R10-101: a turn that forks (three sub-tasks inside the parent turn, on the same node)
+    runs them under the parent's lease: no lease acquire besides the parent's one, and the
+    forks' fenced history writes are accepted."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import AgentExecutionResult, TranscriptEntry
+
+    async def forking(self: Any, turn: Any, listener: Any) -> Any:
+        async def fork(i: int) -> None:
+            await trio.sleep(1)
+            await turn.history.append([TranscriptEntry("fork", f"fork-{i}")])
+
+        async with trio.open_nursery() as forks:
+            for i in range(3):
+                forks.start_soon(fork, i)
+        return AgentExecutionResult("parent done")
+
+    monkeypatch.setattr(FakeSession, "run_turn", forking)
     log = CallLog()
     async with cluster(_spy_leases(shared, log), world, registry, ["a"]) as (a,):
-        await (await a.submit(_request("parent"))).result
+        assert (await (await a.submit(_request("parent"))).result).text == "parent done"
     assert log.calls.count("leases.try_acquire") == 1
+    view = await shared.records.load(S1)
+    assert view is not None
+    assert sorted(e.text for e in view.transcript) == ["fork-0", "fork-1", "fork-2"]
 
 
 async def test_r10_05_two_end_paths_racing_release_the_lease_once(
