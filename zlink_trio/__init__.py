@@ -72,7 +72,6 @@ from .config import (
     MeshConfig as MeshConfig,
     ObjectRole as ObjectRole,
     PostgresStoreConfig as PostgresStoreConfig,
-    RouterConfig as RouterConfig,
     ServerConfig as ServerConfig,
 )
 from .errors import (
@@ -169,7 +168,6 @@ __all__ = [
     "Reject",
     "Rejected",
     "RelocationPolicy",
-    "RouterConfig",
     "Server",
     "ServerConfig",
     "SessionNotBound",

@@ -30,7 +30,6 @@ __all__ = [
     "MeshConfig",
     "ObjectRole",
     "PostgresStoreConfig",
-    "RouterConfig",
     "ServerConfig",
     "check_schema",
 ]
@@ -148,30 +147,6 @@ class MemoryStoreConfig:
 
 
 @attrs.frozen(kw_only=True)
-class RouterConfig:
-    """Sticky-less SessionRouter tunables (spec 10 defaults)."""
-
-    lease_duration: float = attrs.field(default=30.0, validator=_duration(allow_zero=False))
-    lease_extend_interval: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
-    secondary_idempotency_ttl: float = attrs.field(
-        default=30.0, validator=_duration(allow_zero=False)
-    )
-    sweep_interval: float = attrs.field(default=15.0, validator=_duration(allow_zero=False))
-    forward_ttl: float = attrs.field(default=300.0, validator=_duration(allow_zero=False))
-    idle_ttl: float = attrs.field(default=600.0, validator=_duration(allow_zero=False))
-    primary_idempotency_ttl: float = attrs.field(
-        default=86_400.0, validator=_duration(allow_zero=False)
-    )
-    release_interrupt_timeout: float = attrs.field(
-        default=5.0, validator=_duration(allow_zero=False)
-    )
-
-    def __attrs_post_init__(self) -> None:
-        if self.lease_extend_interval >= self.lease_duration:
-            raise ConfigurationError("lease_extend_interval must be shorter than lease_duration")
-
-
-@attrs.frozen(kw_only=True)
 class ServerConfig:
     """Configuration of one MeshNode lifecycle (one ``open_server``).
 
@@ -268,10 +243,6 @@ class ServerConfig:
     # --- sizes ----------------------------------------------------------------------------
     max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
     max_reply_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)
-
-    router: RouterConfig = attrs.field(
-        factory=RouterConfig, validator=_instance_of(RouterConfig, what="a RouterConfig")
-    )
 
     def __attrs_post_init__(self) -> None:
         for mesh in self.meshes:

@@ -9,7 +9,6 @@ from zlink_trio import (
     MeshConfig,
     ObjectRole,
     PostgresStoreConfig,
-    RouterConfig,
     ServerConfig,
 )
 
@@ -28,11 +27,7 @@ def test_spec_defaults() -> None:
     assert c.join_timeout == 5.0
     assert c.terminal_record_retention == 300.0
     assert c.max_request_bytes == 1024 * 1024
-    r = RouterConfig()
-    assert (r.lease_duration, r.lease_extend_interval) == (30.0, 10.0)
-    assert (r.secondary_idempotency_ttl, r.sweep_interval) == (30.0, 15.0)
-    assert (r.forward_ttl, r.idle_ttl) == (300.0, 600.0)
-    assert (r.primary_idempotency_ttl, r.release_interrupt_timeout) == (86_400.0, 5.0)
+    assert not hasattr(c, "router")  # the router's tunables: zlink_trio.router.SessionRouterConfig
 
 
 def test_route_cache_must_be_5s_shorter_than_follow() -> None:
@@ -86,7 +81,6 @@ def test_meshes() -> None:
         {"cluster_secret": "a string, not bytes!"},
         {"meshes": ["world"]},
         {"location_store": "postgresql://x/y"},
-        {"router": {}},
     ],
 )
 def test_wrongly_typed_fields_are_configuration_errors(fields: dict[str, object]) -> None:

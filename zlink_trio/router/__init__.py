@@ -17,6 +17,7 @@ from .application import (
     SessionMetrics as SessionMetrics,
     TurnInput as TurnInput,
 )
+from .approvals import SessionApprovals as SessionApprovals
 from .builder import (
     SessionRouterBuilder as SessionRouterBuilder,
     open_session_router as open_session_router,
@@ -35,6 +36,7 @@ from .errors import (
     ForwardTimeout as ForwardTimeout,
     HolderLost as HolderLost,
     IdempotencyConflictError as IdempotencyConflictError,
+    ReentrantSubmitError as ReentrantSubmitError,
     RouterShuttingDown as RouterShuttingDown,
     SessionClaimFailed as SessionClaimFailed,
     SessionEvicted as SessionEvicted,

@@ -19,6 +19,7 @@ from typing import Protocol
 
 import attrs
 
+from .approvals import SessionApprovals
 from .disposition import DispositionKind
 from .events import AgentExecutionEvent, AgentExecutionResult
 from .ids import AgentRef, IdempotencyKey, SessionId, TurnId
@@ -63,12 +64,13 @@ class AgentRuntimeLookup(Protocol):
 @attrs.frozen(kw_only=True)
 class TurnInput:
     """What one turn gets: the user input (its wire form is
-    :func:`~zlink_trio.router.values.user_input_to_wire`), the session's fenced history and
-    per-turn metadata."""
+    :func:`~zlink_trio.router.values.user_input_to_wire`), the session's fenced history, the
+    session's node-local approvals and per-turn metadata."""
 
     turn_id: TurnId
     user_input: UserInput
     history: SessionHistory
+    approvals: SessionApprovals
     submit_options: SubmitOptions = attrs.field(factory=SubmitOptions)
     initiator: Principal | None = None
     idempotency_key: IdempotencyKey | None = None

@@ -60,7 +60,18 @@ class SessionRouterConfig:
     idempotency_forward_ttl: float = attrs.field(default=300.0, validator=_duration)
     """§9.1: the deadline of a forwarded result (5 min)."""
     release_interrupt_timeout: float = attrs.field(default=5.0, validator=_duration)
-    """§6.3 A, §7.7: how long release waits for an interrupted turn, and delete for a yield."""
+    """§6.3 A, §7.7: how long release waits for an interrupted turn, and delete for a yield.
+    Also the bound of each shielded clean-up step (hand a queued turn back, give a lease
+    back) so no clean-up can hold the router's exit."""
+    handle_close_timeout: float = attrs.field(default=5.0, validator=_duration)
+    """How long the router waits for an application's ``LiveSession.aclose()`` before it
+    abandons the handle (with a warning): a close that never returns cannot hang
+    ``release_session``, ``delete_session``, a sweep or the router's exit. Not in the
+    JVM table (its close is synchronous and trusted)."""
+    metrics_drain_timeout: float = attrs.field(default=1.0, validator=_duration)
+    """At exit, how long the router waits for queued and running ``SessionMetrics`` hooks,
+    in wall-clock seconds (hooks run in threads, outside Trio's clock); hooks still running
+    then are abandoned. Not in the JVM table."""
 
     def __attrs_post_init__(self) -> None:
         if self.lock_extend_interval >= self.lock_lease:

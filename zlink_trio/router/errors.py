@@ -22,6 +22,7 @@ __all__ = [
     "ForwardTimeout",
     "HolderLost",
     "IdempotencyConflictError",
+    "ReentrantSubmitError",
     "RouterShuttingDown",
     "SessionClaimFailed",
     "SessionEvicted",
@@ -93,6 +94,12 @@ class SessionHeldElsewhere(Unavailable):
     holder did not yield (§7.7, IllegalStateException in the JVM). Retry later."""
 
     http_status: ClassVar[int] = 503
+
+
+class ReentrantSubmitError(InvalidOperation):
+    """``submit`` to a session from inside one of that session's own turns (§7.3: the router
+    is not re-entrant; nesting is the sub-agent layer's job, §7.6). Refused at once rather
+    than queued behind the very turn that would wait for it."""
 
 
 class RouterShuttingDown(ShuttingDown):

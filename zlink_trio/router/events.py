@@ -200,21 +200,21 @@ class TurnFailed:
 TurnResult: TypeAlias = TurnSucceeded | TurnFailed
 
 
-def turn_result_to_wire(turn_id: TurnId, result: TurnResult) -> JsonMap:
-    """``TurnResultPayload``: flat primitives; artifacts are dropped (§9.4)."""
+def turn_result_to_wire(turn_id: TurnId | None, result: TurnResult) -> JsonMap:
+    """``TurnResultPayload``: flat primitives; artifacts are dropped (§9.4). Without a TurnId
+    (a holder-loss announcement) the payload has no ``turnId``."""
+    head: JsonMap = {} if turn_id is None else {"turnId": turn_id.value}
     if isinstance(result, TurnSucceeded):
-        return {"turnId": turn_id.value, "status": "ok", "text": result.result.text}
-    return {
-        "turnId": turn_id.value,
-        "status": "failed",
-        "code": result.code.value,
-        "message": result.message,
-    }
+        return {**head, "status": "ok", "text": result.result.text}
+    return {**head, "status": "failed", "code": result.code.value, "message": result.message}
 
 
-def turn_result_from_wire(payload: dict[str, Json]) -> tuple[TurnId, TurnResult]:
-    """Read a ``TurnResultPayload``; an unknown failure code becomes FAILED (§9.4)."""
-    turn_id = TurnId(str(payload["turnId"]))
+def turn_result_from_wire(payload: dict[str, Json]) -> tuple[TurnId | None, TurnResult]:
+    """Read a ``TurnResultPayload``; an unknown failure code becomes FAILED (§9.4). The
+    TurnId is None in a holder-loss announcement, which names the turn by its idempotency
+    key only (§6.3 D)."""
+    raw = payload.get("turnId")
+    turn_id = None if raw is None else TurnId(str(raw))
     if payload.get("status") == "ok":
         return turn_id, TurnSucceeded(AgentExecutionResult(str(payload.get("text", ""))))
     return turn_id, TurnFailed(

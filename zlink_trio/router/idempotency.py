@@ -21,7 +21,7 @@ from typing import Any, ClassVar, Literal, TypeAlias
 import attrs
 
 from ..errors import ConfigurationError
-from .ids import IdempotencyKey, ReserverId
+from .ids import IdempotencyKey, ReserverId, SessionId
 from .primitives import JsonMap
 
 __all__ = [
@@ -74,6 +74,9 @@ class IdempotencyEntry:
     expires_at: float | None
     """None for a held IN_FLIGHT entry (it goes stale instead of expiring)."""
     result: JsonMap | None = None
+    session_id: SessionId | None = None
+    """The session the reserving submit was for (what a holder-loss announcement names,
+    §6.3 D); None when the reserver did not say."""
 
 
 @attrs.frozen

@@ -311,7 +311,11 @@ class MemoryIdempotencyStore:
         )
 
     def _reserve(
-        self, key: IdempotencyKey, input_hash: str, holder_id: ReserverId
+        self,
+        key: IdempotencyKey,
+        input_hash: str,
+        holder_id: ReserverId,
+        session_id: SessionId | None,
     ) -> IdempotencyEntry:
         now = self._clock()
         entry = IdempotencyEntry(
@@ -322,17 +326,23 @@ class MemoryIdempotencyStore:
             created_at=now,
             last_touched_at=now,
             expires_at=None,
+            session_id=session_id,
         )
         self._entries[key] = entry
         return entry
 
     async def put_if_absent(
-        self, key: IdempotencyKey, input_hash: str, holder_id: ReserverId
+        self,
+        key: IdempotencyKey,
+        input_hash: str,
+        holder_id: ReserverId,
+        *,
+        session_id: SessionId | None = None,
     ) -> PutOutcome:
         await trio.lowlevel.checkpoint()
         entry = self._live(key)
         if entry is None:
-            return Reserved(self._reserve(key, input_hash, holder_id))
+            return Reserved(self._reserve(key, input_hash, holder_id, session_id))
         if self._stale(entry):
             return StaleInFlight(entry)
         if entry.input_hash != input_hash:

@@ -1,29 +1,36 @@
-"""The SessionRouter's submission core (spec 10 §5.1, §7.1–§7.4, §8, §9).
+"""The SessionRouter's submission core (spec 10 §5.1, §6.3, §7.1–§7.4, §8, §9).
 
 One router per node, served by :func:`serve_session_router` (or
 :func:`~zlink_trio.router.builder.open_session_router`). Its task tree::
 
     router nursery
     ├─ signal subscription      subscribed before the first submit (F0), dispatches signals
-    ├─ metrics dispatcher       application hooks, in a worker thread (hooks.py)
+    ├─ metrics dispatcher       application hooks, each in a worker thread (hooks.py)
+    ├─ status heartbeat         STATUS per held session every status_heartbeat_interval
+    ├─ cache sweeper            closes handles idle past idle_ttl, every cache_sweep_interval
+    ├─ holder-loss sweeper      resets stale reservations, every holder_loss_sweep_interval
     ├─ renewer per held lease   its own task: renew through the SessionStore, touch the slot
     ├─ drain pass per session   holds the node-local turn gate; runs turns one at a time
     └─ forward waiter per forwarded turn   polls the idempotency store, re-rings, deadline
 
 Submit (F1–F2): binding pre-check → idempotency matrix → turn gate → claim. Losing the gate
 or the lease hands the message to the inbox and rings the doorbell (FORWARDED); winning runs
-a drain pass: always collect, merge priority-then-FIFO, run one turn, repeat (F4). A turn
-ends with markDone first, then TURN_RESULT (F6). The lease is session-lifetime: a pass never
-releases it; a lost renewal, a YIELD, or closing the router does.
+a drain pass: always collect, merge priority-then-FIFO, run one turn, repeat (F4). A keyed
+turn — own, collected or injected — ends with its reservation finished (markDone, or reset
+on failure) first, then TURN_RESULT (F6). The lease is session-lifetime: a pass never
+releases it; idle cleanup, an LRU eviction, a lost renewal, a YIELD, release, delete or
+closing the router does. Every handle close happens under the session's turn gate, bounded
+by ``handle_close_timeout``.
 """
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Any, ClassVar, Literal, TypeAlias, final
+from typing import Any, final
 
 import attrs
 import trio
@@ -36,15 +43,20 @@ from .application import (
     SessionMetrics,
     TurnInput,
 )
+from .approvals import SessionApprovals
+from .cache import HandleCache
 from .config import SessionRouterConfig
 from .disposition import DispositionKind, ExecutedLocally, Forwarded, SubmitDisposition, TurnFuture
 from .errors import (
     ConflictingAgentError,
     ForwardTimeout,
     IdempotencyConflictError,
+    ReentrantSubmitError,
     RouterShuttingDown,
     SessionEvicted,
     SessionHeldElsewhere,
+    TurnFailedError,
+    TurnInterrupted,
     failure_error,
 )
 from .events import (
@@ -63,6 +75,7 @@ from .events import (
     turn_result_from_wire,
     turn_result_to_wire,
 )
+from .forwards import Forward, Forwards
 from .hooks import MetricsDispatcher
 from .idempotency import (
     AlreadyDone,
@@ -75,6 +88,7 @@ from .idempotency import (
 )
 from .ids import IdempotencyKey, InboundMessageId, NodeId, ReserverId, SessionId, TurnId
 from .inbox import InboundMessage
+from .lease import HeldLease, Reservation
 from .primitives import JsonMap
 from .relay import (
     EventSubscription,
@@ -95,11 +109,18 @@ from .signals import (
 from .spi import IdempotencyStore, SessionInbox, SessionSignalBus
 from .status import ClusterSessionStatus, SessionActivity, StatusProjection
 from .values import LiveSessionOptions, OpenAttributes, Priority, SubmitRequest
+from .work import Collected, Injected, Own, Pass, PassEnd, RunningTurn, Work
 
-__all__ = ["RouterParts", "SessionRouter", "serve_session_router"]
+__all__ = ["RouterParts", "RouterStatistics", "SessionRouter", "serve_session_router"]
 
 _log = logging.getLogger("zlink_trio.router")
 _STALE_RETRIES = 3
+_SWEEP_BATCH = 100
+
+_IN_TURN: contextvars.ContextVar[SessionId | None] = contextvars.ContextVar(
+    "zlink_trio_router_in_turn", default=None
+)
+"""The session whose turn the current task (or a task it spawned) runs inside (§7.3)."""
 
 
 @attrs.frozen(kw_only=True)
@@ -116,145 +137,18 @@ class RouterParts:
     metrics: SessionMetrics
 
 
-# --- the work of a drain pass -----------------------------------------------------------------
-
-
 @attrs.frozen
-class _Reservation:
-    key: IdempotencyKey
-    reserver: ReserverId
-
-
-@attrs.frozen(eq=False)
-class _Own:
-    """The submit that opened the pass; its caller holds ``future``."""
-
-    request: SubmitRequest
-    turn_id: TurnId
-    future: TurnFuture
-    reservation: _Reservation | None
-    delivered_at: float
-    kind: ClassVar[Literal["own"]] = "own"
-
-    @property
-    def priority(self) -> Priority:
-        return self.request.priority
-
-
-@attrs.frozen(eq=False)
-class _Collected:
-    """A message taken from the inbox; its caller waits on the TURN_RESULT rail."""
-
-    message: InboundMessage
-    kind: ClassVar[Literal["collected"]] = "collected"
-
-    @property
-    def priority(self) -> Priority:
-        return self.message.priority
-
-    @property
-    def delivered_at(self) -> float:
-        return self.message.delivered_at
-
-
-_Work: TypeAlias = _Own | _Collected
-
-
-@final
-class _TouchSlot:
-    """The reservations a held lease keeps alive (§7.4): one cell per reservation, each a
-    (key, reserver) pair, read at every renewal tick (never captured at schedule time)."""
-
-    def __init__(self) -> None:
-        self._cells: dict[IdempotencyKey, ReserverId] = {}
-
-    def bind(self, reservation: _Reservation) -> None:
-        self._cells[reservation.key] = reservation.reserver
-
-    def unbind(self, reservation: _Reservation) -> None:
-        if self._cells.get(reservation.key) == reservation.reserver:
-            del self._cells[reservation.key]
-
-    def cells(self) -> tuple[_Reservation, ...]:
-        return tuple(_Reservation(k, r) for k, r in self._cells.items())
-
-
-@final
-class _HeldLease:
-    """A lease this router holds: its renewer task, its touch slot, and one terminal latch
-    (``ended``) so racing end paths (yield, loss, close) end it exactly once."""
-
-    def __init__(self, session_id: SessionId, acquired_at: float) -> None:
-        self.session_id = session_id
-        self.acquired_at = acquired_at
-        """The renewal schedule's phase: ticks at acquired_at + k * extend interval."""
-        self.slot = _TouchSlot()
-        self.scope = trio.CancelScope()
-        self.ended: Literal["lost", "returned"] | None = None
-
-
-@final
-class _RunningTurn:
-    def __init__(self, turn_id: TurnId, handle: LiveSession) -> None:
-        self.turn_id = turn_id
-        self.handle = handle
-        self.scope = trio.CancelScope()
-        self.reason: InterruptReason | None = None
-        self.injected: list[InboundMessage] = []
-        """NOW messages injected into this turn: they share its result (§9.3)."""
-
-    def interrupt(self, reason: InterruptReason) -> None:
-        if self.reason is None:
-            self.reason = reason
-        self.scope.cancel()
-
-
-@final
-class _Pass:
-    """The node-local turn gate's holder for one session: a drain pass."""
-
-    def __init__(self) -> None:
-        self.running: _RunningTurn | None = None
-        self.stop: InterruptReason | None = None
-        self.end_by: _PassEnd = _PassEnd.HAND_OFF
-        self.injected: list[InboundMessage] = []
-        self.done = trio.Event()
-
-
-@final
-class _Forward:
-    """A caller waiting for a turn another node (or a later pass) runs."""
-
-    def __init__(
-        self,
-        session_id: SessionId,
-        message_id: InboundMessageId | None,
-        key: IdempotencyKey | None,
-        future: TurnFuture,
-    ) -> None:
-        self.session_id = session_id
-        self.message_id = message_id
-        self.key = key
-        self.future = future
-        self.scope = trio.CancelScope()
+class RouterStatistics:
+    active_passes: int
+    held_leases: int
+    open_handles: int
+    waiting_forwards: int
 
 
 class _RouterState(enum.Enum):
     ACCEPTING = "accepting"
     DRAINING = "draining"
     CLOSED = "closed"
-
-
-class _PassEnd(enum.Enum):
-    """Who finishes a stopped pass's session: the pass itself (a YIELD hand-off) or the
-    ``release_session``/``delete_session`` call that stopped it."""
-
-    HAND_OFF = "hand_off"
-    CALLER = "caller"
-
-
-def _stopped(gate: _Pass, held: _HeldLease) -> bool:
-    return gate.stop is not None or held.ended is not None
 
 
 @final
@@ -272,12 +166,15 @@ class SessionRouter:
         self._metrics = MetricsDispatcher(parts.metrics)
         self._nursery = nursery
         self._state = _RouterState.ACCEPTING
-        self._passes: dict[SessionId, _Pass] = {}
-        self._handles: dict[SessionId, LiveSession] = {}
-        self._leases: dict[SessionId, _HeldLease] = {}
-        self._forwards_by_message: dict[InboundMessageId, _Forward] = {}
-        self._forwards_by_key: dict[IdempotencyKey, list[_Forward]] = {}
+        self._closed = trio.Event()
+        self._passes: dict[SessionId, Pass] = {}
+        self._cache = HandleCache(parts.config.max_cached_sessions)
+        self._closing: set[int] = set()
+        self._leases: dict[SessionId, HeldLease] = {}
+        self._forwards = Forwards()
         self._local_keyed: dict[IdempotencyKey, TurnFuture] = {}
+        self._local_futures: set[TurnFuture] = set()
+        self._approvals: dict[SessionId, set[str]] = {}
         self._clock: Callable[[], float] = trio.current_time
         self._projection = StatusProjection()
         self._status_seq = 0
@@ -288,28 +185,32 @@ class SessionRouter:
 
     async def submit(self, request: SubmitRequest) -> SubmitDisposition:
         """Run or hand over one turn (F1–F2). Raises ConflictingAgentError (409),
-        IdempotencyConflictError (409), SessionClaimFailed (503), RouterShuttingDown."""
+        IdempotencyConflictError (409), SessionClaimFailed (503), RouterShuttingDown, and
+        ReentrantSubmitError for a submit to a session from inside its own turn (§7.3)."""
         if self._state != _RouterState.ACCEPTING:
             raise RouterShuttingDown(f"router {self.node_id} is not accepting submits")
         sid = request.session_id
+        if _IN_TURN.get() == sid:
+            raise ReentrantSubmitError(
+                f"submit to {sid} from inside one of its own turns: the router is not "
+                "re-entrant (nest turns in the sub-agent layer instead)"
+            )
         # F1: binding pre-check; touches neither idempotency nor the lease
         bound = await self._store.bound_agent(sid)
         if bound is not None and bound != request.agent_ref:
             raise ConflictingAgentError(f"{sid} is bound to {bound}, not {request.agent_ref}")
         # F2: the idempotency matrix
-        reservation: _Reservation | None = None
+        reservation: Reservation | None = None
         if request.idempotency_key is not None:
             answered = await self._reserve(request)
-            if not isinstance(answered, _Reservation):
+            if not isinstance(answered, Reservation):
                 self._metrics.emit("on_submit", sid, answered.kind)
                 return answered
             reservation = answered
-        turn_id = TurnId.new()
-        future = TurnFuture()
         # the node-local turn gate first, the lease second
         if sid in self._passes:
             return await self._forward(request, reservation)
-        gate = _Pass()
+        gate = Pass()
         self._passes[sid] = gate
         try:
             started = trio.current_time()
@@ -332,7 +233,10 @@ class SessionRouter:
             self._metrics.emit("on_lock_acquired", sid, trio.current_time() - started)
         if sid not in self._leases:
             self._start_renewer(sid)
-        own = _Own(request, turn_id, future, reservation, trio.current_time())
+        turn_id = TurnId.new()
+        future = TurnFuture()
+        self._local_futures.add(future)
+        own = Own(request, turn_id, future, reservation, trio.current_time())
         if reservation is not None:
             self._local_keyed[reservation.key] = future
             self._leases[sid].slot.bind(reservation)
@@ -360,6 +264,11 @@ class SessionRouter:
         close)."""
         return self._hub.subscribe(session_id)
 
+    def approvals(self, session_id: SessionId) -> SessionApprovals:
+        """The session's node-local approvals (also on ``TurnInput.approvals``); discarded
+        when the session's EVICT is heard, and by release and delete."""
+        return SessionApprovals(self._approvals, session_id)
+
     def status(self, session_id: SessionId) -> ClusterSessionStatus | None:
         """Best-effort observation (§5.1), never a control gate: this node's own view when it
         holds the session, else the newest STATUS snapshot heard from a peer."""
@@ -368,13 +277,15 @@ class SessionRouter:
         return self._projection.get(session_id)
 
     async def release_session(self, session_id: SessionId) -> None:
-        """Give the handle back; the history stays (§6.3 A): interrupt the turn
-        (SESSION_RELEASED), wait up to ``release_interrupt_timeout`` for it, close the handle,
-        drop it, purge the inbox, return the lease, then broadcast EVICT."""
+        """Give the handle back; the history stays (§6.3 A), in this order: interrupt the
+        turn (SESSION_RELEASED), wait up to ``release_interrupt_timeout`` for it, close the
+        handle (at most ``handle_close_timeout``), drop it from the cache, purge the inbox,
+        return the lease, broadcast EVICT, complete the subscribers."""
         async with self._exclusive(session_id):
             await self._close_handle(session_id)
             await self._inbox.purge(session_id)
             await self._return_lease(session_id)
+            self._approvals.pop(session_id, None)
             await self._publish(self._evict_signal(session_id))
             self._hub.complete(session_id)
 
@@ -410,29 +321,19 @@ class SessionRouter:
             else:
                 await self._store.release(session_id)
             self._projection.remove(session_id)
+            self._approvals.pop(session_id, None)
             await self._publish(self._evict_signal(session_id))
             self._hub.complete(session_id)
         return deleted
 
-    @asynccontextmanager
-    async def _exclusive(self, session_id: SessionId) -> AsyncIterator[None]:
-        """Hold the session's turn gate (stopping a running pass first), so no turn or
-        drain starts here while a release or delete runs."""
-        while (running := self._passes.get(session_id)) is not None:
-            await self._stop_pass(session_id)
-            if self._passes.get(session_id) is running:
-                self._end_gate(session_id, running)  # its turn ignored the interrupt
-        gate = _Pass()
-        self._passes[session_id] = gate
-        try:
-            yield
-        finally:
-            self._end_gate(session_id, gate)
-
     async def close_gracefully(self, timeout: float) -> None:  # noqa: ASYNC109 (spec API)
-        """Stop accepting, wait up to ``timeout`` for passes, interrupt the rest with
-        SYSTEM_SHUTDOWN, close handles, give the leases back (failures swallowed)."""
-        if self._state == _RouterState.CLOSED:
+        """Stop accepting (§6.3 C), wait up to ``timeout`` for running passes, interrupt the
+        rest with SYSTEM_SHUTDOWN and wait for them at most another ``timeout`` (a turn that
+        ignores its interrupt is abandoned, its caller failed), close every handle, give the
+        leases back (failures swallowed), fail the waiting forwards, complete the
+        subscribers. Never touches the AgentRuntime."""
+        if self._state is not _RouterState.ACCEPTING:
+            await self._closed.wait()
             return
         self._state = _RouterState.DRAINING
         with trio.move_on_after(timeout):
@@ -442,41 +343,133 @@ class SessionRouter:
             gate.stop = InterruptReason.SYSTEM_SHUTDOWN
             if gate.running is not None:
                 gate.running.interrupt(InterruptReason.SYSTEM_SHUTDOWN)
-        for gate in list(self._passes.values()):
-            await gate.done.wait()
-        for sid in list(self._handles):
-            await self._close_handle(sid)
-        for sid in list(self._leases):
-            await self._return_lease(sid)
-        for forward in self._all_forwards():
+        with trio.move_on_after(timeout):
+            for gate in list(self._passes.values()):
+                await gate.done.wait()
+        stubborn = list(self._passes.items())
+        if stubborn:
+            _log.warning(
+                "closing %s: %d turn(s) ignored SYSTEM_SHUTDOWN for %s s; abandoned",
+                self.node_id,
+                len(stubborn),
+                timeout,
+            )
+        async with trio.open_nursery() as closing:
+            for sid in self._cache.sessions():
+                closing.start_soon(self._close_handle, sid)
+            for sid, gate in stubborn:
+                if gate.evicted is not None:
+                    closing.start_soon(self._close, sid, gate.evicted)
+        async with trio.open_nursery() as returning:
+            for sid in list(self._leases):
+                returning.start_soon(self._return_lease, sid)
+        shutdown = TurnInterrupted(InterruptReason.SYSTEM_SHUTDOWN.value)
+        for future in list(self._local_futures):
+            future.set_exception(shutdown)
+        self._local_futures.clear()
+        for forward in self._forwards.all():
             forward.future.set_exception(RouterShuttingDown("the router closed"))
             forward.scope.cancel()
         self._hub.complete_all()
         self._state = _RouterState.CLOSED
         self._metrics.close()
+        self._closed.set()
 
     async def aclose(self) -> None:
+        """Close at once: ``close_gracefully(0)``."""
         await self.close_gracefully(0)
 
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(
             active_passes=len(self._passes),
             held_leases=len(self._leases),
-            open_handles=len(self._handles),
-            waiting_forwards=len(self._all_forwards()),
+            open_handles=len(self._cache),
+            waiting_forwards=len(self._forwards),
         )
+
+    # --- gates ------------------------------------------------------------------------------------
+
+    def _end_gate(self, session_id: SessionId, gate: Pass) -> None:
+        if self._passes.get(session_id) is gate:
+            del self._passes[session_id]
+        gate.done.set()
+
+    @asynccontextmanager
+    async def _exclusive(self, session_id: SessionId) -> AsyncIterator[Pass]:
+        """Hold the session's turn gate (stopping a running pass first), so no turn or
+        drain starts here while a release or delete runs."""
+        while (running := self._passes.get(session_id)) is not None:
+            await self._stop_pass(session_id)
+            if self._passes.get(session_id) is running:
+                self._end_gate(session_id, running)  # its turn ignored the interrupt
+        gate = Pass()
+        gate.end_by = PassEnd.CALLER
+        self._passes[session_id] = gate
+        try:
+            yield gate
+        finally:
+            if gate.evicted is not None:
+                with trio.CancelScope(shield=True):  # the close is bounded itself
+                    await self._close(session_id, gate.evicted)
+            self._end_gate(session_id, gate)
+
+    @asynccontextmanager
+    async def _idle_gate(self, session_id: SessionId) -> AsyncIterator[Pass | None]:
+        """The session's turn gate if it is free (None when a pass or a release holds it),
+        for clean-up that must not run beside a turn."""
+        if session_id in self._passes:
+            yield None
+            return
+        gate = Pass()
+        gate.end_by = PassEnd.CALLER
+        self._passes[session_id] = gate
+        try:
+            yield gate
+        finally:
+            if gate.evicted is not None:
+                with trio.CancelScope(shield=True):  # the close is bounded itself
+                    await self._close(session_id, gate.evicted)
+            self._end_gate(session_id, gate)
+
+    def _cleanup(self) -> trio.CancelScope:
+        """A shielded scope for one clean-up I/O step, bounded (``release_interrupt_timeout``)
+        so no clean-up can hold the router's exit. (A composite clean-up is shielded without
+        a deadline of its own: each of its steps is bounded.)"""
+        return trio.CancelScope(
+            shield=True, deadline=trio.current_time() + self._config.release_interrupt_timeout
+        )
+
+    async def _stop_pass(self, session_id: SessionId) -> None:
+        gate = self._passes.get(session_id)
+        if gate is None:
+            return
+        gate.stop = InterruptReason.SESSION_RELEASED
+        gate.end_by = PassEnd.CALLER
+        if gate.running is not None:
+            gate.running.interrupt(InterruptReason.SESSION_RELEASED)
+        with trio.move_on_after(self._config.release_interrupt_timeout) as waited:
+            await gate.done.wait()
+        if waited.cancelled_caught:
+            _log.warning(
+                "the turn of %s ignored its interrupt for %s s; closing it anyway "
+                "(its remaining frames are lost)",
+                session_id,
+                self._config.release_interrupt_timeout,
+            )
 
     # --- F2: idempotency ----------------------------------------------------------------------
 
-    async def _reserve(self, request: SubmitRequest) -> _Reservation | SubmitDisposition:
+    async def _reserve(self, request: SubmitRequest) -> Reservation | SubmitDisposition:
         key = request.idempotency_key
         assert key is not None
         digest = request.input_hash()
         for _ in range(_STALE_RETRIES):
             reserver = ReserverId.new(self.node_id)
-            outcome = await self._idempotency.put_if_absent(key, digest, reserver)
+            outcome = await self._idempotency.put_if_absent(
+                key, digest, reserver, session_id=request.session_id
+            )
             if isinstance(outcome, Reserved):
-                return _Reservation(key, reserver)
+                return Reservation(key, reserver)
             if isinstance(outcome, InputConflict):
                 raise IdempotencyConflictError(f"key {key} was used with another input")
             if isinstance(outcome, AlreadyDone):
@@ -489,8 +482,8 @@ class SessionRouter:
                 local = self._local_keyed.get(key)
                 if local is not None:
                     return Forwarded(TurnId.new(), local)
-                forward = _Forward(request.session_id, None, key, TurnFuture())
-                self._forwards_by_key.setdefault(key, []).append(forward)
+                forward = Forward(request.session_id, None, key, TurnFuture())
+                self._forwards.add(forward)
                 self._nursery.start_soon(self._wait_forward, forward)
                 return Forwarded(TurnId.new(), forward.future)
             assert isinstance(outcome, StaleInFlight)
@@ -499,17 +492,59 @@ class SessionRouter:
             await self._idempotency.compare_and_reset(key, holder)
         raise IdempotencyConflictError(f"key {key} keeps changing; retry")
 
-    async def _reset(self, reservation: _Reservation) -> None:
-        with trio.CancelScope(shield=True):
+    async def _reset(self, reservation: Reservation) -> None:
+        with self._cleanup():
             try:
                 await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
             except Exception:
                 _log.warning("could not release idempotency key %s", reservation.key)
 
+    async def _take_over(self, message: InboundMessage, held: HeldLease) -> Reservation | None:
+        """§6.3 D: before running a collected (or injected) message, take its reservation
+        over and bind it to the lease's touch slot. Win or unknown (the store threw): bound,
+        and finished after the turn; reject (someone else's: DONE, held, expired): None —
+        the message still runs, but writes nothing and binds nothing."""
+        key = message.idempotency_key
+        if key is None:
+            return None
+        reservation = Reservation(key, ReserverId.new(self.node_id))
+        try:
+            outcome = await self._idempotency.acquire_holder(key, reservation.reserver)
+        except Exception:
+            outcome = None  # unknown: behave like a win for writing and cleanup
+        if outcome is None or isinstance(outcome, HolderAcquired):
+            held.slot.bind(reservation)
+            return reservation
+        self._metrics.emit("on_takeover_rejected", key)
+        return None
+
+    async def _untake(self, reservation: Reservation, held: HeldLease) -> None:
+        """Undo a takeover for a message handed back to the inbox: holderless again, so its
+        next collector can take it."""
+        held.slot.unbind(reservation)
+        try:
+            await self._idempotency.release_holder(reservation.key, reservation.reserver)
+        except Exception:
+            _log.warning("could not hand reservation %s back", reservation.key, exc_info=True)
+
+    async def _finish_reservation(
+        self, reservation: Reservation, turn_id: TurnId, result: TurnResult
+    ) -> None:
+        """F6 first half: markDone a success; release the key of a failure so a retry runs."""
+        try:
+            if isinstance(result, TurnSucceeded):
+                await self._idempotency.mark_done(
+                    reservation.key, reservation.reserver, turn_result_to_wire(turn_id, result)
+                )
+            else:
+                await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
+        except Exception:
+            _log.warning("idempotency update of %s failed", reservation.key, exc_info=True)
+
     # --- forwarding -------------------------------------------------------------------------------
 
     async def _forward(
-        self, request: SubmitRequest, reservation: _Reservation | None
+        self, request: SubmitRequest, reservation: Reservation | None
     ) -> SubmitDisposition:
         message = InboundMessage(
             message_id=InboundMessageId.new(),
@@ -526,17 +561,17 @@ class SessionRouter:
         return Forwarded(TurnId.for_message(message.message_id), future, message.message_id)
 
     async def _hand_to_inbox(
-        self, message: InboundMessage, reservation: _Reservation | None, future: TurnFuture
+        self, message: InboundMessage, reservation: Reservation | None, future: TurnFuture
     ) -> TurnFuture:
-        forward = _Forward(message.session_id, message.message_id, message.idempotency_key, future)
+        forward = Forward(message.session_id, message.message_id, message.idempotency_key, future)
         # registered before any I/O of the hand-over, so a TURN_RESULT cannot be missed
-        self._forwards_by_message[message.message_id] = forward
+        self._forwards.add(forward)
         try:
             if reservation is not None:
                 await self._idempotency.release_holder(reservation.key, reservation.reserver)
             await self._inbox.deliver(message)
         except BaseException:
-            self._forwards_by_message.pop(message.message_id, None)
+            self._forwards.drop(forward)
             raise
         await self._ring(message.session_id, message.priority)
         self._nursery.start_soon(self._wait_forward, forward)
@@ -552,9 +587,11 @@ class SessionRouter:
             )
         )
 
-    async def _wait_forward(self, forward: _Forward) -> None:
+    async def _wait_forward(self, forward: Forward) -> None:
         """F7's fallback and the forward deadline: poll the idempotency store every
-        ``forward_poll_interval``, re-ring the doorbell while the inbox holds messages."""
+        ``forward_poll_interval``, re-ring the doorbell while the inbox holds messages. A
+        caller attached by key alone (§9.2 row 3) whose reservation is gone — its turn failed
+        and released the key, or was reset — fails at that poll: no answer will come."""
         interval = self._config.forward_poll_interval
         with forward.scope:
             with trio.move_on_after(self._config.idempotency_forward_ttl):
@@ -562,52 +599,42 @@ class SessionRouter:
                     await trio.sleep(interval)
                     if forward.future.done():
                         break
-                    if forward.key is not None:
-                        try:
-                            entry = await self._idempotency.find(forward.key)
-                        except Exception:
-                            entry = None
-                        if (
-                            entry is not None
-                            and entry.state is IdempotencyState.DONE
-                            and entry.result is not None
-                        ):
-                            _, result = turn_result_from_wire(entry.result)
-                            self._settle(forward.future, result)
-                            break
+                    if forward.key is not None and await self._poll(forward):
+                        break
                     await self._rering(forward.session_id)
             if not forward.future.done():
                 forward.future.set_exception(
                     ForwardTimeout(f"no answer within {self._config.idempotency_forward_ttl} s")
                 )
-        self._drop_forward(forward)
+        self._forwards.drop(forward)
+
+    async def _poll(self, forward: Forward) -> bool:
+        """One polling read for a keyed forward; answers whether it settled it."""
+        assert forward.key is not None
+        try:
+            entry = await self._idempotency.find(forward.key)
+        except Exception:
+            return False  # not reading the store is no answer; the deadline still holds
+        if entry is not None and entry.state is IdempotencyState.DONE and entry.result:
+            _, result = turn_result_from_wire(entry.result)
+            self._settle(forward.future, result)
+            return True
+        if entry is None and forward.message_id is None:
+            forward.future.set_exception(
+                TurnFailedError(
+                    f"the turn under key {forward.key} ended without a cached result (it "
+                    "failed, or its reservation was reset); retry"
+                )
+            )
+            return True
+        return False
 
     async def _rering(self, session_id: SessionId) -> None:
         if await self._pending(session_id):
             self._metrics.emit("on_forward_doorbell_rerung", session_id)
             await self._ring(session_id, Priority.LATER)
 
-    def _drop_forward(self, forward: _Forward) -> None:
-        if forward.message_id is not None:
-            self._forwards_by_message.pop(forward.message_id, None)
-        if forward.key is not None:
-            waiting = self._forwards_by_key.get(forward.key, [])
-            if forward in waiting:
-                waiting.remove(forward)
-            if not waiting:
-                self._forwards_by_key.pop(forward.key, None)
-
-    def _all_forwards(self) -> list[_Forward]:
-        out = list(self._forwards_by_message.values())
-        out.extend(f for fs in self._forwards_by_key.values() for f in fs)
-        return out
-
-    # --- the drain pass (F4–F6) ----------------------------------------------------------------
-
-    def _end_gate(self, session_id: SessionId, gate: _Pass) -> None:
-        if self._passes.get(session_id) is gate:
-            del self._passes[session_id]
-        gate.done.set()
+    # --- the drain pass (F3–F6) ----------------------------------------------------------------
 
     async def _try_drain(self, session_id: SessionId) -> None:
         """F3: a doorbell on a node not already running the session: take the gate, claim
@@ -615,7 +642,7 @@ class SessionRouter:
         acquisitions report no lock-acquire metric (§12)."""
         if session_id in self._passes or self._state != _RouterState.ACCEPTING:
             return
-        gate = _Pass()
+        gate = Pass()
         self._passes[session_id] = gate
         ready = False
         try:
@@ -643,39 +670,55 @@ class SessionRouter:
         except Exception:
             return True  # not seeing the queue is no proof it is empty
 
-    async def _drain_pass(self, session_id: SessionId, gate: _Pass, first: _Own | None) -> None:
-        queue: list[_Work] = [first] if first is not None else []
+    async def _drain_pass(self, session_id: SessionId, gate: Pass, first: Own | None) -> None:
+        queue: list[Work] = [first] if first is not None else []
         held = self._leases[session_id]
         try:
-            while not _stopped(gate, held):
+            while not gate.stopped(held):
                 try:  # always collect before a turn, every tier (F4)
                     collected = await self._inbox.collect(session_id, Priority.LATER)
                 except Exception:
                     _log.warning("collect of %s failed", session_id, exc_info=True)
                     collected = ()
-                queue.extend(_Collected(m) for m in collected)
-                if not queue:
-                    break
-                if _stopped(gate, held):  # a yield or a loss while collecting
+                queue.extend(Collected(m) for m in collected)
+                if not queue or gate.stopped(held):  # a yield, loss or eviction meanwhile
                     break
                 queue.sort(key=lambda w: (w.priority, w.delivered_at))
-                await self._run_work(session_id, gate, held, queue.pop(0))
+                work = queue.pop(0)
+                if isinstance(work, Own):
+                    await self._run_own(session_id, gate, held, work)
+                else:
+                    await self._run_collected(session_id, gate, held, work.message)
         finally:
-            with trio.CancelScope(shield=True):
-                for work in queue:  # stopped early: hand what is left to the next holder
+            for work in queue:  # stopped early: hand what is left to the next holder
+                with self._cleanup():
                     await self._requeue(work)
+            with trio.CancelScope(shield=True):  # each step is bounded
+                await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
-            if (
-                gate.stop is InterruptReason.SESSION_RELEASED
-                and gate.end_by is _PassEnd.HAND_OFF
-                and held.ended is None
-            ):
-                with trio.CancelScope(shield=True):
-                    await self._give_up(session_id)
 
-    async def _requeue(self, work: _Work) -> None:
+    async def _end_pass_session(self, session_id: SessionId, gate: Pass, held: HeldLease) -> None:
+        """Inside the pass's gate (so no turn starts meanwhile): close an LRU-evicted handle
+        now that its turn ended; end the session here after a hand-off, an eviction or a lost
+        lease — close the handle first, then return the lease (a turn never writes history
+        its node no longer holds), then ring for the next holder."""
+        if gate.evicted is not None:
+            await self._close(session_id, gate.evicted)
+        if gate.end_by is PassEnd.CALLER or gate.stop is InterruptReason.SYSTEM_SHUTDOWN:
+            return
+        if held.ended == "lost":
+            await self._close_handle(session_id)
+            return
+        if gate.stop is InterruptReason.SESSION_RELEASED or gate.evicted is not None:
+            await self._close_handle(session_id)
+            await self._return_lease(session_id)
+            with self._cleanup():
+                if await self._pending(session_id):
+                    await self._ring(session_id, Priority.LATER)
+
+    async def _requeue(self, work: Work) -> None:
         try:
-            if isinstance(work, _Collected):
+            if isinstance(work, Collected):
                 await self._inbox.deliver(work.message)
                 await self._ring(work.message.session_id, work.message.priority)
             else:
@@ -683,7 +726,7 @@ class SessionRouter:
         except Exception:
             _log.warning("could not hand a queued turn over", exc_info=True)
 
-    async def _forward_own(self, own: _Own) -> None:
+    async def _forward_own(self, own: Own) -> None:
         request = own.request
         message = InboundMessage(
             message_id=InboundMessageId.new(),
@@ -697,108 +740,125 @@ class SessionRouter:
         )
         if own.reservation is not None:
             self._local_keyed.pop(own.reservation.key, None)
+            held = self._leases.get(request.session_id)
+            if held is not None:
+                held.slot.unbind(own.reservation)
+        self._local_futures.discard(own.future)
         await self._hand_to_inbox(message, own.reservation, own.future)
 
-    async def _run_work(
-        self, session_id: SessionId, gate: _Pass, held: _HeldLease, work: _Work
+    async def _run_own(self, session_id: SessionId, gate: Pass, held: HeldLease, own: Own) -> None:
+        request = own.request
+        result = await self._run_turn(
+            session_id,
+            gate,
+            own.turn_id,
+            request,
+            request.options,
+            request.open_attributes,
+        )
+        reservation = own.reservation
+        if reservation is not None:
+            await self._finish_reservation(reservation, own.turn_id, result)
+            held.slot.unbind(reservation)
+            self._local_keyed.pop(reservation.key, None)
+        self._settle(own.future, result)
+        if reservation is not None:  # F6 for callers attached by key on other nodes
+            await self._announce(session_id, own.turn_id, result, key=reservation.key)
+        await self._finish_injected(session_id, gate, held, own.turn_id, result)
+
+    async def _run_collected(
+        self, session_id: SessionId, gate: Pass, held: HeldLease, message: InboundMessage
     ) -> None:
-        if isinstance(work, _Own):
-            reservation = work.reservation
-            result = await self._run_turn(
-                session_id,
-                gate,
-                work.turn_id,
-                work.request,
-                work.request.options,
-                work.request.open_attributes,
-            )
-            if reservation is not None:
-                await self._finish_reservation(reservation, work.turn_id, result)
-                held.slot.unbind(reservation)
-                self._local_keyed.pop(reservation.key, None)
-            self._settle(work.future, result)
-            await self._announce_injected(gate, work.turn_id, result)
-            return
-        message = work.message
         turn_id = TurnId.for_message(message.message_id)
-        bound = await self._store.bound_agent(session_id)
-        taken: _Reservation | None = None
-        write_result = True
-        if message.idempotency_key is not None:
-            reserver = ReserverId.new(self.node_id)
-            taken = _Reservation(message.idempotency_key, reserver)
-            try:
-                outcome = await self._idempotency.acquire_holder(message.idempotency_key, reserver)
-            except Exception:
-                outcome = None  # unknown: behave like a win for writing and cleanup
-            if isinstance(outcome, HolderAcquired) or outcome is None:
-                held.slot.bind(taken)
+        taken: Reservation | None = None
+        outcome: TurnResult
+        try:
+            bound = await self._store.bound_agent(session_id)
+            taken = await self._take_over(message, held)
+            if bound is not None and bound != message.agent_ref:
+                self._relay(session_id, turn_id)(RejectedAt(RejectionReason.CONFLICTING_AGENT))
+                outcome = TurnFailed(
+                    FailureCode.CONFLICTING_AGENT, f"{session_id} is bound to {bound}"
+                )
             else:
-                self._metrics.emit("on_takeover_rejected", message.idempotency_key)
-                write_result = False
-        outcome_of_turn: TurnResult
-        if bound is not None and bound != message.agent_ref:
-            self._relay(session_id, turn_id)(RejectedAt(RejectionReason.CONFLICTING_AGENT))
-            outcome_of_turn = TurnFailed(
-                FailureCode.CONFLICTING_AGENT, f"{session_id} is bound to {bound}"
-            )
-        else:
-            request = SubmitRequest(
-                session_id=session_id,
-                agent_ref=message.agent_ref,
-                user_input=message.user_input,
-                idempotency_key=message.idempotency_key,
-                priority=message.priority,
-                initiator=message.initiator,
-            )
-            outcome_of_turn = await self._run_turn(
-                session_id, gate, turn_id, request, LiveSessionOptions(), OpenAttributes()
-            )
-        if taken is not None and write_result:
-            await self._finish_reservation(taken, turn_id, outcome_of_turn)
+                request = SubmitRequest(
+                    session_id=session_id,
+                    agent_ref=message.agent_ref,
+                    user_input=message.user_input,
+                    idempotency_key=message.idempotency_key,
+                    priority=message.priority,
+                    initiator=message.initiator,
+                )
+                outcome = await self._run_turn(
+                    session_id, gate, turn_id, request, LiveSessionOptions(), OpenAttributes()
+                )
+        except Exception as exc:
+            _log.warning("message %s could not run", message.message_id, exc_info=True)
+            outcome = TurnFailed(FailureCode.FAILED, f"the router could not run it: {exc!r}")
         if taken is not None:
+            await self._finish_reservation(taken, turn_id, outcome)
             held.slot.unbind(taken)
-        await self._announce(message, turn_id, outcome_of_turn)  # F6: after markDone
-        await self._announce_injected(gate, turn_id, outcome_of_turn)
+        await self._announce(  # F6: after markDone
+            session_id,
+            turn_id,
+            outcome,
+            message_id=message.message_id,
+            key=message.idempotency_key,
+        )
+        await self._finish_injected(session_id, gate, held, turn_id, outcome)
 
-    async def _announce_injected(self, gate: _Pass, turn_id: TurnId, result: TurnResult) -> None:
+    async def _finish_injected(
+        self,
+        session_id: SessionId,
+        gate: Pass,
+        held: HeldLease,
+        turn_id: TurnId,
+        result: TurnResult,
+    ) -> None:
+        """The NOW messages injected into the turn share its result: each one's reservation
+        is finished first, then its TURN_RESULT goes out (F6)."""
         injected, gate.injected = gate.injected, []
-        for message in injected:
-            await self._announce(message, turn_id, result)
+        for item in injected:
+            if item.taken is not None:
+                await self._finish_reservation(item.taken, turn_id, result)
+                held.slot.unbind(item.taken)
+            await self._announce(
+                session_id,
+                turn_id,
+                result,
+                message_id=item.message.message_id,
+                key=item.message.idempotency_key,
+            )
 
-    async def _announce(self, message: InboundMessage, turn_id: TurnId, result: TurnResult) -> None:
-        """TURN_RESULT of one forwarded message, for whichever node waits on it."""
-        payload: JsonMap = {"messageId": message.message_id.value}
-        if message.idempotency_key is not None:
-            payload["idempotencyKey"] = message.idempotency_key.value
+    async def _announce(
+        self,
+        session_id: SessionId,
+        turn_id: TurnId | None,
+        result: TurnResult,
+        *,
+        message_id: InboundMessageId | None = None,
+        key: IdempotencyKey | None = None,
+    ) -> None:
+        """TURN_RESULT for whichever node waits on the message or on the key."""
+        payload: JsonMap = {}
+        if message_id is not None:
+            payload["messageId"] = message_id.value
+        if key is not None:
+            payload["idempotencyKey"] = key.value
         payload.update(turn_result_to_wire(turn_id, result))
         await self._publish(
             SessionSignal(
                 kind=SignalKind.TURN_RESULT,
-                session_id=message.session_id,
+                session_id=session_id,
                 origin=self.node_id,
                 payload=payload,
             )
         )
 
-    async def _finish_reservation(
-        self, reservation: _Reservation, turn_id: TurnId, result: TurnResult
-    ) -> None:
-        """F6 first half: markDone a success; release the key of a failure so a retry runs."""
-        try:
-            if isinstance(result, TurnSucceeded):
-                await self._idempotency.mark_done(
-                    reservation.key, reservation.reserver, turn_result_to_wire(turn_id, result)
-                )
-            else:
-                await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
-        except Exception:
-            _log.warning("idempotency update of %s failed", reservation.key, exc_info=True)
-
     async def _run_turn(
         self,
         session_id: SessionId,
-        gate: _Pass,
+        gate: Pass,
         turn_id: TurnId,
         request: SubmitRequest,
         options: LiveSessionOptions,
@@ -808,18 +868,20 @@ class SessionRouter:
             handle = await self._ensure_open(session_id, request, options, attributes)
         except Exception as exc:
             return TurnFailed(FailureCode.FAILED, f"opening the session failed: {exc!r}")
-        running = _RunningTurn(turn_id, handle)
+        running = RunningTurn(turn_id, handle)
         gate.running = running
         turn = TurnInput(
             turn_id=turn_id,
             user_input=request.user_input,
             history=SessionHistory(self._store.records, session_id),
+            approvals=self.approvals(session_id),
             submit_options=request.submit_options,
             initiator=request.initiator,
             idempotency_key=request.idempotency_key,
         )
         relay = self._relay(session_id, turn_id)
         result: TurnResult
+        in_turn = _IN_TURN.set(session_id)
         try:
             with running.scope:
                 if gate.stop is not None:
@@ -834,8 +896,10 @@ class SessionRouter:
             relay(ExecutionError(repr(exc)))
             result = TurnFailed(FailureCode.FAILED, repr(exc))
         finally:
+            _IN_TURN.reset(in_turn)
             gate.running = None
             gate.injected.extend(running.injected)
+            self._cache.touch(session_id)  # activity: idle time counts from the turn's end
         return result
 
     def _relay(
@@ -864,6 +928,15 @@ class SessionRouter:
                 )
             )
 
+    def _settle(self, future: TurnFuture, result: TurnResult) -> None:
+        self._local_futures.discard(future)
+        if isinstance(result, TurnSucceeded):
+            future.set_result(result.result)
+        else:
+            future.set_exception(failure_error(result))
+
+    # --- handles (§5.2, §6.3 B) ------------------------------------------------------------------
+
     async def _ensure_open(
         self,
         session_id: SessionId,
@@ -871,7 +944,7 @@ class SessionRouter:
         options: LiveSessionOptions,
         attributes: OpenAttributes,
     ) -> LiveSession:
-        handle = self._handles.get(session_id)
+        handle = self._cache.get(session_id)
         if handle is not None:
             self._metrics.emit("on_cache_hit", session_id)
             return handle
@@ -885,31 +958,98 @@ class SessionRouter:
                 open_attributes=attributes,
             )
         )
-        self._handles[session_id] = handle
+        for evicted_id, evicted in self._cache.put(session_id, handle):
+            self._evict_lru(evicted_id, evicted)
         return handle
 
-    async def _close_handle(self, session_id: SessionId) -> None:
-        handle = self._handles.pop(session_id, None)
-        if handle is not None:
-            try:
-                await handle.aclose()
-            except Exception:
-                _log.warning("closing the handle of %s failed", session_id, exc_info=True)
-
-    def _settle(self, future: TurnFuture, result: TurnResult) -> None:
-        if isinstance(result, TurnSucceeded):
-            future.set_result(result.result)
+    def _evict_lru(self, session_id: SessionId, handle: LiveSession) -> None:
+        """The LRU bound pushed a handle out (it has left the map already: the bound is the
+        heap limit). A session whose gate is held — a turn runs on that handle (pinned), or
+        a pass or release is between steps — closes it when the gate is given up, and the
+        pass ends after its turn; an idle one closes now. Either way the session ends here:
+        the lease is returned after the close, inside the gate."""
+        self._metrics.emit("on_evicted", session_id, "lru")
+        gate = self._passes.get(session_id)
+        if gate is not None and gate.evicted is None:
+            gate.evicted = handle
+        elif gate is not None:
+            self._nursery.start_soon(self._close, session_id, handle)
         else:
-            future.set_exception(failure_error(result))
+            self._nursery.start_soon(self._end_evicted, session_id, handle)
+
+    async def _end_evicted(self, session_id: SessionId, handle: LiveSession) -> None:
+        await self._close(session_id, handle)
+        async with self._idle_gate(session_id) as gate:
+            if gate is not None and session_id not in self._cache:
+                await self._return_lease(session_id)
+
+    async def _sweep_idle(self) -> None:
+        """The cache sweeper (§4.1, §6.3 B), its own task: every ``cache_sweep_interval``,
+        close each handle idle past ``idle_ttl`` (strictly) whose session runs no turn here
+        (the pin prevents idle eviction), then return its lease. No signal: other nodes
+        decide by their own measure."""
+        interval = self._config.cache_sweep_interval
+        tick = trio.current_time()
+        while self._state is _RouterState.ACCEPTING:
+            tick += interval
+            await trio.sleep_until(tick)
+            expired = [s for s in self._cache.idle(self._config.idle_ttl) if s not in self._passes]
+            if expired:
+                async with trio.open_nursery() as sweep:
+                    for session_id in expired:
+                        sweep.start_soon(self._evict_idle, session_id)
+
+    async def _evict_idle(self, session_id: SessionId) -> None:
+        async with self._idle_gate(session_id) as gate:
+            if gate is None or session_id not in self._cache.idle(self._config.idle_ttl):
+                return
+            self._metrics.emit("on_evicted", session_id, "idle")
+            await self._close_handle(session_id)
+            await self._return_lease(session_id)
+
+    async def _close_handle(self, session_id: SessionId) -> None:
+        """Close the session's cached handle, then drop it from the cache (§6.3 A order)."""
+        handle = self._cache.peek(session_id)
+        if handle is None:
+            return
+        await self._close(session_id, handle)
+        self._cache.drop(session_id, handle)
+
+    async def _close(self, session_id: SessionId, handle: LiveSession) -> None:
+        """``handle.aclose()``, at most ``handle_close_timeout``: an application close that
+        never returns is abandoned with a warning (it cannot hold a release or the exit)."""
+        if id(handle) in self._closing:
+            return
+        self._closing.add(id(handle))
+        try:
+            with trio.move_on_after(self._config.handle_close_timeout) as bounded:
+                await handle.aclose()
+            if bounded.cancelled_caught:
+                _log.warning(
+                    "closing the handle of %s took over %s s; abandoned",
+                    session_id,
+                    self._config.handle_close_timeout,
+                )
+        except Exception:
+            _log.warning("closing the handle of %s failed", session_id, exc_info=True)
+        finally:
+            self._closing.discard(id(handle))
+
+    async def _close_idle(self, session_id: SessionId) -> None:
+        """Close the handle of a session this node no longer holds (lost lease, a peer's
+        EVICT), unless a turn or a release holds its gate (they close it themselves)."""
+        async with self._idle_gate(session_id) as gate:
+            if gate is not None and session_id not in self._leases:
+                await self._close_handle(session_id)
 
     # --- the lease (§7.4) ------------------------------------------------------------------------
 
     def _start_renewer(self, session_id: SessionId) -> None:
-        held = _HeldLease(session_id, trio.current_time())
+        held = HeldLease(session_id, trio.current_time())
         self._leases[session_id] = held
         self._nursery.start_soon(self._renew, held)
 
-    async def _renew(self, held: _HeldLease) -> None:
+    async def _renew(self, held: HeldLease) -> None:
         sid = held.session_id
         interval = self._config.lock_extend_interval
         tick = held.acquired_at
@@ -934,8 +1074,10 @@ class SessionRouter:
                     except Exception:
                         _log.warning("touch of %s failed", cell.key, exc_info=True)
 
-    def _lease_lost(self, held: _HeldLease) -> None:
-        """The renewer's loss path: must not block. Everything else runs on other tasks."""
+    def _lease_lost(self, held: HeldLease) -> None:
+        """The renewer's loss path: must not block. Everything else runs on other tasks:
+        the running pass ends its turn (LEASE_LOST) and closes the handle; with no pass, a
+        clean-up task closes it."""
         if held.ended is not None:
             return
         held.ended = "lost"
@@ -948,13 +1090,8 @@ class SessionRouter:
             gate.stop = InterruptReason.LEASE_LOST
             if gate.running is not None:
                 gate.running.interrupt(InterruptReason.LEASE_LOST)
-        self._nursery.start_soon(self._close_handle_after, sid, gate)
-
-    async def _close_handle_after(self, session_id: SessionId, gate: _Pass | None) -> None:
-        if gate is not None:
-            await gate.done.wait()
-        if session_id not in self._leases:
-            await self._close_handle(session_id)
+        else:
+            self._nursery.start_soon(self._close_idle, sid)
 
     async def _return_lease(self, session_id: SessionId) -> None:
         held = self._leases.pop(session_id, None)
@@ -962,10 +1099,11 @@ class SessionRouter:
             return
         held.ended = "returned"
         held.scope.cancel()
-        try:
-            await self._store.release(session_id)
-        except Exception:
-            _log.warning("lease release of %s failed (its TTL frees it)", session_id)
+        with self._cleanup():
+            try:
+                await self._store.release(session_id)
+            except Exception:
+                _log.warning("lease release of %s failed (its TTL frees it)", session_id)
 
     async def _hand_off(self, session_id: SessionId) -> None:
         """YIELD (or the legacy INTERRUPT(SESSION_RELEASED)): stop the turn, drop the handle,
@@ -978,33 +1116,60 @@ class SessionRouter:
             if gate.running is not None:
                 gate.running.interrupt(InterruptReason.SESSION_RELEASED)
             return  # the pass closes the handle and returns the lease when it ends
-        await self._give_up(session_id)
+        async with self._idle_gate(session_id) as idle:
+            if idle is None:  # a pass started meanwhile: it hands off when it ends
+                await self._hand_off(session_id)
+                return
+            await self._close_handle(session_id)
+            await self._return_lease(session_id)
+            if await self._pending(session_id):
+                await self._ring(session_id, Priority.LATER)
 
-    async def _give_up(self, session_id: SessionId) -> None:
-        """The hand-off's end: close the handle, then return the lease (in that order:
-        a turn never writes history it no longer holds), then ring for the next holder."""
-        await self._close_handle(session_id)
-        await self._return_lease(session_id)
-        if await self._pending(session_id):
-            await self._ring(session_id, Priority.LATER)
+    # --- holder loss (§6.3 D) --------------------------------------------------------------------
 
-    async def _stop_pass(self, session_id: SessionId) -> None:
-        gate = self._passes.get(session_id)
-        if gate is None:
+    async def _sweep_holder_loss(self) -> None:
+        """The holder-loss sweeper, its own task: every ``holder_loss_sweep_interval``, reset
+        each IN_FLIGHT reservation untouched past the secondary TTL with compareAndReset
+        (exactly one node of the cluster wins) and, on a win, fail the callers waiting on
+        that key now: locally and with a TURN_RESULT(HOLDER_LOST) naming only the key (no
+        surviving node knows the TurnId)."""
+        interval = self._config.holder_loss_sweep_interval
+        tick = trio.current_time()
+        while self._state is _RouterState.ACCEPTING:
+            tick += interval
+            await trio.sleep_until(tick)
+            try:
+                stale = await self._idempotency.find_stale_in_flight(_SWEEP_BATCH)
+            except Exception:
+                _log.warning("holder-loss sweep could not read", exc_info=True)
+                continue
+            for entry in stale:
+                if entry.holder_id is None:
+                    continue
+                try:
+                    won = await self._idempotency.compare_and_reset(entry.key, entry.holder_id)
+                except Exception:
+                    continue
+                if won:
+                    self._metrics.emit("on_holder_lost", entry.key)
+                    await self._announce_holder_lost(entry.key, entry.session_id)
+
+    async def _announce_holder_lost(
+        self, key: IdempotencyKey, session_id: SessionId | None
+    ) -> None:
+        lost = TurnFailed(FailureCode.HOLDER_LOST, f"the node running the turn under {key} died")
+        waiting = self._forwards.named(None, key)
+        for forward in waiting:
+            self._settle(forward.future, lost)
+            forward.scope.cancel()
+        if session_id is None and waiting:
+            session_id = waiting[0].session_id
+        if session_id is None:
+            _log.warning("reservation %s names no session: its callers elsewhere wait", key)
             return
-        gate.stop = InterruptReason.SESSION_RELEASED
-        gate.end_by = _PassEnd.CALLER
-        if gate.running is not None:
-            gate.running.interrupt(InterruptReason.SESSION_RELEASED)
-        with trio.move_on_after(self._config.release_interrupt_timeout) as waited:
-            await gate.done.wait()
-        if waited.cancelled_caught:
-            _log.warning(
-                "the turn of %s ignored its interrupt for %s s; closing it anyway "
-                "(its remaining frames are lost)",
-                session_id,
-                self._config.release_interrupt_timeout,
-            )
+        await self._announce(session_id, None, lost, key=key)
+
+    # --- status -----------------------------------------------------------------------------------
 
     def _evict_signal(self, session_id: SessionId) -> SessionSignal:
         return SessionSignal(kind=SignalKind.EVICT, session_id=session_id, origin=self.node_id)
@@ -1025,7 +1190,7 @@ class SessionRouter:
         """STATUS every ``status_heartbeat_interval`` for each session this node holds."""
         interval = self._config.status_heartbeat_interval
         tick = trio.current_time()
-        while True:
+        while self._state is _RouterState.ACCEPTING:
             tick += interval
             await trio.sleep_until(tick)
             for session_id in list(self._leases):
@@ -1093,26 +1258,32 @@ class SessionRouter:
                 self._projection.offer(ClusterSessionStatus.from_wire(signal.payload))
         elif kind is SignalKind.EVICT:
             self._projection.remove(sid)
+            self._approvals.pop(sid, None)
             if signal.origin != self.node_id:
                 self._hub.complete(sid)
-                if sid not in self._passes:
-                    self._nursery.start_soon(self._close_handle, sid)
-            for forward in self._all_forwards():
-                if forward.session_id == sid:
-                    forward.future.set_exception(SessionEvicted(f"{sid} was evicted"))
-                    forward.scope.cancel()
+                self._nursery.start_soon(self._close_idle, sid)
+            for forward in self._forwards.of_session(sid):
+                forward.future.set_exception(SessionEvicted(f"{sid} was evicted"))
+                forward.scope.cancel()
 
-    async def _inject_now(self, session_id: SessionId, gate: _Pass) -> None:
-        """§9.3: a NOW message for a running turn is injected into it, not run apart."""
+    async def _inject_now(self, session_id: SessionId, gate: Pass) -> None:
+        """§9.3: NOW messages for a running turn are injected into it, not run apart. Each
+        takes its reservation over first (like a collected message, §6.3 D), so the turn's
+        end finishes it; one that cannot be injected — the turn ended meanwhile, or the
+        application's ``inject`` raised — goes back to the inbox, holderless again, and runs
+        as a turn of its own."""
         running = gate.running
-        if running is None:
+        held = self._leases.get(session_id)
+        if running is None or held is None:
             return
         try:
             messages = await self._inbox.collect(session_id, Priority.NOW)
         except Exception:
+            _log.warning("collect(NOW) of %s failed", session_id, exc_info=True)
             return
         for m in messages:
-            if gate.running is running:
+            taken = await self._take_over(m, held)
+            if gate.running is running and not gate.stopped(held):
                 try:
                     running.handle.inject(
                         QueuedInput(
@@ -1120,45 +1291,41 @@ class SessionRouter:
                         )
                     )
                 except Exception:
-                    # The application's inject failed: the message is not lost, it runs
-                    # as a turn of its own in the next pass (an application hook that
-                    # raises never reaches the router).
                     _log.warning("LiveSession.inject raised; %s queued instead", m.message_id)
-                    await self._inbox.deliver(m)
+                else:
+                    running.injected.append(Injected(m, taken))
                     continue
-                running.injected.append(m)
-            else:
+            if taken is not None:
+                await self._untake(taken, held)
+            try:
                 await self._inbox.deliver(m)
+            except Exception:
+                _log.error("message %s lost: could not hand it back", m.message_id)
+                continue
+            # LATER, not NOW: a running turn ignores it (its pass collects at the boundary),
+            # so a message whose inject keeps raising cannot ring itself back in a loop
+            await self._ring(session_id, Priority.LATER)
 
     def _on_turn_result(self, payload: dict[str, Any]) -> None:
         try:
             _, result = turn_result_from_wire(payload)
+            message = payload.get("messageId")
+            key = payload.get("idempotencyKey")
+            message_id = InboundMessageId(message) if isinstance(message, str) else None
+            idem = IdempotencyKey(key) if isinstance(key, str) else None
         except (KeyError, ValueError, TypeError):
             return
-        message = payload.get("messageId")
-        targets: list[_Forward] = []
-        if isinstance(message, str):
-            forward = self._forwards_by_message.get(InboundMessageId(message))
-            if forward is not None:
-                targets.append(forward)
-        key = payload.get("idempotencyKey")
-        if isinstance(key, str):
-            targets.extend(self._forwards_by_key.get(IdempotencyKey(key), []))
-        for forward in targets:
+        for forward in self._forwards.named(message_id, idem):
             self._settle(forward.future, result)
             forward.scope.cancel()
 
 
-@attrs.frozen
-class RouterStatistics:
-    active_passes: int
-    held_leases: int
-    open_handles: int
-    waiting_forwards: int
-
-
 @asynccontextmanager
 async def serve_session_router(parts: RouterParts) -> AsyncIterator[SessionRouter]:
+    """Serve one router for the duration of the block. Leaving it closes the router
+    (``close_gracefully(release_interrupt_timeout)``), drains the metrics hooks for at most
+    ``metrics_drain_timeout`` (wall clock), then cancels what is left."""
+    config = parts.config
     async with trio.open_nursery() as nursery:
         router = SessionRouter(parts, nursery)
         subscribed = parts.bus.subscribe()
@@ -1168,12 +1335,17 @@ async def serve_session_router(parts: RouterParts) -> AsyncIterator[SessionRoute
             nursery.start_soon(router._metrics.serve)
             nursery.start_soon(router._heartbeat)
             nursery.start_soon(router._dispatch_events)
+            nursery.start_soon(router._sweep_idle)
+            nursery.start_soon(router._sweep_holder_loss)
             try:
                 yield router
             finally:
                 with trio.CancelScope(shield=True):
-                    await router.close_gracefully(parts.config.release_interrupt_timeout)
+                    await router.close_gracefully(config.release_interrupt_timeout)
+                    await router._metrics.drain(config.metrics_drain_timeout)
                 nursery.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
+            with trio.CancelScope(
+                shield=True, deadline=trio.current_time() + config.release_interrupt_timeout
+            ):
                 await subscribed.__aexit__(None, None, None)

@@ -130,8 +130,16 @@ class IdempotencyStore(Protocol):
     def ttls(self) -> IdempotencyTtls: ...
 
     async def put_if_absent(
-        self, key: IdempotencyKey, input_hash: str, holder_id: ReserverId
-    ) -> PutOutcome: ...
+        self,
+        key: IdempotencyKey,
+        input_hash: str,
+        holder_id: ReserverId,
+        *,
+        session_id: SessionId | None = None,
+    ) -> PutOutcome:
+        """§9.2: reserve a new key (recording ``session_id`` on the entry), or report the
+        existing entry's case."""
+        ...
 
     async def find(self, key: IdempotencyKey) -> IdempotencyEntry | None:
         """The live entry (stale IN_FLIGHT included), or None."""

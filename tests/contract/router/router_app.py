@@ -57,7 +57,11 @@ class World:
     duration: Callable[[str], float] = lambda _text: 1.0
     opens: dict[str, int] = attrs.field(factory=dict)
     closes: dict[str, int] = attrs.field(factory=dict)
+    closed: list[tuple[str, float]] = attrs.field(factory=list)
+    """(session id, time) of every handle close, in call order."""
     injected: list[str] = attrs.field(factory=list)
+    failing: set[str] = attrs.field(factory=set)
+    """Texts whose turn raises at its end (after its duration)."""
     runtime_lookups: int = 0
     runtime_constructions: int = 0
     runtime_closes: int = 0
@@ -119,6 +123,9 @@ class FakeSession:
             log.interrupted = True
             log.end = trio.current_time()
             raise
+        if text in self._world.failing:
+            log.end = trio.current_time()
+            raise RuntimeError(f"{text} failed")
         await turn.history.append(
             [
                 TranscriptEntry("user", text, turn.turn_id),
@@ -133,6 +140,7 @@ class FakeSession:
 
     async def aclose(self) -> None:
         self._world.closes[self._node] = self._world.closes.get(self._node, 0) + 1
+        self._world.closed.append((self._session_id.value, trio.current_time()))
 
 
 class Opener:

@@ -317,3 +317,25 @@ async def test_find_stale_respects_the_limit_and_skips_done(
     stale = await idempotency.find_stale_in_flight(limit=3)
     assert [e.key.value for e in stale] == ["k1", "k2", "k3"]
     assert len(await idempotency.find_stale_in_flight()) == 4
+
+
+async def test_a_reservation_records_the_session_it_was_made_for(
+    idempotency: IdempotencyStore,
+) -> None:
+    """§6.3 D: the entry keeps the session the reserving submit named (what a holder-loss
+    announcement names), through takeover and markDone; a reserver that names none gets
+    None."""
+    from router_kit import S1
+
+    holder = reserver()
+    outcome = await idempotency.put_if_absent(KEY, H1, holder, session_id=S1)
+    assert isinstance(outcome, Reserved) and outcome.entry.session_id == S1
+    assert await idempotency.release_holder(KEY, holder)
+    taker = reserver(NODE_B)
+    assert isinstance(await idempotency.acquire_holder(KEY, taker), HolderAcquired)
+    assert isinstance(await idempotency.mark_done(KEY, taker, RESULT), Marked)
+    found = await idempotency.find(KEY)
+    assert found is not None and found.session_id == S1
+    other = IdempotencyKey("k-unnamed")
+    unnamed = await idempotency.put_if_absent(other, H1, reserver())
+    assert isinstance(unnamed, Reserved) and unnamed.entry.session_id is None

@@ -170,13 +170,26 @@ async def test_r10_01_the_router_never_creates_or_closes_the_agent_runtime(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
     """R10-01 / R10-31 / R10-168: opens look the registered runtime up (lookups >= 1) and
-    construct none; handle closes and close()/close_gracefully() never close the runtime."""
-    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+    construct none; no session close path closes the runtime: release_session,
+    delete_session, idle eviction, close() and close_gracefully() each close their handle
+    and leave the runtime's close count at 0."""
+    from zlink_trio.router import SessionId, SessionRouterConfig
+
+    idle = SessionId("s-idle")
+    config = SessionRouterConfig(idle_ttl=30.0)
+    async with cluster(shared, world, registry, ["a", "b"], config=config) as (a, b):
         await (await a.submit(_request("x"))).result
-        await a.close_gracefully(1.0)
-        await (await b.submit(_request("y"))).result
-        await b.aclose()
-    assert world.runtime_lookups >= 2
+        await a.release_session(_request("x").session_id)  # release
+        await (await a.submit(_request("y"))).result
+        assert await a.delete_session(_request("y").session_id)  # delete
+        await (await a.submit(attrs.evolve(_request("z"), session_id=idle))).result
+        await trio.sleep(61)  # idle eviction at the 60 s sweep
+        assert [s for s, _ in world.closed] == ["s-1", "s-1", "s-idle"]
+        await (await a.submit(_request("w"))).result
+        await a.close_gracefully(1.0)  # close_gracefully
+        await (await b.submit(_request("v"))).result
+        await b.aclose()  # close()
+    assert world.runtime_lookups >= 5
     assert world.runtime_constructions == 0
-    assert world.closes == {"a": 1, "b": 1}
+    assert world.closes == {"a": 4, "b": 1}
     assert world.runtime_closes == 0

@@ -3,6 +3,8 @@ drain loop (§7.1 F3–F4, §9.3), hand-off (§3.3, §7.3) and interrupts (§5.1
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 import trio
@@ -13,11 +15,14 @@ from router_kit import AGENT, OTHER_AGENT, S1, CallLog, message
 
 from zlink_trio.router import (
     ConflictingAgentError,
+    DispositionKind,
     ExecutedLocally,
     Forwarded,
     InterruptReason,
     NodeId,
     Priority,
+    RejectedAt,
+    RejectionReason,
     SessionMetrics,
     SessionSignal,
     SignalKind,
@@ -117,7 +122,7 @@ async def test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease(
 async def test_r10_54_renewals_every_ten_seconds_during_a_long_turn(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-54 (the renewal point) and R10-93: a 35 s turn started right after the lease was
+    """R10-54 / R10-150 / R10-93 (the renewal point, default extend interval): a 35 s turn started right after the lease was
     acquired sees renewals at 10, 20 and 30 s, on the renewer's own task (the turn is busy in
     a "LLM call"); a 60 s turn never loses the lease."""
     renewals: list[float] = []
@@ -223,9 +228,18 @@ async def test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding(
     """R10-83 / R10-84 / R10-128 / R10-129: messages waiting in the inbox (delivered at
     interleaved times, no doorbell heard) are collected in one pass and run NOW, then NEXT,
     then LATER, FIFO within a tier; one whose agentRef mismatches the binding is dropped
-    and the others still run."""
+    with RejectedAt(CONFLICTING_AGENT) on the session's stream, and the others still run."""
     world.duration = lambda _t: 2.0
-    async with cluster(shared, world, registry, ["a"]) as (a,):
+    frames: list[Any] = []
+    async with cluster(shared, world, registry, ["a"]) as (a,), trio.open_nursery() as watching:
+
+        async def watch(task_status: Any) -> None:
+            async with a.events(S1) as subscription:
+                task_status.started()
+                async for frame in subscription:
+                    frames.append(frame.event)  # noqa: PERF401 (seen as they come)
+
+        await watching.start(watch)
         await (await a.submit(_request("bind"))).result
         plan = [
             ("later-1", Priority.LATER, AGENT),
@@ -241,6 +255,8 @@ async def test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding(
             await advance(1)
         last = await a.submit(_request("submitted"))  # its pass collects the orphans first
         await last.result
+        watching.cancel_scope.cancel()
+    assert frames.count(RejectedAt(RejectionReason.CONFLICTING_AGENT)) == 1
     ran = [t.text for t in world.turns]
     assert ran == ["bind", "now-1", "now-2", "next-1", "next-2", "submitted", "later-1", "later-2"]
 
@@ -248,26 +264,43 @@ async def test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding(
 async def test_r10_08_a_first_turn_race_binds_one_agent(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-08: concurrent first submits with agents X and Y on two nodes: the record ends up
-    bound to exactly one agent, the other message never runs, and its forwarded result fails
-    with ConflictingAgentError. (Which node wins is not asserted: R10-100.)"""
+    """R10-08 / R10-110: concurrent first submits with agents X and Y on two nodes both pass
+    the binding pre-check; the record ends up bound to exactly one agent; the other message
+    is FORWARDED, never runs, its event stream shows RejectedAt(CONFLICTING_AGENT), and its
+    forwarded result fails with ConflictingAgentError. (Which node wins is not asserted:
+    R10-100.)"""
     world.duration = lambda _t: 3.0
     outcomes: dict[str, object] = {}
+    kinds: dict[str, object] = {}
+    frames: list[object] = []
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
 
         async def first(router: object, agent: object, text: str) -> None:
             request = SubmitRequest(session_id=S1, agent_ref=agent, user_input=text)  # type: ignore[arg-type]
+            disposition = await router.submit(request)  # type: ignore[attr-defined]
+            kinds[text] = disposition.kind
             try:
-                disposition = await router.submit(request)  # type: ignore[attr-defined]
                 outcomes[text] = await disposition.result
             except ConflictingAgentError as exc:
                 outcomes[text] = exc
 
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(first, a, AGENT, "x")
-            nursery.start_soon(first, b, OTHER_AGENT, "y")
+        async def watch(task_status: Any) -> None:
+            async with a.events(S1) as subscription:
+                task_status.started()
+                async for frame in subscription:
+                    frames.append(frame.event)  # noqa: PERF401 (seen as they come)
+
+        async with trio.open_nursery() as watching:
+            await watching.start(watch)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first, a, AGENT, "x")
+                nursery.start_soon(first, b, OTHER_AGENT, "y")
+            await trio.testing.wait_all_tasks_blocked()
+            watching.cancel_scope.cancel()
     failed = [t for t, o in outcomes.items() if isinstance(o, ConflictingAgentError)]
     assert len(failed) == 1
+    assert kinds[failed[0]] is DispositionKind.FORWARDED
+    assert RejectedAt(RejectionReason.CONFLICTING_AGENT) in frames
     winner = "x" if failed == ["y"] else "y"
     assert [t.text for t in world.turns] == [winner]
     view = await shared.records.load(S1)
@@ -377,11 +410,52 @@ async def test_r10_126_a_now_message_is_injected_into_the_running_turn(
 
 
 async def test_r10_101_no_extra_lease_for_work_inside_a_turn(
-    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """R10-101: whatever a turn does inside itself (a fork) runs under the parent's lease:
-    a turn makes no lease acquire of its own."""
+    """R10-101: a turn that forks (three sub-tasks inside the parent turn, on the same node)
+    runs them under the parent's lease: no lease acquire besides the parent's one, and the
+    forks' fenced history writes are accepted."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import AgentExecutionResult, TranscriptEntry
+
+    async def forking(self: Any, turn: Any, listener: Any) -> Any:
+        async def fork(i: int) -> None:
+            await trio.sleep(1)
+            await turn.history.append([TranscriptEntry("fork", f"fork-{i}")])
+
+        async with trio.open_nursery() as forks:
+            for i in range(3):
+                forks.start_soon(fork, i)
+        return AgentExecutionResult("parent done")
+
+    monkeypatch.setattr(FakeSession, "run_turn", forking)
     log = CallLog()
     async with cluster(_spy_leases(shared, log), world, registry, ["a"]) as (a,):
-        await (await a.submit(_request("parent"))).result
+        assert (await (await a.submit(_request("parent"))).result).text == "parent done"
     assert log.calls.count("leases.try_acquire") == 1
+    view = await shared.records.load(S1)
+    assert view is not None
+    assert sorted(e.text for e in view.transcript) == ["fork-0", "fork-1", "fork-2"]
+
+
+async def test_r10_05_two_end_paths_racing_release_the_lease_once(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-05 (the latch): a YIELD hand-off and a release_session arriving together — two
+    paths that both end the session — release the lease exactly once, without error."""
+    log = CallLog()
+    async with cluster(_spy_leases(shared, log), world, registry, ["a"]) as (a,):
+        await (await a.submit(_request("bind"))).result
+        async with trio.open_nursery() as racing:
+            for signal in yield_signals(S1, B):
+                racing.start_soon(shared.bus.publish, signal)
+            racing.start_soon(a.release_session, S1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert log.calls.count("leases.release") == 1
+        assert await shared.leases.current(S1) is None
+        assert world.closes == {"a": 1}

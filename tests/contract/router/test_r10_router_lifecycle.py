@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import attrs
 import pytest
 import trio
@@ -19,6 +21,7 @@ from zlink_trio.router import (
     SessionSignal,
     SignalKind,
     SubmitRequest,
+    TurnInterrupted,
 )
 
 GHOST = NodeId("ghost")
@@ -99,24 +102,87 @@ async def test_r10_28_release_keeps_the_history(
     assert world.opens == {"a": 2}
 
 
-async def test_r10_56_release_interrupts_the_turn_then_closes_returns_and_evicts(
-    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+async def test_r10_56_release_of_a_running_session_keeps_the_order(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """R10-56 (without the publisher step, part 2): release of a running session
-    interrupts the turn (SESSION_RELEASED), waits for it, closes the handle, returns the
-    lease, and only then publishes EVICT."""
-    log = CallLog()
-    spied = attrs.evolve(
-        shared, bus=log.spy("bus", shared.bus), leases=log.spy("leases", shared.leases)
-    )
+    """R10-56: releasing a session whose turn runs goes, in this order: the turn is
+    interrupted (SESSION_RELEASED) and awaited, the handle closes (still cached while it
+    closes), the cache drops it, the lease is released, EVICT is published, and the
+    subscribers complete — last."""
+    from router_app import FakeSession
+
+    order: list[str] = []
+    routers: list[Any] = []
+
+    def cached() -> int:
+        return int(routers[0].statistics().open_handles)
+
+    original_turn, original_close = FakeSession.run_turn, FakeSession.aclose
+
+    async def turn(self: Any, turn: Any, listener: Any) -> Any:
+        try:
+            return await original_turn(self, turn, listener)
+        except trio.Cancelled:
+            order.append("turn interrupted")
+            raise
+
+    async def close(self: Any) -> None:
+        order.append(f"handle closed (cached={cached()})")
+        await original_close(self)
+
+    class Leases:
+        def __init__(self, target: Any) -> None:
+            self._target = target
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._target, name)
+
+        async def release(self, lease: Any) -> bool:
+            order.append(f"lease released (cached={cached()})")
+            return bool(await self._target.release(lease))
+
+    class Bus:
+        def __init__(self, target: Any) -> None:
+            self._target = target
+
+        async def publish(self, signal: SessionSignal) -> None:
+            if signal.kind is SignalKind.EVICT:
+                order.append("EVICT")
+            await self._target.publish(signal)
+
+        def subscribe(self) -> Any:
+            return self._target.subscribe()
+
+    async def subscriber(task_status: Any) -> None:
+        async with routers[0].events(S1) as subscription:
+            task_status.started()
+            async for _ in subscription:
+                pass
+        order.append("subscribers complete")
+
+    monkeypatch.setattr(FakeSession, "run_turn", turn)
+    monkeypatch.setattr(FakeSession, "aclose", close)
     world.duration = lambda _t: 100.0
-    async with cluster(spied, world, registry, ["a"]) as (a,):
+    spied = attrs.evolve(shared, bus=Bus(shared.bus), leases=Leases(shared.leases))
+    async with cluster(spied, world, registry, ["a"]) as (a,), trio.open_nursery() as nursery:
+        routers.append(a)
+        await nursery.start(subscriber)
         running = await a.submit(_request())
         await trio.testing.wait_all_tasks_blocked()
         await a.release_session(S1)
-        assert world.turns[0].interrupted
-        assert running.result.done()
-    assert log.calls.index("leases.release") < log.calls.index("bus.publish:EVICT")
+        with pytest.raises(TurnInterrupted, match="SESSION_RELEASED"):
+            await running.result
+    assert order == [
+        "turn interrupted",
+        "handle closed (cached=1)",
+        "lease released (cached=0)",
+        "EVICT",
+        "subscribers complete",
+    ]
 
 
 async def test_r10_29_only_the_holder_deletes_and_a_holder_is_asked_to_yield(
@@ -144,8 +210,9 @@ async def test_r10_29_only_the_holder_deletes_and_a_holder_is_asked_to_yield(
 async def test_r10_103_delete_gives_up_when_the_holder_never_yields(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-103 (timeout): with a holder that never yields, delete raises
-    SessionHeldElsewhere at releaseInterruptTimeout (5 s) and the record is intact."""
+    """R10-103 / R10-156 (timeout): with a holder that never yields, delete raises
+    SessionHeldElsewhere at the default releaseInterruptTimeout (5 s) and the record is
+    intact."""
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("kept"))).result
         await a.release_session(S1)
@@ -179,3 +246,39 @@ async def test_r10_11_evict_removes_the_status_projection(
         assert b.status(S1) is None
         with pytest.raises(SessionEvicted):
             await pending.result
+
+
+async def test_r10_11_evict_discards_the_session_s_approvals_on_every_node(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R10-11 / R10-104 (approvals part): approvals are node-local — one granted by a turn
+    on the holder, one granted through the router on a peer. When the session is deleted
+    (from the peer: the holder yields) every node discards that session's approvals, on
+    EVICT receipt; other sessions' approvals stay."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import SessionId
+
+    other = SessionId("s-other")
+    original = FakeSession.run_turn
+
+    async def granting(self: Any, turn: Any, listener: Any) -> Any:
+        turn.approvals.grant(f"tool:{turn.user_input.as_text()}")
+        return await original(self, turn, listener)
+
+    monkeypatch.setattr(FakeSession, "run_turn", granting)
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        await (await a.submit(_request("search"))).result
+        assert a.approvals(S1).granted() == {"tool:search"}
+        b.approvals(S1).grant("tool:browse")
+        b.approvals(other).grant("tool:keep")
+        assert b.approvals(S1).is_granted("tool:browse")
+        assert await b.delete_session(S1)
+        await trio.testing.wait_all_tasks_blocked()
+        assert a.approvals(S1).granted() == frozenset()
+        assert b.approvals(S1).granted() == frozenset()
+        assert b.approvals(other).granted() == {"tool:keep"}

@@ -4,6 +4,8 @@ and each turn sees the history the previous one wrote."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 import trio
 import trio.testing
@@ -13,7 +15,7 @@ from router_kit import AGENT, S1
 from zlink_trio.router import AgentExecutionResult, DispositionKind, SubmitRequest
 
 
-def _request(text: str) -> SubmitRequest:
+def _request(text: Any) -> SubmitRequest:
     return SubmitRequest(session_id=S1, agent_ref=AGENT, user_input=text)
 
 
@@ -83,3 +85,36 @@ async def test_r10_06_the_same_scenario_answers_alike_from_any_router(
         assert second.kind is DispositionKind.FORWARDED
         assert (await first.result).text == "a:first:0"
         assert (await second.result).text == "a:second:2"
+
+
+async def test_r10_22_multimodal_input_survives_a_cross_node_forward(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R10-22 (router side): an image, and a composite of text and image, submitted on a
+    non-holder reach the holder's turn equal to what was submitted (``userInput`` text plus
+    ``userInputEncoded``), through the inbox's serialized text."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import CompositeInput, ImageInput, TextInput
+
+    seen: list[object] = []
+    original = FakeSession.run_turn
+
+    async def recording(self: Any, turn: Any, listener: Any) -> Any:
+        seen.append(turn.user_input)
+        return await original(self, turn, listener)
+
+    monkeypatch.setattr(FakeSession, "run_turn", recording)
+    image = ImageInput("image/png", bytes(range(256)), caption="chart")
+    composite = CompositeInput((TextInput("compare with"), image))
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        await (await a.submit(_request("bind"))).result
+        for value in (image, composite):
+            forwarded = await b.submit(_request(value))
+            assert forwarded.kind is DispositionKind.FORWARDED
+            await forwarded.result
+    assert seen[1:] == [image, composite]

@@ -76,14 +76,18 @@ async def test_r10_13_one_doorbell_per_forwarded_delivery(
 async def test_r10_14_one_turn_result_per_forwarded_turn_after_mark_done(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-14: exactly one TURN_RESULT per forwarded turn (none for a local one), each
-    published after that turn's markDone."""
+    """R10-14: exactly one TURN_RESULT per forwarded turn, each published after that turn's
+    markDone. A keyed local turn publishes one too (callers attached by its key on other
+    nodes wait on it, §9.2 row 3); a keyless local one publishes none."""
     log = CallLog()
     spied = attrs.evolve(
         shared, bus=log.spy("bus", shared.bus), idempotency=log.spy("idem", shared.idempotency)
     )
     world.duration = lambda _t: 2.0
     async with cluster(spied, world, registry, ["a", "b"]) as (a, b):
+        plain = await a.submit(_request("plain"))
+        await plain.result
+        assert "bus.publish:TURN_RESULT" not in log.calls
         local = await a.submit(_request("local", idempotency_key=IdempotencyKey("l")))
         forwards = [
             await b.submit(_request(f"f{i}", idempotency_key=IdempotencyKey(f"k{i}")))
@@ -94,9 +98,10 @@ async def test_r10_14_one_turn_result_per_forwarded_turn_after_mark_done(
             await f.result
     results = [i for i, c in enumerate(log.calls) if c == "bus.publish:TURN_RESULT"]
     dones = [i for i, c in enumerate(log.calls) if c == "idem.mark_done"]
-    assert len(results) == 2
+    assert len(results) == 3
     assert len(dones) == 3
-    assert dones[1] < results[0] and dones[2] < results[1]
+    assert all(done < result for done, result in zip(dones, results, strict=True))
+    assert results[0] < dones[1] and results[1] < dones[2]
 
 
 async def test_r10_41_duplicated_and_reordered_signals_change_nothing(
@@ -147,9 +152,9 @@ async def test_r10_43_an_empty_doorbell_is_a_no_op(
 async def test_r10_11_evict_fails_the_forwarded_results_of_the_session(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-11 (the forwarded-result part; subscriber completion and the status projection
-    come with events and status in part 2): an EVICT for the session fails every pending
-    forwarded result on the receiving node with SessionEvicted."""
+    """R10-11 / R10-110 (the forwarded-result part; subscribers, the projection and approvals have
+    their own tests): an EVICT for the session fails every pending forwarded result on the
+    receiving node with SessionEvicted."""
     await shared.leases.try_acquire(S1, NodeId("ghost"), 10_000)
     async with cluster(shared, world, registry, ["a"]) as (a,):
         pending = [await a.submit(_request(f"p{i}")) for i in range(2)]
@@ -158,3 +163,31 @@ async def test_r10_11_evict_fails_the_forwarded_results_of_the_session(
             with pytest.raises(SessionEvicted):
                 await f.result
         assert a.statistics().waiting_forwards == 0
+
+
+async def test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-19 (router side): each forwarded submit is one delivery to the shared inbox from
+    the submitting node; only the lease holder collects — the non-holder hears the same
+    doorbells, loses the election and never calls collect."""
+    from router_app import builder
+
+    from zlink_trio.router import open_session_router
+
+    log = CallLog()
+    world.duration = lambda _t: 5.0
+    on = {n: attrs.evolve(shared, inbox=log.spy(f"{n}-inbox", shared.inbox)) for n in "ab"}
+    async with (
+        open_session_router(builder(on["a"], world, registry, "a")) as a,
+        open_session_router(builder(on["b"], world, registry, "b")) as b,
+    ):
+        first = await a.submit(_request("first"))
+        await trio.testing.wait_all_tasks_blocked()
+        forwarded = [await b.submit(_request(f"f{i}")) for i in range(2)]
+        for f in [first, *forwarded]:
+            await f.result
+    assert log.calls.count("b-inbox.deliver") == 2
+    assert "a-inbox.deliver" not in log.calls
+    assert "b-inbox.collect" not in log.calls
+    assert "a-inbox.collect" in log.calls

@@ -253,7 +253,8 @@ async def test_r10_87_f7_rail_first_polling_when_the_rail_is_lost(
 async def test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-110: with no answer, a forwarded result fails with ForwardTimeout at 5 min."""
+    """R10-110 / R10-155: with no answer, a forwarded result fails with ForwardTimeout at
+    exactly the default idempotency_forward_ttl, 5 min."""
     await _ghost_holds(shared)
     async with cluster(shared, world, registry, ["a"]) as (a,):
         start = trio.current_time()

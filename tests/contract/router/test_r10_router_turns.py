@@ -51,8 +51,8 @@ class RenewLog:
 async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-02: a turn cut midway (user interrupt, shutdown) leaves no transcript of itself
-    in the record store."""
+    """R10-02: a turn cut midway (user interrupt, lost lease, shutdown) leaves no transcript
+    of itself in the record store."""
     world.duration = lambda t: 1.0 if t == "kept" else 100.0
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("kept"))).result
@@ -61,6 +61,12 @@ async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
         a.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted):
             await cut.result
+        lost = await a.submit(_request("lost"))
+        await trio.testing.wait_all_tasks_blocked()
+        lease = await shared.leases.current(S1)
+        assert lease is not None and await shared.leases.release(lease)  # taken away
+        with pytest.raises(TurnInterrupted, match="LEASE_LOST"):
+            await lost.result
         shutdown = await a.submit(_request("shutdown"))
         await trio.testing.wait_all_tasks_blocked()
         await a.close_gracefully(2.0)
@@ -193,14 +199,19 @@ async def test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease(
     advance: Advance,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
-    """R10-95 / R10-172: the loss path never blocks the renewers: with a hook that blocks
-    its thread when one session's lease is lost, the other session's renewals stay on
-    their 10 s ticks and it keeps its lease."""
+    """R10-95 / R10-172: the loss path never blocks the renewers. The lease-loss hook blocks
+    its thread until the test has seen the other session's renewals stay on their 10 s ticks
+    (and keep its lease) for 40 s more: the hook returns released only if the router kept
+    running while it blocked. (Run on the router's own thread, it would stall everything —
+    the test could not release it, its wait would time out, and it would report that.)"""
     unblock = threading.Event()
+    hook_returned = threading.Event()
+    released: list[bool] = []
 
     class Blocking(SessionMetrics):
         def on_lease_extend_failed(self, session_id: SessionId) -> None:
-            unblock.wait(10)
+            released.append(unblock.wait(5))
+            hook_returned.set()
 
     renewals = RenewLog(shared.leases)
     world.duration = lambda _t: 100.0
@@ -221,9 +232,9 @@ async def test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease(
         current = await shared.leases.current(S2)
         assert current is not None and current.holder_id == a.node_id
         unblock.set()
-        a.interrupt(S2, InterruptReason.USER)
-        with pytest.raises(TurnInterrupted):
-            await two.result
+        assert await trio.to_thread.run_sync(hook_returned.wait, 5)
+        assert released == [True]
+        assert (await two.result).text == "a:two:0"  # S2 kept its lease to the end
 
 
 async def test_r10_127_next_and_later_run_in_the_same_pass(
@@ -277,8 +288,8 @@ async def test_r10_141_open_options_only_on_a_miss_submit_options_every_turn(
 async def test_r10_23_a_blocked_publish_does_not_delay_renewals(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
-    """R10-23 (the renewal scheduler's part; the cache and holder-loss sweepers come in
-    parts 2 and 3): a bus whose publish hangs does not delay a renewal tick."""
+    """R10-23 (a remote publish that hangs): a bus whose publish hangs does not delay a
+    renewal tick (the three schedules together: test_r10_router_sweeps.py)."""
 
     class StuckBus:
         def __init__(self, target: Any) -> None:
@@ -313,3 +324,53 @@ async def test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass(
         await (await a.submit(_request("trigger", priority=Priority.LATER))).result
     assert world.injected == []
     assert [t.text for t in world.turns] == ["bind", "now-waiting", "next-waiting", "trigger"]
+
+
+async def test_r10_91_a_submit_from_inside_its_own_session_s_turn_is_refused(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R10-91: the router is not re-entrant. A submit to a session from inside one of that
+    session's turns (directly, or from a task the turn spawned) raises ReentrantSubmitError
+    at once and queues nothing, and the turn itself completes; a submit to another session
+    from inside a turn is ordinary."""
+    from router_app import FakeSession
+
+    from zlink_trio.router import ReentrantSubmitError
+
+    routers: list[Any] = []
+    seen: list[str] = []
+    original = FakeSession.run_turn
+
+    async def nesting(self: Any, turn: Any, listener: Any) -> Any:
+        if turn.user_input.as_text() == "outer":
+            (router,) = routers
+            try:
+                await router.submit(_request("nested"))
+            except ReentrantSubmitError:
+                seen.append("direct refused")
+
+            async def spawned() -> None:
+                try:
+                    await router.submit(_request("nested-in-task"))
+                except ReentrantSubmitError:
+                    seen.append("spawned refused")
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(spawned)
+            other = await router.submit(_request("elsewhere", session=S2))
+            seen.append(f"other session: {other.kind.name}")
+        return await original(self, turn, listener)
+
+    monkeypatch.setattr(FakeSession, "run_turn", nesting)
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        routers.append(a)
+        outer = await a.submit(_request("outer"))
+        assert (await outer.result).text == "a:outer:0"
+        await trio.testing.wait_all_tasks_blocked()
+        assert not await shared.inbox.has_pending(S1)
+    assert seen == ["direct refused", "spawned refused", "other session: EXECUTED_LOCALLY"]
+    assert sorted(t.text for t in world.turns) == ["elsewhere", "outer"]

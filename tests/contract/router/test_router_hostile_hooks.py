@@ -4,6 +4,8 @@ Found by an adversarial review of the router."""
 
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
 import pytest
@@ -23,6 +25,7 @@ from zlink_trio.router import (
     Priority,
     QueuedInput,
     SessionMetrics,
+    SessionRouterConfig,
     SubmitRequest,
 )
 
@@ -99,3 +102,34 @@ async def test_interrupt_after_close_is_a_no_op(autojump_clock: trio.testing.Moc
 
     with pytest.raises(RouterShuttingDown):
         await router.submit(_request("late"))
+
+
+async def test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_exit(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """§12 / R10-167 (and the issue's rule "a slow hook delays only itself"): while one hook
+    blocks its thread, later hooks still run, and leaving the router waits for the blocked
+    hook no longer than ``metrics_drain_timeout`` (wall clock), then abandons it."""
+    stuck = threading.Event()
+    missed = threading.Event()
+
+    class Slow(SessionMetrics):
+        def on_submit(self, *args: Any) -> None:
+            stuck.wait(10)
+
+        def on_cache_miss(self, *args: Any) -> None:
+            missed.set()
+
+    world = World()
+    registry = Registry(world, [AGENT])
+    config = SessionRouterConfig(metrics_drain_timeout=0.2)
+    try:
+        async with cluster(_shared(), world, registry, ["a"], metrics=Slow(), config=config) as (
+            a,
+        ):
+            await (await a.submit(_request("x"))).result  # on_submit, then on_cache_miss
+            assert await trio.to_thread.run_sync(missed.wait, 5)  # not behind on_submit
+            leaving = time.monotonic()
+        assert time.monotonic() - leaving < 3
+    finally:
+        stuck.set()
