@@ -14,7 +14,7 @@ import pytest
 import trio
 import trio.testing
 from actor_kit import Recorder, client_app, make_app
-from owner_loss_kit import create_on, short_leases
+from owner_loss_kit import create_on, short_leases, wait_gone
 
 import zlink_trio
 from zlink_trio import Created, Existing, OperationId, ServerConfig, Unavailable
@@ -186,8 +186,7 @@ async def test_a_node_killed_during_an_approval_leaves_the_id_creatable(
                 if s.identity.node_rid == row.owner.node_rid
             )
             await cluster.kill(owner if victim == "target" else 0)
-            if victim == "source":
-                survivor = cluster.servers[1 if owner == 2 else 2]
+            survivor = cluster.servers[1 if owner == 2 else 2]  # the other host
             with trio.fail_after(1 + 4 + 5 + 1):
                 while True:
                     try:
@@ -368,3 +367,131 @@ async def test_a_local_create_in_flight_when_its_node_stops_with_the_store_cut_e
         assert type(errors[0]) in EXPORTED, repr(errors[0])
         await trio.sleep(4 + 5 + 0.5 + 10)  # deadline + grace + a sweep (+ the lease)
         await assert_settled(store, ["x"])
+
+
+@memory_only
+async def test_a_resubmission_after_the_target_died_mid_approval_creates_the_actor(
+    clock: object, store: LocationStore
+) -> None:
+    """A create under an explicit OperationId is in its approval on node 1 when node 1 is
+    killed; the caller's attempt ends (no terminal was ever recorded). A re-submission of
+    the SAME OperationId after the dead target's lease expired must not be wedged on the
+    dead reservation it once made: it creates the Actor on the surviving host."""
+    rec = Recorder()
+    gate, entered = trio.Event(), trio.Event()
+    hosting = make_app(rec, on_create=blocking_approval(gate, entered))
+    plain = make_app(Recorder())
+
+    def apps(i: int) -> Any:
+        return {0: client_app(), 1: hosting, 2: plain}[i]
+
+    async with open_cluster(3, store=store, app=apps, config=short_leases(sweep=0.5)) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0]
+        op = OperationId.new()
+        first: list[object] = []
+        # only node 1 hosts until it is killed: node 2's app is plain but placement is
+        # random, so retry the first attempt until it lands on node 1
+        name = ""
+        for i in range(40):
+            name = f"r{i}"
+            async with trio.open_nursery() as nursery:
+
+                async def create(name: str = name, op: OperationId = op) -> None:
+                    try:
+                        first.append(
+                            await caller.actors.create(name, "player")
+                            .request(b"block")
+                            .operation_id(op)
+                            .timeout(3)
+                        )
+                    except zlink_trio.ZLinkError as exc:
+                        first.append(exc)
+
+                nursery.start_soon(create)
+                with trio.move_on_after(0.5):
+                    await entered.wait()
+                if entered.is_set():
+                    await cluster.kill(1)
+                    break
+                nursery.cancel_scope.cancel()
+            op = OperationId.new()
+            first.clear()
+        assert entered.is_set(), "never placed on node 1"
+        assert len(first) == 1 and type(first[0]) in EXPORTED, first
+        await wait_gone([caller, cluster.servers[2]], cluster.servers[1].identity.node_rid)
+        with trio.fail_after(15):
+            again = await caller.actors.create(name, "player").operation_id(op).timeout(5)
+        assert isinstance(again, Created), again
+        assert again.actor.node_rid == cluster.servers[2].identity.node_rid
+        await assert_settled(store, [name])
+
+
+@pytest.mark.parametrize("timeout", [5.0])
+async def test_creates_right_after_a_host_crash_do_not_wait_their_deadline_on_it(
+    clock: object, store: LocationStore, timeout: float
+) -> None:
+    """Node 1 (one of two hosts) is killed; its 10 s lease has not expired yet. Creates
+    from a caller-only node, each with a 5 s timeout, must not be wedged on the dead
+    host for their whole deadline while another host is live: each ends Created (on node
+    2) or at least fails within connect_timeout (docs/api.md: an owner that cannot be
+    dialed is Unavailable within connect_timeout)."""
+    rec = Recorder()
+    hosting = make_app(rec)
+
+    def apps(i: int) -> Any:
+        return client_app() if i == 0 else hosting
+
+    async with open_cluster(3, store=store, app=apps, config=ten_second_leases) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[0]
+        await cluster.kill(1)
+        outcomes: list[tuple[str, float, object]] = []
+        for i in range(10):  # placement is random: 10 creates land on the dead host
+            start = trio.current_time()
+            try:
+                result: object = await caller.actors.get_or_create(f"d{i}", "player").timeout(
+                    timeout
+                )
+            except zlink_trio.ZLinkError as exc:
+                result = exc
+            outcomes.append((f"d{i}", trio.current_time() - start, result))
+            if not isinstance(result, Created):
+                break  # the first one that landed there is the finding
+        slow = [o for o in outcomes if o[1] > 2.0 + 0.01 or not isinstance(o[2], Created)]
+        assert not slow, [(n, t, type(r).__name__, str(r)[:80]) for n, t, r in slow]
+
+
+async def test_survivors_racing_get_or_create_on_a_dead_id_make_one_incarnation(
+    clock: object, store: LocationStore
+) -> None:
+    """Node 0 hosting an Actor is killed; after its lease expired three survivors race
+    get_or_create (and find) on the id: exactly one Created, the others Existing of that
+    same ref (never two incarnations), and the Store row is that ref's."""
+    rec = Recorder()
+    async with open_cluster(4, store=store, app=make_app(rec), config=short_leases()) as cluster:
+        await cluster.wait_all_admitted()
+        victim, *survivors = cluster.servers
+        dead = victim.identity.node_rid
+        (ref,) = await create_on(survivors[0], "g", dead, 1)
+        await cluster.kill(0)
+        await wait_gone(survivors, dead)
+        results: list[object] = []
+
+        async def race(server: zlink_trio.Server) -> None:
+            results.append(await server.actors.get_or_create(ref.actor_id.value, "player"))
+            results.append(await server.actors.find(ref.actor_id.value))
+
+        with trio.fail_after(20):
+            async with trio.open_nursery() as nursery:
+                for server in survivors:
+                    nursery.start_soon(race, server)
+        created = [r for r in results if isinstance(r, Created)]
+        assert len(created) == 1, results
+        new = created[0].actor
+        assert new.object_generation != ref.object_generation
+        assert all(isinstance(r, Created | Existing) or r == new for r in results)
+        assert all(r.actor == new for r in results if isinstance(r, Existing))
+        assert [r for r in results if not isinstance(r, Created | Existing)] == [new] * 3
+        row = await store.read(ObjectKey.actor(ref.actor_id.value))
+        assert row is not None and row.object_generation == new.object_generation
