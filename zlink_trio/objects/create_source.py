@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Generic, TypeVar, final
+from typing import Final, Generic, TypeVar, final
 
 import attrs
 import trio
@@ -40,13 +40,14 @@ from ..errors import (
     CapacityExceeded,
     DeadlineExceeded,
     InvalidOperation,
+    NotFound,
     OwnerLeaseExpired,
     StoreOutcomeUnknown,
     TypeMismatch,
     Unavailable,
 )
 from ..ids import MeshName, OperationId, StableType
-from ..mesh.api import MeshNodeApi, PeerAddress
+from ..mesh.api import MeshNodeApi, PeerAddress, PeerState
 from ..observe import FlowTrace
 from ..store.api import (
     Applied,
@@ -81,6 +82,18 @@ def _about(reply: TerminalReply, row: AuthorityRow) -> bool:
     create tail names that incarnation), which the target committed or gave back."""
     tail = reply.tail
     return isinstance(tail, CreateTail) and tail.object_generation == row.object_generation
+
+
+_EXHAUSTED: Final = b""
+"""In the unreachable set: every candidate was found unreachable, place no more."""
+
+
+class _TargetUnreachable(Exception):
+    """The reserved target could not be reached before anything was sent to it."""
+
+    def __init__(self, node_rid: bytes, state: PeerState) -> None:
+        super().__init__(f"target node {node_rid.hex()[:12]} cannot be reached ({state.name})")
+        self.node_rid = node_rid
 
 
 def _ttl(deadline: float) -> float | None:
@@ -149,9 +162,42 @@ class CreateSource(Generic[IdT, ResultT]):
         exclusive: bool,
         operation_id: OperationId | None,
     ) -> ResultT:
-        me = self._node.identity
-        explicit = operation_id is not None
+        # A target that cannot be reached before anything was sent to it (its process
+        # died, its lease not expired yet) never got the order: its reservation is given
+        # back and the create is placed again, on another node, within the same deadline.
+        unreachable: set[bytes] = set()
         op = operation_id or OperationId.new()
+        while True:
+            try:
+                return await self._run_once(
+                    object_id,
+                    stable_type,
+                    mesh,
+                    request,
+                    deadline,
+                    exclusive=exclusive,
+                    op=op,
+                    explicit=operation_id is not None,
+                    unreachable=unreachable,
+                )
+            except _TargetUnreachable as exc:
+                logger.info("create of %r: %s; placing it again", object_id, exc)
+                unreachable.add(exc.node_rid)
+
+    async def _run_once(
+        self,
+        object_id: IdT,
+        stable_type: StableType,
+        mesh: MeshName,
+        request: bytes | None,
+        deadline: float,
+        *,
+        exclusive: bool,
+        op: OperationId,
+        explicit: bool,
+        unreachable: set[bytes],
+    ) -> ResultT:
+        me = self._node.identity
         key = OperationKey(me.node_rid, me.node_generation, op)
         object_key = self._kind.key(object_id)
         kind = self._kind.kind
@@ -235,7 +281,7 @@ class CreateSource(Generic[IdT, ResultT]):
                     # moved, or the outcome is unknown: read again).
                     unsure = True
                     reserved = await self._reserve(
-                        key, object_key, stable_type, mesh, request, deadline
+                        key, object_key, stable_type, mesh, request, deadline, unreachable
                     )
                     if reserved is not None:
                         unsure = False
@@ -259,7 +305,7 @@ class CreateSource(Generic[IdT, ResultT]):
                     if retained is not None:
                         reply = self._checked(decode_terminal(retained.result), object_key)
             if reply is None:
-                reply = await self._drive(key, object_id, reserved, deadline)
+                reply = await self._drive(key, object_id, reserved, deadline, unreachable)
         finally:
             if reply is None:
                 # No terminal (deadline, the caller's cancellation, a transport failure,
@@ -281,11 +327,33 @@ class CreateSource(Generic[IdT, ResultT]):
         mesh: MeshName,
         request: bytes | None,
         deadline: float,
+        unreachable: set[bytes],
     ) -> AuthorityRow | None:
         store = self._store
         nodes = await store.list_nodes(mesh)
         kind = self._kind.kind
-        target = choose_node(nodes, stable_type, kind=kind, rng=self._rng)
+        try:
+            target = choose_node(
+                nodes, stable_type, kind=kind, rng=self._rng, exclude=frozenset(unreachable)
+            )
+        except NotFound:
+            if not unreachable:
+                raise
+            # The node we had placed it on went away and no other live node hosts the
+            # type: the operation's target lifecycle ended (A04-24), not a NotFound.
+            raise Unavailable(
+                f"the target node's lifecycle ended and no other live node hosts "
+                f"{self._noun} type {stable_type.value!r}"
+            ) from None
+        except CapacityExceeded:
+            if not unreachable:
+                raise
+            # Every candidate left could not be reached: no re-placement any more; the
+            # operation is driven as any durable one (replayed to its target until its
+            # deadline: never admitted -> Unavailable at the deadline, A04-23).
+            unreachable.clear()
+            unreachable.add(_EXHAUSTED)
+            target = choose_node(nodes, stable_type, kind=kind, rng=self._rng)
         content = None
         if request is not None:
             retain = (
@@ -359,8 +427,34 @@ class CreateSource(Generic[IdT, ResultT]):
         if not settled:
             self._reclaimer.later(object_key, version)
 
+    async def _reach(self, peer: PeerAddress, deadline: float) -> None:
+        """Before the first send: a target with no admitted connection is dialed now and
+        waited for at most ``connect_timeout``. One that cannot be reached raises
+        :class:`_TargetUnreachable` (nothing was sent: the create is placed again, on
+        another node; once no other candidate is left, it is driven as any durable
+        operation). Once admitted, run_durable replays the operation under its
+        OperationId through transport failures (A04-24)."""
+        node = self._node
+        state = node.peer_state(peer)
+        if state is PeerState.ADMITTED:
+            return
+        if state is PeerState.GONE:
+            await node.refresh_peers()  # our view may predate the target's registration
+            state = node.peer_state(peer)
+        if state is PeerState.CONNECTING:
+            with trio.move_on_at(min(deadline, trio.current_time() + self._config.connect_timeout)):
+                state = await node.connect(peer)
+        if state is not PeerState.ADMITTED and trio.current_time() < deadline:
+            raise _TargetUnreachable(peer.node_rid.value, state)
+        # Admitted, or the deadline passed: run_durable gives the typed ending.
+
     async def _drive(
-        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+        self,
+        key: OperationKey,
+        object_id: IdT,
+        row: AuthorityRow,
+        deadline: float,
+        unreachable: set[bytes],
     ) -> TerminalReply:
         """Send the create to the reserved target and wait for its terminal (replaying it
         under the same OperationId on transient transport failures)."""
@@ -390,6 +484,9 @@ class CreateSource(Generic[IdT, ResultT]):
                 return await sink.wait()
             raise DeadlineExceeded("create did not finish before its deadline")
         kind = self._kind
+        peer = PeerAddress(row.owner.mesh_name, row.owner.node_rid)
+        if _EXHAUSTED not in unreachable:
+            await self._reach(peer, deadline)
 
         def record(timeout_ms: int) -> object:
             return kind.record(attrs.evolve(order, timeout_ms=timeout_ms))
@@ -404,7 +501,7 @@ class CreateSource(Generic[IdT, ResultT]):
 
         return await run_durable(
             self._node,
-            PeerAddress(row.owner.mesh_name, row.owner.node_rid),
+            peer,
             record,
             deadline,
             on_attempt=counted,

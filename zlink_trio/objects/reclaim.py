@@ -166,8 +166,19 @@ class Reclaimer:
         if terminal is not None and reply is not None:
             self._replies[terminal.key] = reply
         if not self._running:
+            try:
+                self._nursery.start_soon(self._run, name="zlink_trio.objects.reclaim")
+            except RuntimeError:
+                # The owning runtime is stopping (its nursery takes no new task): nobody
+                # will retry here. The row is left to the backstop every reservation has
+                # (its attempt deadline + grace, or its lifecycles ending): reclaimable by
+                # any live node's sweep or waiter, never wedged.
+                logger.info(
+                    "the runtime is stopping: the give-back of %r is left to the reclaim backstop",
+                    key,
+                )
+                return
             self._running = True
-            self._nursery.start_soon(self._run, name="zlink_trio.objects.reclaim")
 
     def reply_for(self, operation: OperationKey) -> TerminalReply | None:
         """The terminal of ``operation`` while its give-back is pending here."""
