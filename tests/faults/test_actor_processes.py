@@ -14,21 +14,20 @@ test waits on the node's output lines and on peer-state transitions, never on sl
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 from process_app import app as cart_app
+from process_kit import JsonLinesProcess, pg_schema
 
 import zlink_trio
 from zlink_trio import (
@@ -45,7 +44,6 @@ from zlink_trio.ids import NodeRid
 from zlink_trio.mesh.api import PeerAddress, PeerState
 from zlink_trio.server import Server
 from zlink_trio.store.api import LocationStore, ObjectKey, ObjectKind
-from zlink_trio.store.postgres import drop_schema, open_postgres_store
 from zlink_trio.testing import FlowEvent, flow_count, node_of
 
 pytestmark = [
@@ -63,35 +61,8 @@ LEASE_TTL = 2.0
 IDS = ("cart-0", "cart-1", "cart-2")
 
 
-class Node:
+class Node(JsonLinesProcess):
     """One ``zlink-trio node`` process and the JSON lines it printed."""
-
-    def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.lines: list[dict[str, Any]] = []
-        self._buffer = b""
-        self._changed = trio.Event()
-
-    async def pump(self) -> None:
-        assert self.process.stdout is not None
-        async for chunk in self.process.stdout:
-            self._buffer += chunk
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                self.lines.append(json.loads(line))
-                changed, self._changed = self._changed, trio.Event()
-                changed.set()
-        changed, self._changed = self._changed, trio.Event()
-        changed.set()
-
-    async def wait_line(self, **match: Any) -> dict[str, Any]:
-        while True:
-            for line in self.lines:
-                if all(line.get(k) == v for k, v in match.items()):
-                    return line
-            if self.process.returncode is not None and not self._buffer:
-                raise AssertionError(f"node exited without printing {match}: {self.lines}")
-            await self._changed.wait()
 
 
 @asynccontextmanager
@@ -156,15 +127,8 @@ async def wait_not_admitted(server: Server, rid: str) -> None:
         await node.wait_peer_change(address)
 
 
-@asynccontextmanager
-async def schema_store(dsn: str) -> AsyncIterator[tuple[str, LocationStore]]:
-    schema = f"zlink_carts_{uuid.uuid4().hex[:12]}"
-    try:
-        async with open_postgres_store(dsn, schema=schema, connections=2) as store:
-            yield schema, store
-    finally:
-        with trio.CancelScope(shield=True):
-            await drop_schema(dsn, schema)
+def schema_store(dsn: str) -> AbstractAsyncContextManager[tuple[str, LocationStore]]:
+    return pg_schema(dsn, "zlink_carts", connections=2)
 
 
 async def test_calls_to_a_sigkilled_owner_fail_fast_then_reclaim(pg_dsn: str) -> None:

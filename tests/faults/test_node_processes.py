@@ -8,7 +8,6 @@ and the test waits on the nodes' output lines, never on fixed sleeps.
 
 from __future__ import annotations
 
-import json
 import os
 import secrets
 import signal
@@ -21,6 +20,7 @@ from typing import Any
 
 import pytest
 import trio
+from process_kit import JsonLinesProcess
 
 from zlink_trio.ids import MeshName
 from zlink_trio.store.postgres import drop_schema, open_postgres_store
@@ -31,44 +31,16 @@ MESH = "faults"
 LEASE_TTL = 1.0
 
 
-class Node:
+class Node(JsonLinesProcess):
     """One `zlink-trio node` process and the JSON lines it printed."""
 
     def __init__(self, process: trio.Process) -> None:
-        self.process = process
-        self.lines: list[dict[str, Any]] = []
-        self._buffer = b""
-        self._changed = trio.Event()
+        super().__init__(process)
         self.ready: dict[str, Any] = {}
 
     @property
     def rid(self) -> str:
         return str(self.ready["rid"])
-
-    async def pump(self) -> None:
-        assert self.process.stdout is not None
-        async for chunk in self.process.stdout:
-            self._buffer += chunk
-            while b"\n" in self._buffer:
-                line, self._buffer = self._buffer.split(b"\n", 1)
-                self.lines.append(json.loads(line))
-                changed, self._changed = self._changed, trio.Event()
-                changed.set()
-        changed, self._changed = self._changed, trio.Event()
-        changed.set()
-
-    async def wait_line(self, **match: Any) -> dict[str, Any]:
-        while True:
-            for line in self.lines:
-                if all(line.get(k) == v for k, v in match.items()):
-                    return line
-            if self.process.returncode is not None and not self._buffer:
-                await trio.lowlevel.checkpoint()
-                for line in self.lines:
-                    if all(line.get(k) == v for k, v in match.items()):
-                        return line
-                raise AssertionError(f"node exited without printing {match}: {self.lines}")
-            await self._changed.wait()
 
     def peer_states(self, rid: str, since: int = 0) -> list[str]:
         return [line["state"] for line in self.lines[since:] if line.get("rid") == rid]

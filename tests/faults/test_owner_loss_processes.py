@@ -18,18 +18,17 @@ import secrets
 import signal
 import subprocess
 import sys
-import uuid
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 
 import pytest
 import trio
+from process_kit import pg_schema
 
 from zlink_trio import Created, NotFound, Server, ServerConfig
 from zlink_trio.ids import NodeRid
 from zlink_trio.store.api import AuthorityState, LocationStore, ObjectKey
-from zlink_trio.store.postgres import drop_schema, open_postgres_store
 from zlink_trio.testing import FlowEvent, RecordingStore, flow_count, node_of, open_cluster
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "contract" / "actors"))
@@ -97,15 +96,8 @@ async def sigkill(host: HostProcess) -> None:
     assert await host.process.wait() == -signal.SIGKILL
 
 
-@asynccontextmanager
-async def pg_schema(dsn: str) -> AsyncIterator[tuple[str, LocationStore]]:
-    schema = f"zlink_owner_loss_{uuid.uuid4().hex[:12]}"
-    try:
-        async with open_postgres_store(dsn, schema=schema, connections=4) as store:
-            yield schema, store
-    finally:
-        with trio.CancelScope(shield=True):
-            await drop_schema(dsn, schema)
+def owner_loss_schema(dsn: str) -> AbstractAsyncContextManager[tuple[str, LocationStore]]:
+    return pg_schema(dsn, "zlink_owner_loss")
 
 
 def survivors_config(secret: bytes, *, sweep: float) -> Any:
@@ -131,7 +123,7 @@ async def test_sigkilled_owners_actors_are_reclaimed_once_by_racing_survivors(
     secret = secrets.token_bytes(32)
     rec = Recorder()
     with trio.fail_after(40):
-        async with pg_schema(pg_dsn) as (schema, store):
+        async with owner_loss_schema(pg_dsn) as (schema, store):
             recording = RecordingStore(store)
             async with host_process(pg_dsn, schema, secret, actors=5) as victim:
                 dead = victim.rid
@@ -201,7 +193,7 @@ async def test_a_restarted_process_reclaims_its_previous_lifecycle_at_startup(
     rec = Recorder()
     with trio.fail_after(40):
         async with (
-            pg_schema(pg_dsn) as (schema, store),
+            owner_loss_schema(pg_dsn) as (schema, store),
             host_process(pg_dsn, schema, secret, actors=3) as victim,
         ):
             dead = victim.rid
