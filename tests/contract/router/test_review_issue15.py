@@ -6,19 +6,19 @@ why it needs the wall clock."""
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Registry, Shared, World, cluster, no_overlap
+from router_app import FakeSession, Opener, Registry, Shared, World, builder, cluster, no_overlap
 from router_kit import AGENT, KEY, S1, S2
 
 from zlink_trio.router import (
     AgentExecutionResult,
     DispositionKind,
-    IdempotencyState,
     LiveSessionOptions,
     Priority,
     QueuedInput,
@@ -29,6 +29,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TurnFailedError,
     TurnInput,
+    open_session_router,
 )
 
 
@@ -94,7 +95,7 @@ async def test_run_turn_returning_none_fails_the_turn_and_keeps_the_router(
                     await bad.result
                 after = await a.submit(_request("after", session=S2))
                 assert (await after.result).text == "a:after:0"
-        except BaseException as exc:  # noqa: BLE001 (the router's crash is the finding)
+        except BaseException as exc:
             crashed.append(exc)
     assert crashed == [], f"the router crashed: {crashed!r}"
 
@@ -192,7 +193,7 @@ async def test_a_submit_that_straddles_the_routers_exit_raises_a_typed_error(
                 async def submit() -> None:
                     try:
                         await a.submit(_request("late"))
-                    except Exception as exc:  # noqa: BLE001 (its type is the finding)
+                    except Exception as exc:
                         raised.append(exc)
 
                 outer.start_soon(submit)
@@ -244,9 +245,6 @@ async def test_a_hanging_renewal_does_not_let_two_nodes_run_the_session_at_once(
 
     Observed: the renewer awaits the hung call forever, nothing watches the lease's expiry,
     and a's 200 s turn keeps running while b runs a turn of the same session from 40 s."""
-    from router_app import builder
-    from zlink_trio.router import open_session_router
-
     hanging = _HangingRenew(shared.leases)
     world.duration = lambda text: 200.0 if text == "long" else 1.0  # type: ignore[method-assign]
     with trio.fail_after(1000):
@@ -259,16 +257,10 @@ async def test_a_hanging_renewal_does_not_let_two_nodes_run_the_session_at_once(
             assert long.kind is DispositionKind.EXECUTED_LOCALLY
             await trio.sleep(40)
             other = await b.submit(_request("other"))
-            with trio.move_on_after(300):
-                try:
-                    await other.result
-                except Exception:  # noqa: BLE001, S110 (only the intervals matter)
-                    pass
-            with trio.move_on_after(300):
-                try:
-                    await long.result
-                except Exception:  # noqa: BLE001, S110
-                    pass
+            with trio.move_on_after(300), contextlib.suppress(Exception):
+                await other.result  # only the turns' intervals matter
+            with trio.move_on_after(300), contextlib.suppress(Exception):
+                await long.result
     assert no_overlap(world.turns), [(t.node, t.text, t.start, t.end) for t in world.turns]
 
 
@@ -347,8 +339,6 @@ async def test_release_during_a_slow_open_leaves_no_open_handle(
     the cache of a session that was released (no lease held), interrupts the turn at once
     and leaves the handle there, open: ``open_handles`` is 1, the handle is never closed
     until some later release or the router's exit."""
-    from router_app import Opener, builder
-    from zlink_trio.router import open_session_router
 
     class SlowOpener(Opener):
         async def open(self, request: Any) -> Any:
@@ -362,7 +352,7 @@ async def test_release_during_a_slow_open_leaves_no_open_handle(
             first = await a.submit(_request("one"))
             await trio.sleep(1)
             await a.release_session(S1)
-            with pytest.raises(Exception):  # noqa: B017, PT011 (interrupted or evicted)
+            with pytest.raises(Exception):  # noqa: B017 (interrupted or evicted)
                 await first.result
             await trio.sleep(20)
             assert await shared.leases.current(S1) is None
@@ -400,16 +390,16 @@ async def test_a_keyed_message_purged_by_release_does_not_block_its_retry(
             keyed = await b.submit(_request("keyed", key=KEY))
             assert keyed.kind is DispositionKind.FORWARDED
             await a.release_session(S1)
-            with pytest.raises(Exception):  # noqa: B017, PT011 (interrupted)
+            with pytest.raises(Exception):  # noqa: B017 (interrupted)
                 await long.result
-            with pytest.raises(Exception):  # noqa: B017, PT011 (evicted)
+            with pytest.raises(Exception):  # noqa: B017 (evicted)
                 await keyed.result
             entry = await shared.idempotency.find(KEY)
             retried_at = trio.current_time()
             retry = await b.submit(_request("keyed", key=KEY))
             try:
                 answer: Any = (await retry.result).text
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 answer = exc
             waited = trio.current_time() - retried_at
     assert waited < 60 and isinstance(answer, str), (waited, answer, entry)
