@@ -8,23 +8,22 @@ from __future__ import annotations
 
 import contextlib
 import threading
+from contextlib import AsyncExitStack
 from typing import Any
 
 import pytest
 import trio
 import trio.testing
 from router_app import FakeSession, Opener, Registry, Shared, World, builder, cluster, no_overlap
-from router_kit import AGENT, KEY, S1, S2
+from router_kit import AGENT, KEY, S1, S2, DroppingBus
 
 from zlink_trio.router import (
     AgentExecutionResult,
     DispositionKind,
-    LiveSessionOptions,
     Priority,
     QueuedInput,
     RouterShuttingDown,
     SessionLease,
-    SessionRouterConfig,
     SubmitOptions,
     SubmitRequest,
     TurnFailedError,
@@ -431,4 +430,41 @@ async def test_submit_options_reach_a_turn_queued_behind_a_running_one(
     assert world.turn_options == [{"n": 1}, {"n": 2}], world.turn_options
 
 
-_ = (LiveSessionOptions, SessionRouterConfig)
+# --- 8. a keyed forward whose turn failed, with its TURN_RESULT lost, waits the full 5 min ----
+
+
+async def test_a_keyed_forward_whose_turn_failed_learns_it_at_the_next_poll(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-110 / §7.1 F7 (the polling fallback) / docs/router.md ("a caller attached by key
+    alone whose reservation has vanished at a poll fails then"): node b never hears
+    TURN_RESULT (a lossy bus). b forwards a keyed message; a runs it and the turn fails, so a
+    releases the key (compare_and_reset). At b's next poll the reservation is gone — the same
+    evidence the key-only rule acts on — so b's caller should fail then (within one poll
+    interval, 15 s), not at the forward deadline.
+
+    Observed: only a key-only attacher acts on a vanished reservation; a forward that
+    carries its message id keeps polling a missing entry and fails with ForwardTimeout after
+    the full 300 s."""
+    world.failing = {"bad"}
+    with trio.fail_after(1000):
+        async with AsyncExitStack() as stack:
+            a = await stack.enter_async_context(
+                open_session_router(builder(shared, world, registry, "a"))
+            )
+            deaf = DroppingBus(shared.bus, {"TURN_RESULT"})
+            b = await stack.enter_async_context(
+                open_session_router(builder(shared, world, registry, "b", signal_bus=deaf))
+            )
+            await (await a.submit(_request("warm"))).result
+            started = trio.current_time()
+            bad = await b.submit(_request("bad", key=KEY))
+            assert bad.kind is DispositionKind.FORWARDED
+            with pytest.raises(Exception) as failed:
+                await bad.result
+            waited = trio.current_time() - started
+    assert deaf.dropped >= 1
+    assert isinstance(failed.value, TurnFailedError) and waited <= 20, (failed.value, waited)
