@@ -468,3 +468,60 @@ async def test_a_keyed_forward_whose_turn_failed_learns_it_at_the_next_poll(
             waited = trio.current_time() - started
     assert deaf.dropped >= 1
     assert isinstance(failed.value, TurnFailedError) and waited <= 20, (failed.value, waited)
+
+
+# --- 9. events() on a closed router never ends ---------------------------------------------------
+
+
+async def test_events_on_a_closed_router_end_at_once(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """docs/router.md (``events``: "the iteration ends when the session ends on this node
+    (release, delete, EVICT, close)"): a subscription opened on a router that has closed
+    must end (no turn will ever run there), not wait forever.
+
+    Observed: ``events()`` does not look at the router's state; the hub's ``complete_all``
+    ran at close, so a later subscriber is never completed and its ``async for`` hangs."""
+    with trio.fail_after(100):
+        async with cluster(shared, world, registry, ["a"]) as (a,):
+            await a.aclose()
+            with trio.move_on_after(60) as waited:
+                async with a.events(S1) as frames:
+                    async for _ in frames:
+                        pass
+    assert not waited.cancelled_caught, "events() on a closed router never ended"
+
+
+# --- 10. a turn handed back at close is reported as not run, then runs elsewhere ---------------
+
+
+async def test_a_turn_handed_back_at_close_is_not_reported_as_shut_down_when_it_runs(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """§6.3 C / R10-110 (a forwarded future completes with the turn's result; typed errors
+    say what happened): a submit answered EXECUTED_LOCALLY on a whose pass has not started
+    its turn when ``aclose()`` runs is handed back to the inbox (with its caller's future)
+    and runs on b. Its caller must not be told ``RouterShuttingDown`` — a keyless client
+    reads that as "not run" and submits again, running it twice — either it gets b's
+    answer, or the turn must not run.
+
+    Observed: close fails every waiting forward with RouterShuttingDown, including the
+    handed-back turn's, and b then runs that turn anyway."""
+    with trio.fail_after(100):
+        async with cluster(shared, world, registry, ["a", "b"]) as (a, _b):
+            first = await a.submit(_request("x"))
+            assert first.kind is DispositionKind.EXECUTED_LOCALLY
+            await a.aclose()
+            try:
+                answer: Any = (await first.result).text
+            except RouterShuttingDown as exc:
+                answer = exc
+            await trio.sleep(50)
+    ran = [(t.node, t.text) for t in world.turns]
+    assert isinstance(answer, str) or ran == [], (answer, ran)
