@@ -10,6 +10,7 @@ abandoned — its thread finishes on its own, its outcome is dropped — and the
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import threading
 from collections.abc import Callable
@@ -36,9 +37,17 @@ class Called:
 
 async def call_in_thread(fn: Callable[..., Any], *args: Any, bound: float) -> Called:
     """Run ``fn(*args)`` in a thread; wait for it at most ``bound`` wall-clock seconds.
-    Never raises what ``fn`` raised (it is reported, SystemExit included)."""
-    finished = threading.Event()
+    Never raises what ``fn`` raised (it is reported, SystemExit included).
+
+    The worker thread wakes the waiting task itself (one hand-off back to Trio, no second
+    thread polling it); a daemon timer thread wakes it at the bound."""
+    token = trio.lowlevel.current_trio_token()
+    woken = trio.Event()
     box: list[Called] = []
+
+    def wake() -> None:
+        with contextlib.suppress(trio.RunFinishedError):
+            token.run_sync_soon(woken.set)
 
     def work() -> None:
         try:
@@ -48,10 +57,16 @@ async def call_in_thread(fn: Callable[..., Any], *args: Any, bound: float) -> Ca
         else:
             box.append(Called(CallOutcome.RETURNED))
         finally:
-            finished.set()
+            wake()
 
+    timer = threading.Timer(bound, wake)
+    timer.daemon = True
     threading.Thread(target=work, name="zlink-router-callback", daemon=True).start()
-    done: bool = await trio.to_thread.run_sync(finished.wait, bound, abandon_on_cancel=True)
-    if not done or not box:
+    timer.start()
+    try:
+        await woken.wait()
+    finally:
+        timer.cancel()
+    if not box:
         return Called(CallOutcome.ABANDONED)
     return box[0]

@@ -302,6 +302,13 @@ async def test_a_blocking_inject_does_not_stall_other_sessions(
     monkeypatch.setattr(FakeSession, "run_turn", run_turn)
     monkeypatch.setattr(FakeSession, "inject", blocking_inject)
     world.duration = lambda text: 50.0 if text == "long" else 1.0  # type: ignore[method-assign]
+    # The inject runs in a thread, outside Trio's clock: with a zero autojump threshold the
+    # MockClock would race through hundreds of mock seconds (every renewal, heartbeat and
+    # the forward's 300 s deadline) in the few real milliseconds the thread needs to wake
+    # up, and the test would fail on a loaded machine for no fault of the router. A short
+    # real-time threshold jumps only once Trio has been idle that long (the assertion is
+    # unchanged).
+    autojump_clock.autojump_threshold = 0.05
     with trio.fail_after(1000):
         async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
             long = await a.submit(_request("long"))
