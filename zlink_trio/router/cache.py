@@ -58,8 +58,13 @@ class HandleCache:
     def put(
         self, session_id: SessionId, handle: LiveSession
     ) -> list[tuple[SessionId, LiveSession]]:
-        """Add (or replace) the session's handle as the most recent; answers the entries the
-        LRU bound pushed out, least recent first."""
+        """Add the session's handle as the most recent; answers the entries the LRU bound
+        pushed out, least recent first. Never replaces another handle silently (it would
+        stay open, unreachable): the caller closes and drops the old one first, else
+        ValueError."""
+        current = self._entries.get(session_id)
+        if current is not None and current.handle is not handle:
+            raise ValueError(f"{session_id} already has an open handle; close it first")
         self._entries[session_id] = _Entry(handle, self._clock())
         self._entries.move_to_end(session_id)
         evicted: list[tuple[SessionId, LiveSession]] = []

@@ -73,6 +73,13 @@ class SessionRouterConfig:
     in wall-clock seconds (hooks run in threads, outside Trio's clock); hooks still running
     then are abandoned. Not in the JVM table."""
 
+    inject_timeout: float = attrs.field(default=2.0, validator=_duration)
+    """How long the router waits for an application's synchronous ``LiveSession.inject``,
+    in wall-clock seconds (it runs in a thread of its own, so a slow one delays only its
+    session's NOW injection, never the router); one still running then is abandoned and
+    counted as injected (its outcome unknown: the message is not run a second time). Not
+    in the JVM table."""
+
     def __attrs_post_init__(self) -> None:
         if self.lock_extend_interval >= self.lock_lease:
             raise ConfigurationError(

@@ -162,10 +162,17 @@ class SessionEventHub:
     def __init__(self, buffer: int = 256) -> None:
         self._buffer = buffer
         self._subscribers: dict[SessionId, list[EventSubscription]] = {}
+        self._closed = False
 
     @asynccontextmanager
     async def subscribe(self, session_id: SessionId) -> AsyncIterator[EventSubscription]:
+        """A subscription; one taken on a closed hub (the router closed) is complete at
+        once: no frame will ever come."""
         subscription = EventSubscription(self._buffer)
+        if self._closed:
+            subscription.complete()
+            yield subscription
+            return
         self._subscribers.setdefault(session_id, []).append(subscription)
         try:
             yield subscription
@@ -187,6 +194,11 @@ class SessionEventHub:
     def complete_all(self) -> None:
         for session_id in list(self._subscribers):
             self.complete(session_id)
+
+    def close(self) -> None:
+        """Complete every subscriber, and every later one at once (the router closed)."""
+        self._closed = True
+        self.complete_all()
 
 
 @attrs.frozen

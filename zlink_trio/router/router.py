@@ -108,6 +108,7 @@ from .signals import (
 )
 from .spi import IdempotencyStore, SessionInbox, SessionSignalBus
 from .status import ClusterSessionStatus, SessionActivity, StatusProjection
+from .threads import CallOutcome, call_in_thread
 from .values import LiveSessionOptions, OpenAttributes, Priority, SubmitRequest
 from .work import Collected, Injected, Own, Pass, PassEnd, RunningTurn, Work
 
@@ -174,6 +175,8 @@ class SessionRouter:
         self._forwards = Forwards()
         self._local_keyed: dict[IdempotencyKey, TurnFuture] = {}
         self._local_futures: set[TurnFuture] = set()
+        self._started: set[TurnFuture] = set()
+        """The local futures whose turn has started (a shutdown interrupts those)."""
         self._approvals: dict[SessionId, set[str]] = {}
         self._clock: Callable[[], float] = trio.current_time
         self._projection = StatusProjection()
@@ -187,8 +190,7 @@ class SessionRouter:
         """Run or hand over one turn (F1–F2). Raises ConflictingAgentError (409),
         IdempotencyConflictError (409), SessionClaimFailed (503), RouterShuttingDown, and
         ReentrantSubmitError for a submit to a session from inside its own turn (§7.3)."""
-        if self._state != _RouterState.ACCEPTING:
-            raise RouterShuttingDown(f"router {self.node_id} is not accepting submits")
+        self._check_accepting()
         sid = request.session_id
         if _IN_TURN.get() == sid:
             raise ReentrantSubmitError(
@@ -197,6 +199,7 @@ class SessionRouter:
             )
         # F1: binding pre-check; touches neither idempotency nor the lease
         bound = await self._store.bound_agent(sid)
+        self._check_accepting()  # each await may straddle a close: look again after it
         if bound is not None and bound != request.agent_ref:
             raise ConflictingAgentError(f"{sid} is bound to {bound}, not {request.agent_ref}")
         # F2: the idempotency matrix
@@ -207,6 +210,9 @@ class SessionRouter:
                 self._metrics.emit("on_submit", sid, answered.kind)
                 return answered
             reservation = answered
+            if self._state is not _RouterState.ACCEPTING:
+                await self._reset(reservation)
+                self._check_accepting()
         # the node-local turn gate first, the lease second
         if sid in self._passes:
             return await self._forward(request, reservation)
@@ -220,6 +226,17 @@ class SessionRouter:
             if reservation is not None:
                 await self._reset(reservation)
             raise
+        if self._state is not _RouterState.ACCEPTING:  # closed during the claim
+            if isinstance(claimed, Claimed) and sid not in self._leases:
+                with self._cleanup():
+                    try:
+                        await self._store.release(sid)
+                    except Exception:
+                        _log.warning("lease release of %s failed (its TTL frees it)", sid)
+            self._end_gate(sid, gate)
+            if reservation is not None:
+                await self._reset(reservation)
+            self._check_accepting()
         if isinstance(claimed, HeldElsewhere):
             self._metrics.emit("on_lock_rejected", sid, trio.current_time() - started)
             self._end_gate(sid, gate)
@@ -243,6 +260,14 @@ class SessionRouter:
         self._nursery.start_soon(self._drain_pass, sid, gate, own)
         self._metrics.emit("on_submit", sid, DispositionKind.EXECUTED_LOCALLY)
         return ExecutedLocally(turn_id, future)
+
+    def _accepting(self) -> bool:
+        """Read afresh after every await: a close may have run meanwhile."""
+        return self._state is _RouterState.ACCEPTING
+
+    def _check_accepting(self) -> None:
+        if not self._accepting():
+            raise RouterShuttingDown(f"router {self.node_id} is not accepting submits")
 
     def interrupt(
         self, session_id: SessionId, reason: InterruptReason, turn_id: TurnId | None = None
@@ -283,7 +308,7 @@ class SessionRouter:
         return the lease, broadcast EVICT, complete the subscribers."""
         async with self._exclusive(session_id):
             await self._close_handle(session_id)
-            await self._inbox.purge(session_id)
+            await self._purge(session_id)
             await self._return_lease(session_id)
             self._approvals.pop(session_id, None)
             await self._publish(self._evict_signal(session_id))
@@ -296,7 +321,7 @@ class SessionRouter:
         :class:`SessionHeldElsewhere` (retry later). Answers whether a record was deleted."""
         bound = await self._store.bound_agent(session_id)
         if bound is None:
-            await self._inbox.purge(session_id)
+            await self._purge(session_id)
             return False
         async with self._exclusive(session_id):
             retry = min(0.5, self._config.release_interrupt_timeout / 10)
@@ -313,7 +338,7 @@ class SessionRouter:
                     f"{session_id} is held by another node; it did not yield within "
                     f"{self._config.release_interrupt_timeout} s"
                 )
-            await self._inbox.purge(session_id)
+            await self._purge(session_id)
             deleted = await self._store.records.delete(session_id)
             await self._close_handle(session_id)
             if session_id in self._leases:
@@ -365,12 +390,16 @@ class SessionRouter:
                 returning.start_soon(self._return_lease, sid)
         shutdown = TurnInterrupted(InterruptReason.SYSTEM_SHUTDOWN.value)
         for future in list(self._local_futures):
-            future.set_exception(shutdown)
+            if future in self._started:  # abandoned mid-turn
+                future.set_exception(shutdown)
+            else:  # its turn never started here, and is not handed on (_drop_own)
+                future.set_exception(RouterShuttingDown("the router closed before the turn ran"))
         self._local_futures.clear()
+        self._started.clear()
         for forward in self._forwards.all():
             forward.future.set_exception(RouterShuttingDown("the router closed"))
             forward.scope.cancel()
-        self._hub.complete_all()
+        self._hub.close()
         self._state = _RouterState.CLOSED
         self._metrics.close()
         self._closed.set()
@@ -457,6 +486,32 @@ class SessionRouter:
                 self._config.release_interrupt_timeout,
             )
 
+    async def _purge(self, session_id: SessionId) -> None:
+        """Purge the session's inbox (§6.3 A, §7.7), and free the reservations of the keyed
+        messages purged: nobody will run them, so a retry under the same key must run (not
+        attach to an IN_FLIGHT entry until the forward TTL). The messages are taken with an
+        atomic collect-everything (the purge that names what it took); a holderless
+        reservation is taken over, then reset. Failures are logged: the forward TTL frees
+        the key anyway."""
+        try:
+            purged = await self._inbox.collect(session_id, Priority.LATER)
+        except Exception:
+            _log.warning("collect of %s before its purge failed", session_id, exc_info=True)
+            purged = ()
+        await self._inbox.purge(session_id)
+        for message in purged:
+            key = message.idempotency_key
+            if key is None:
+                continue
+            reserver = ReserverId.new(self.node_id)
+            with self._cleanup():
+                try:
+                    taken = await self._idempotency.acquire_holder(key, reserver)
+                    if isinstance(taken, HolderAcquired):
+                        await self._idempotency.compare_and_reset(key, reserver)
+                except Exception:
+                    _log.warning("could not free key %s of a purged message", key, exc_info=True)
+
     # --- F2: idempotency ----------------------------------------------------------------------
 
     async def _reserve(self, request: SubmitRequest) -> Reservation | SubmitDisposition:
@@ -470,6 +525,7 @@ class SessionRouter:
             )
             if isinstance(outcome, Reserved):
                 return Reservation(key, reserver)
+            self._check_accepting()  # a waiter could not start on a closed router
             if isinstance(outcome, InputConflict):
                 raise IdempotencyConflictError(f"key {key} was used with another input")
             if isinstance(outcome, AlreadyDone):
@@ -574,6 +630,12 @@ class SessionRouter:
             self._forwards.drop(forward)
             raise
         await self._ring(message.session_id, message.priority)
+        if self._state is _RouterState.CLOSED:  # closed during the hand-over: no waiter
+            self._forwards.drop(forward)
+            future.set_exception(
+                ForwardTimeout("the router closed before the forwarded turn's answer came")
+            )
+            return future
         self._nursery.start_soon(self._wait_forward, forward)
         return future
 
@@ -589,9 +651,10 @@ class SessionRouter:
 
     async def _wait_forward(self, forward: Forward) -> None:
         """F7's fallback and the forward deadline: poll the idempotency store every
-        ``forward_poll_interval``, re-ring the doorbell while the inbox holds messages. A
-        caller attached by key alone (§9.2 row 3) whose reservation is gone — its turn failed
-        and released the key, or was reset — fails at that poll: no answer will come."""
+        ``forward_poll_interval``, re-ring the doorbell while the inbox holds messages. A keyed
+        caller — attached by key alone (§9.2 row 3) or forwarded with its message — whose
+        reservation is gone (its turn failed and released the key, or it was reset) fails at
+        that poll: no answer will come."""
         interval = self._config.forward_poll_interval
         with forward.scope:
             with trio.move_on_after(self._config.idempotency_forward_ttl):
@@ -619,7 +682,7 @@ class SessionRouter:
             _, result = turn_result_from_wire(entry.result)
             self._settle(forward.future, result)
             return True
-        if entry is None and forward.message_id is None:
+        if entry is None:  # by key alone or with its message: the evidence is the same
             forward.future.set_exception(
                 TurnFailedError(
                     f"the turn under key {forward.key} ended without a cached result (it "
@@ -652,7 +715,11 @@ class SessionRouter:
                 bound = await self._store.bound_agent(session_id)
                 if bound is not None:
                     claimed = await self._store.claim(session_id, bound)
-                    if isinstance(claimed, Claimed):
+                    if isinstance(claimed, Claimed) and not self._accepting():
+                        if session_id not in self._leases:  # closed during the claim
+                            with self._cleanup():
+                                await self._store.release(session_id)
+                    elif isinstance(claimed, Claimed):
                         if session_id not in self._leases:
                             self._start_renewer(session_id)
                         ready = True
@@ -717,6 +784,9 @@ class SessionRouter:
                     await self._ring(session_id, Priority.LATER)
 
     async def _requeue(self, work: Work) -> None:
+        if isinstance(work, Own) and self._state is not _RouterState.ACCEPTING:
+            await self._drop_own(work)
+            return
         try:
             if isinstance(work, Collected):
                 await self._inbox.deliver(work.message)
@@ -725,6 +795,22 @@ class SessionRouter:
                 await self._forward_own(work)
         except Exception:
             _log.warning("could not hand a queued turn over", exc_info=True)
+
+    async def _drop_own(self, own: Own) -> None:
+        """A closing router's own submit whose turn never started is not handed to another
+        node: its caller (on this node) could not hear the answer, and any error it got
+        would read as "not run" while the turn ran elsewhere. So it does not run: its key is
+        freed (a retry runs) and its caller gets RouterShuttingDown, which here is true."""
+        if own.reservation is not None:
+            self._local_keyed.pop(own.reservation.key, None)
+            held = self._leases.get(own.request.session_id)
+            if held is not None:
+                held.slot.unbind(own.reservation)
+            await self._reset(own.reservation)
+        self._local_futures.discard(own.future)
+        own.future.set_exception(
+            RouterShuttingDown(f"router {self.node_id} closed before the turn started")
+        )
 
     async def _forward_own(self, own: Own) -> None:
         request = own.request
@@ -748,6 +834,7 @@ class SessionRouter:
 
     async def _run_own(self, session_id: SessionId, gate: Pass, held: HeldLease, own: Own) -> None:
         request = own.request
+        self._started.add(own.future)
         result = await self._run_turn(
             session_id,
             gate,
@@ -865,9 +952,13 @@ class SessionRouter:
         attributes: OpenAttributes,
     ) -> TurnResult:
         try:
-            handle = await self._ensure_open(session_id, request, options, attributes)
+            handle = await self._ensure_open(session_id, gate, request, options, attributes)
         except Exception as exc:
             return TurnFailed(FailureCode.FAILED, f"opening the session failed: {exc!r}")
+        if handle is None:  # the pass was stopped (or abandoned) during the open
+            reason = gate.stop or InterruptReason.SESSION_RELEASED
+            self._relay(session_id, turn_id)(InterruptedAt(reason))
+            return TurnFailed(FailureCode.INTERRUPTED, reason.value)
         running = RunningTurn(turn_id, handle)
         gate.running = running
         turn = TurnInput(
@@ -886,7 +977,14 @@ class SessionRouter:
             with running.scope:
                 if gate.stop is not None:
                     running.interrupt(gate.stop)
-                answer: AgentExecutionResult = await handle.run_turn(turn, relay)
+                answer: object = await handle.run_turn(turn, relay)
+                if not isinstance(answer, AgentExecutionResult):
+                    # an application bug (a forgotten return): this turn fails, typed; the
+                    # router never encodes a value it did not validate
+                    raise TypeError(
+                        f"LiveSession.run_turn returned {type(answer).__name__}, "
+                        "not an AgentExecutionResult"
+                    )
                 relay(ExecutionCompleted(answer))
                 return TurnSucceeded(answer)
             reason = running.reason or InterruptReason.USER
@@ -898,6 +996,9 @@ class SessionRouter:
         finally:
             _IN_TURN.reset(in_turn)
             gate.running = None
+            with trio.CancelScope(shield=True):  # an injection in flight is bounded itself
+                async with gate.inject_lock:  # it lands in running.injected first
+                    pass
             gate.injected.extend(running.injected)
             self._cache.touch(session_id)  # activity: idle time counts from the turn's end
         return result
@@ -930,6 +1031,7 @@ class SessionRouter:
 
     def _settle(self, future: TurnFuture, result: TurnResult) -> None:
         self._local_futures.discard(future)
+        self._started.discard(future)
         if isinstance(result, TurnSucceeded):
             future.set_result(result.result)
         else:
@@ -940,10 +1042,14 @@ class SessionRouter:
     async def _ensure_open(
         self,
         session_id: SessionId,
+        gate: Pass,
         request: SubmitRequest,
         options: LiveSessionOptions,
         attributes: OpenAttributes,
-    ) -> LiveSession:
+    ) -> LiveSession | None:
+        """The session's handle, opened on a miss. None when the pass was stopped while the
+        opener ran, or gave the gate up (a release that stopped waiting for it): the late
+        handle is closed here, never cached for a session this pass no longer runs."""
         handle = self._cache.get(session_id)
         if handle is not None:
             self._metrics.emit("on_cache_hit", session_id)
@@ -958,6 +1064,20 @@ class SessionRouter:
                 open_attributes=attributes,
             )
         )
+        held = self._leases.get(session_id)
+        if (
+            self._passes.get(session_id) is not gate
+            or gate.stop is not None
+            or held is None
+            or held.ended is not None
+            or session_id in self._cache
+        ):
+            with trio.CancelScope(shield=True):  # the close is bounded itself
+                await self._close(session_id, handle)
+            current = self._cache.get(session_id)
+            if current is not None and self._passes.get(session_id) is gate and not gate.stop:
+                return current  # (defensive: the gate makes this unreachable)
+            return None
         for evicted_id, evicted in self._cache.put(session_id, handle):
             self._evict_lru(evicted_id, evicted)
         return handle
@@ -1056,23 +1176,30 @@ class SessionRouter:
         with held.scope:
             while True:
                 tick += interval
-                await trio.sleep_until(tick)
-                try:
-                    lease = await self._store.renew(sid)
-                except Exception:
-                    _log.warning("renewal of %s failed; retrying next tick", sid, exc_info=True)
-                    if self._store.held(sid) is None:
-                        lease = None
-                    else:
-                        continue
-                if lease is None:
+                # the node watches its own lease: at the local deadline (when the granting
+                # call was sent + TTL, never after the store's expiry) the lease is lost
+                # here, whatever a hanging or failing backend call is doing
+                deadline = self._store.deadline(sid)
+                await trio.sleep_until(min(tick, deadline))
+                lease = None
+                if trio.current_time() < deadline:
+                    with trio.move_on_at(deadline):
+                        try:
+                            lease = await self._store.renew(sid)
+                        except Exception:
+                            _log.warning(
+                                "renewal of %s failed; retrying next tick", sid, exc_info=True
+                            )
+                            continue
+                if lease is None or self._store.held(sid) is None:
                     self._lease_lost(held)
                     return
-                for cell in held.slot.cells():  # read now, at this tick
-                    try:
-                        await self._idempotency.touch(cell.key, cell.reserver)
-                    except Exception:
-                        _log.warning("touch of %s failed", cell.key, exc_info=True)
+                with trio.move_on_after(interval):  # a hanging touch cannot stop renewals
+                    for cell in held.slot.cells():  # read now, at this tick
+                        try:
+                            await self._idempotency.touch(cell.key, cell.reserver)
+                        except Exception:
+                            _log.warning("touch of %s failed", cell.key, exc_info=True)
 
     def _lease_lost(self, held: HeldLease) -> None:
         """The renewer's loss path: must not block. Everything else runs on other tasks:
@@ -1271,40 +1398,57 @@ class SessionRouter:
         takes its reservation over first (like a collected message, §6.3 D), so the turn's
         end finishes it; one that cannot be injected — the turn ended meanwhile, or the
         application's ``inject`` raised — goes back to the inbox, holderless again, and runs
-        as a turn of its own."""
-        running = gate.running
-        held = self._leases.get(session_id)
-        if running is None or held is None:
-            return
-        try:
-            messages = await self._inbox.collect(session_id, Priority.NOW)
-        except Exception:
-            _log.warning("collect(NOW) of %s failed", session_id, exc_info=True)
-            return
-        for m in messages:
-            taken = await self._take_over(m, held)
-            if gate.running is running and not gate.stopped(held):
-                try:
-                    running.handle.inject(
-                        QueuedInput(
-                            user_input=m.user_input, priority=m.priority, initiator=m.initiator
-                        )
-                    )
-                except Exception:
-                    _log.warning("LiveSession.inject raised; %s queued instead", m.message_id)
-                else:
-                    running.injected.append(Injected(m, taken))
-                    continue
-            if taken is not None:
-                await self._untake(taken, held)
+        as a turn of its own. The application's ``inject`` is synchronous: it runs in a
+        thread (bounded by ``inject_timeout``, wall clock), so one that blocks delays only
+        this injection. One injector per session at a time (the gate's inject lock), so NOW
+        messages enter the turn in the order they were collected; the turn's end waits for
+        an injection in flight, so its result covers every message it took."""
+        async with gate.inject_lock:
+            running = gate.running
+            held = self._leases.get(session_id)
+            if running is None or held is None:
+                return
             try:
-                await self._inbox.deliver(m)
+                messages = await self._inbox.collect(session_id, Priority.NOW)
             except Exception:
-                _log.error("message %s lost: could not hand it back", m.message_id)
-                continue
-            # LATER, not NOW: a running turn ignores it (its pass collects at the boundary),
-            # so a message whose inject keeps raising cannot ring itself back in a loop
-            await self._ring(session_id, Priority.LATER)
+                _log.warning("collect(NOW) of %s failed", session_id, exc_info=True)
+                return
+            for m in messages:
+                taken = await self._take_over(m, held)
+                if gate.running is running and not gate.stopped(held):
+                    queued = QueuedInput(
+                        user_input=m.user_input, priority=m.priority, initiator=m.initiator
+                    )
+                    called = await call_in_thread(
+                        running.handle.inject, queued, bound=self._config.inject_timeout
+                    )
+                    if called.outcome is CallOutcome.RAISED:
+                        _log.warning(
+                            "LiveSession.inject raised %r; %s queued instead",
+                            called.error,
+                            m.message_id,
+                        )
+                    else:
+                        if called.outcome is CallOutcome.ABANDONED:
+                            _log.warning(
+                                "LiveSession.inject of %s still runs after %s s; counted as "
+                                "injected (not run again)",
+                                m.message_id,
+                                self._config.inject_timeout,
+                            )
+                        running.injected.append(Injected(m, taken))
+                        continue
+                if taken is not None:
+                    await self._untake(taken, held)
+                try:
+                    await self._inbox.deliver(m)
+                except Exception:
+                    _log.error("message %s lost: could not hand it back", m.message_id)
+                    continue
+                # LATER, not NOW: a running turn ignores it (its pass collects at the
+                # boundary), so a message whose inject keeps raising cannot ring itself back
+                # in a loop
+                await self._ring(session_id, Priority.LATER)
 
     def _on_turn_result(self, payload: dict[str, Any]) -> None:
         try:

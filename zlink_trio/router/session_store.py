@@ -17,6 +17,7 @@ One store per router: the router builder assembles it from the two backends itse
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable, Sequence
 from typing import ClassVar, Literal, TypeAlias, final
 
@@ -83,16 +84,37 @@ class SessionStore:
         self._ttl = lease_ttl
         self._clock = clock
         self._held: dict[SessionId, SessionLease] = {}
+        self._deadlines: dict[SessionId, float] = {}
+        """Per held lease, the local deadline: when the acquisition or renewal that granted
+        it was *sent*, plus the TTL. The store measured its expiry from a later instant (it
+        got the call after it was sent), so this deadline is never later than the store's
+        expiry: a node trusts its lease a little less long than the store does, never
+        longer — whatever a backend call's latency."""
         self.records = FencedRecords(self, records)
 
     def held(self, session_id: SessionId) -> SessionLease | None:
         """The lease this node holds for the session, if it has not expired by this node's
-        clock (an unrenewed lease is not trusted past its expiry)."""
+        clock (an unrenewed lease is not trusted past its local deadline)."""
         lease = self._held.get(session_id)
-        if lease is not None and self._clock() >= lease.expires_at:
-            del self._held[session_id]
+        if lease is not None and self._clock() >= self.deadline(session_id):
+            self._forget(session_id)
             return None
         return lease
+
+    def deadline(self, session_id: SessionId) -> float:
+        """The local deadline of the held lease (``-inf`` when none is held)."""
+        lease = self._held.get(session_id)
+        if lease is None:
+            return -math.inf
+        return min(lease.expires_at, self._deadlines.get(session_id, lease.expires_at))
+
+    def _keep(self, lease: SessionLease, sent_at: float) -> None:
+        self._held[lease.session_id] = lease
+        self._deadlines[lease.session_id] = sent_at + self._ttl
+
+    def _forget(self, session_id: SessionId) -> None:
+        self._held.pop(session_id, None)
+        self._deadlines.pop(session_id, None)
 
     def held_sessions(self) -> tuple[SessionId, ...]:
         return tuple(s for s in list(self._held) if self.held(s) is not None)
@@ -109,11 +131,12 @@ class SessionStore:
         newly = lease is None
         try:
             if lease is None:
+                sent_at = self._clock()
                 outcome = await self._leases.try_acquire(session_id, self.node_id, self._ttl)
                 if isinstance(outcome, LeaseHeld):
                     return HeldElsewhere(outcome.holder_id)
                 lease = outcome.lease
-                self._held[session_id] = lease
+                self._keep(lease, sent_at)
             record = await self._records.load(session_id)
             if record is not None and record.agent_ref != agent_ref:
                 if newly:
@@ -137,24 +160,27 @@ class SessionStore:
         lease = self.held(session_id)
         if lease is None:
             return None
+        sent_at = self._clock()
         renewed = await self._leases.renew(lease, self._ttl)
         if renewed is None:
             if self._held.get(session_id) == lease:
-                del self._held[session_id]
+                self._forget(session_id)
             return None
-        self._held[session_id] = renewed
+        if self._held.get(session_id) == lease:  # not released or lost meanwhile
+            self._keep(renewed, sent_at)
         return renewed
 
     async def release(self, session_id: SessionId) -> bool:
         """Give the lease back (forgotten first; a backend failure is the caller's to
         swallow, the TTL frees it anyway)."""
-        lease = self._held.pop(session_id, None)
+        lease = self._held.get(session_id)
+        self._forget(session_id)
         if lease is None:
             return False
         return await self._leases.release(lease)
 
     async def _give_back(self, lease: SessionLease) -> None:
-        self._held.pop(lease.session_id, None)
+        self._forget(lease.session_id)
         with trio.CancelScope(shield=True), contextlib.suppress(Exception):
             await self._leases.release(lease)  # on failure the TTL frees it anyway
 

@@ -105,6 +105,10 @@ class Pass:
         """The session's handle the LRU bound pushed out of the cache while this gate was
         held: closed when the gate is given up, not before (the pin delays the close)."""
         self.done = trio.Event()
+        self.inject_lock = trio.Lock()
+        """Held while NOW messages are injected into the running turn (one injector at a
+        time, in collection order); the turn's end takes it once before reading what was
+        injected."""
 
     def stopped(self, held: HeldLease) -> bool:
         """No further turn in this pass: stopped, lease gone, or handle evicted."""
