@@ -60,6 +60,20 @@ class Ordered(Wrapped):
         return await self._inner.remove_node(node_rid, node_generation, lease)
 
 
+def _backlog(server: Any) -> int:
+    stats = server.statistics().actors
+    return sum(t.application_backlog for t in stats.types)
+
+
+async def _wait_queued(server: Any, count: int) -> None:
+    """Until ``server``'s Actors hold ``count`` queued application items (a remote
+    request travels over real TCP first: on the real clock "every task blocked" can
+    come while its frame is still on the way)."""
+    with trio.fail_after(10):
+        while _backlog(server) < count:
+            await trio.testing.wait_all_tasks_blocked(cushion=0.001)
+
+
 async def _owned(store: LocationStore, cluster: Cluster, index: int) -> list[str]:
     rows = await store.scan_owned(cluster.servers[index].identity.node_rid)
     return sorted(r.key.object_id for r in rows)
@@ -146,7 +160,7 @@ async def test_a_turn_in_flight_at_stop_finishes_and_its_callers_get_their_repli
             await rec.entered.wait()
             nursery.start_soon(call, "queued remote", caller, "echo")
             nursery.start_soon(call, "queued local", owner, "echo")
-            await trio.testing.wait_all_tasks_blocked()
+            await _wait_queued(owner, 2)  # both accepted before the stop begins
             nursery.start_soon(cluster.stop, 0)
             await trio.testing.wait_all_tasks_blocked()  # the stop runs: its drain waits
             assert not node_of(owner).admitting
