@@ -397,7 +397,16 @@ class SessionRouter:
         self._local_futures.clear()
         self._started.clear()
         for forward in self._forwards.all():
-            forward.future.set_exception(RouterShuttingDown("the router closed"))
+            # The message is in the inbox (or running on the holder): it may still run
+            # after this router is gone, so its outcome is unknown here — a DeadlineExceeded
+            # (ForwardTimeout), never RouterShuttingDown, which a keyless client would read
+            # as "not run" and submit again.
+            forward.future.set_exception(
+                ForwardTimeout(
+                    "the router closed before the forwarded turn's answer came: its outcome "
+                    "is unknown (it may still run on the session's holder)"
+                )
+            )
             forward.scope.cancel()
         self._hub.close()
         self._state = _RouterState.CLOSED

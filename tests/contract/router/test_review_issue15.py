@@ -20,6 +20,7 @@ from router_kit import AGENT, KEY, S1, S2, DroppingBus
 from zlink_trio.router import (
     AgentExecutionResult,
     DispositionKind,
+    ForwardTimeout,
     Priority,
     QueuedInput,
     RouterShuttingDown,
@@ -541,3 +542,33 @@ async def test_a_turn_handed_back_at_close_is_not_reported_as_shut_down_when_it_
             await trio.sleep(50)
     ran = [(t.node, t.text) for t in world.turns]
     assert isinstance(answer, str) or ran == [], (answer, ran)
+
+
+# --- 12. a forwarded caller at close is told the outcome is unknown, not "shut down" ---------
+
+
+async def test_a_forwarded_caller_at_close_learns_its_outcome_is_unknown(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """§6.3 C / R10-110 (issue 15 review, round 3 decision): b's submit is FORWARDED (a
+    holds the session with a long turn), then b closes before a answers. The message is in
+    the inbox and a runs it afterwards, so b's caller must not be told
+    ``RouterShuttingDown`` (a keyless client reads that as "not run" and submits again,
+    running it twice): it gets ``ForwardTimeout`` — a DeadlineExceeded, outcome unknown."""
+    world.duration = lambda text: 10.0 if text == "long" else 1.0  # type: ignore[method-assign]
+    with trio.fail_after(100):
+        async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+            first = await a.submit(_request("long"))
+            assert first.kind is DispositionKind.EXECUTED_LOCALLY
+            second = await b.submit(_request("queued"))
+            assert second.kind is DispositionKind.FORWARDED
+            await b.aclose()
+            with pytest.raises(ForwardTimeout) as caught:
+                await second.result
+            assert not isinstance(caught.value, RouterShuttingDown)
+            await first.result
+            await trio.sleep(20)  # a drains the inbox after its turn
+    assert [(t.node, t.text) for t in world.turns] == [("a", "long"), ("a", "queued")]
