@@ -1202,6 +1202,7 @@ class SessionRouter:
                             continue
                 if lease is None or self._store.held(sid) is None:
                     self._lease_lost(held)
+                    await self._release_lapsed(sid)
                     return
                 with trio.move_on_after(interval):  # a hanging touch cannot stop renewals
                     for cell in held.slot.cells():  # read now, at this tick
@@ -1228,6 +1229,17 @@ class SessionRouter:
                 gate.running.interrupt(InterruptReason.LEASE_LOST)
         else:
             self._nursery.start_soon(self._close_idle, sid)
+
+    async def _release_lapsed(self, session_id: SessionId) -> None:
+        """After a loss declared at the local deadline, give the store's copy back with the
+        token it held (the store may have extended it: its answer came back late), so the
+        session is free for every node now, not at the store's expiry. A stale token is
+        refused by the store, so this never frees a lease granted since."""
+        with self._cleanup():
+            try:
+                await self._store.release_lapsed(session_id)
+            except Exception:
+                _log.warning("release of the lapsed lease of %s failed", session_id)
 
     async def _return_lease(self, session_id: SessionId) -> None:
         held = self._leases.pop(session_id, None)
