@@ -90,6 +90,10 @@ class SessionStore:
         got the call after it was sent), so this deadline is never later than the store's
         expiry: a node trusts its lease a little less long than the store does, never
         longer — whatever a backend call's latency."""
+        self._lapsed: dict[SessionId, SessionLease] = {}
+        """Leases forgotten at their local deadline that the backend may still hold (a
+        renewal's answer came back late): kept until :meth:`release_lapsed` gives them
+        back, so the session is not blocked for every node until the backend's expiry."""
         self.records = FencedRecords(self, records)
 
     def held(self, session_id: SessionId) -> SessionLease | None:
@@ -98,6 +102,7 @@ class SessionStore:
         lease = self._held.get(session_id)
         if lease is not None and self._clock() >= self.deadline(session_id):
             self._forget(session_id)
+            self._lapsed[session_id] = lease
             return None
         return lease
 
@@ -109,6 +114,7 @@ class SessionStore:
         return min(lease.expires_at, self._deadlines.get(session_id, lease.expires_at))
 
     def _keep(self, lease: SessionLease, sent_at: float) -> None:
+        self._lapsed.pop(lease.session_id, None)  # a new grant: the backend dropped the old
         self._held[lease.session_id] = lease
         self._deadlines[lease.session_id] = sent_at + self._ttl
 
@@ -174,7 +180,22 @@ class SessionStore:
         """Give the lease back (forgotten first; a backend failure is the caller's to
         swallow, the TTL frees it anyway)."""
         lease = self._held.get(session_id)
+        lapsed = self._lapsed.pop(session_id, None)
         self._forget(session_id)
+        if lease is None:
+            lease = lapsed
+        if lease is None:
+            return False
+        return await self._leases.release(lease)
+
+    async def release_lapsed(self, session_id: SessionId) -> bool:
+        """Give back, with the fencing token it held, a lease this node stopped trusting at
+        its local deadline (the backend may have extended it). Safe whatever happened
+        meanwhile: the backend refuses a release whose token is not the current holder's.
+        A backend failure is the caller's to swallow (the backend's expiry frees it)."""
+        if self.held(session_id) is not None:  # moves a lease past its deadline to lapsed
+            return False  # still trusted: not lapsed
+        lease = self._lapsed.pop(session_id, None)
         if lease is None:
             return False
         return await self._leases.release(lease)

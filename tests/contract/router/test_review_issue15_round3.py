@@ -38,7 +38,7 @@ def _request(
     )
 
 
-# --- 1. a renew answer after the local deadline (held: a guard) -------------------------------
+# --- 1. a renew answer after the local deadline (a guard; the lapsed lease is given back) ---
 
 
 class _SlowRenewAnswer:
@@ -77,8 +77,9 @@ async def test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_clea
     """R10-03 / R10-92 / §7.4 (held in round 3; a guard): node a's renewal at 10 s reaches
     the store at once (store expiry 40 s) but its answer comes back at 35 s, after the local
     deadline (30 s). a must take the loss path at 30 s (its keyed turn interrupted, a caller
-    attached by key on b told LEASE_LOST), nothing may run the session while the store still
-    holds a's lease, and a retry under the key runs once, after that lease expired."""
+    attached by key on b told LEASE_LOST), no turn may overlap another, and a retry under the
+    key at 36 s runs once, at once (a gave the store's copy of its lease back at 30 s, with
+    the token it held; before that fix, the retry waited for the store's expiry at 40 s)."""
     slow = _SlowRenewAnswer(shared.leases, delay=25.0)
     world.duration = lambda text: 60.0 if text == "long" else 1.0  # type: ignore[method-assign]
     attached_outcome: list[Any] = []
@@ -110,9 +111,42 @@ async def test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_clea
     runs = [(t.node, t.text, t.start) for t in world.turns]
     assert [type(o).__name__ for o in attached_outcome] == ["TurnInterrupted"], attached_outcome
     assert no_overlap(world.turns), runs
-    # the interrupted input runs once more (the retry), and not before the store's lease
-    # (renewed at 10 s, to 40 s) expired
-    assert len(runs) == 2 and runs[1][2] >= 40, runs
+    # the interrupted input runs once more (the retry), when it is submitted: not at the
+    # store's expiry of a's lease (renewed at 10 s, to 40 s), which a gave back at 30 s
+    assert len(runs) == 2 and runs[1][2] == 36, runs
+
+
+async def test_a_lease_lost_locally_is_released_in_the_store_at_once(
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-03 / §7.4: node a's renewal at 10 s reaches the store at once (store expiry 40 s)
+    but its answer comes back at 35 s, after the local deadline (30 s). a declares the lease
+    lost at 30 s and gives the store's copy back with the fencing token it held, so a retry
+    under the same key on b at 31 s runs at once, not after the store's expiry (40 s)."""
+    slow = _SlowRenewAnswer(shared.leases, delay=25.0)
+    world.duration = lambda text: 60.0 if text == "long" else 1.0  # type: ignore[method-assign]
+    with trio.fail_after(1000):
+        async with open_session_router(
+            builder(shared, world, registry, "a", lease_store=slow)
+        ) as a:
+            slow.slow_next = True  # the renewal at 10 s answers at 35 s
+            long = await a.submit(_request("long", key=KEY))
+            assert long.kind is DispositionKind.EXECUTED_LOCALLY
+            with trio.move_on_after(200), contextlib.suppress(Exception):
+                await long.result
+            assert trio.current_time() < 31
+            await trio.sleep_until(31)
+            async with open_session_router(builder(shared, world, registry, "b")) as b:
+                retry = await b.submit(_request("long", key=KEY))
+                with trio.move_on_after(200), contextlib.suppress(Exception):
+                    await retry.result
+    runs = [(t.node, t.text, t.start) for t in world.turns]
+    assert no_overlap(world.turns), runs
+    assert len(runs) == 2, runs
+    assert runs[1][2] < 32, runs
 
 
 # --- 2. keyed submits from many routers with failing turns and interrupts -------------------

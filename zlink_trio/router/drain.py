@@ -1,0 +1,156 @@
+"""The drain pass (spec 10 F3–F4): holding the node-local turn gate, always collect,
+merge priority-then-FIFO, run one turn, repeat; and how a pass ends."""
+
+from __future__ import annotations
+
+import logging
+
+import trio
+
+from .core import RouterState
+from .errors import RouterShuttingDown
+from .events import InterruptReason
+from .forwarding import Forwarding
+from .ids import InboundMessageId, SessionId
+from .inbox import InboundMessage
+from .lease import HeldLease
+from .renewal import Renewal
+from .session_store import Claimed
+from .turns import Turns
+from .values import Priority
+from .work import Collected, Own, Pass, PassEnd, Work
+
+__all__ = ["Drain"]
+
+log = logging.getLogger("zlink_trio.router")
+
+
+class Drain(Turns, Forwarding, Renewal):
+    """The drain pass and its end."""
+
+    async def _try_drain(self, session_id: SessionId) -> None:
+        """F3: a doorbell on a node not already running the session: take the gate, claim
+        with the recorded agent (an election loser stops here), then drain. Drain-path
+        acquisitions report no lock-acquire metric (§12)."""
+        if session_id in self._passes or self._state != RouterState.ACCEPTING:
+            return
+        gate = Pass()
+        self._passes[session_id] = gate
+        ready = False
+        try:
+            if session_id in self._leases:
+                ready = True
+            elif await self._pending(session_id):
+                bound = await self._store.bound_agent(session_id)
+                if bound is not None:
+                    claimed = await self._store.claim(session_id, bound)
+                    if isinstance(claimed, Claimed) and not self._accepting():
+                        if session_id not in self._leases:  # closed during the claim
+                            with self._cleanup():
+                                await self._store.release(session_id)
+                    elif isinstance(claimed, Claimed):
+                        if session_id not in self._leases:
+                            self._start_renewer(session_id)
+                        ready = True
+        except Exception:
+            log.warning("drain of %s could not start", session_id, exc_info=True)
+        finally:
+            if not ready:
+                self._end_gate(session_id, gate)
+        if ready:
+            await self._drain_pass(session_id, gate, None)
+
+    async def _drain_pass(self, session_id: SessionId, gate: Pass, first: Own | None) -> None:
+        queue: list[Work] = [first] if first is not None else []
+        held = self._leases[session_id]
+        try:
+            while not gate.stopped(held):
+                try:  # always collect before a turn, every tier (F4)
+                    collected = await self._inbox.collect(session_id, Priority.LATER)
+                except Exception:
+                    log.warning("collect of %s failed", session_id, exc_info=True)
+                    collected = ()
+                queue.extend(Collected(m) for m in collected)
+                if not queue or gate.stopped(held):  # a yield, loss or eviction meanwhile
+                    break
+                queue.sort(key=lambda w: (w.priority, w.delivered_at))
+                work = queue.pop(0)
+                if isinstance(work, Own):
+                    await self._run_own(session_id, gate, held, work)
+                else:
+                    await self._run_collected(session_id, gate, held, work.message)
+        finally:
+            for work in queue:  # stopped early: hand what is left to the next holder
+                with self._cleanup():
+                    await self._requeue(work)
+            with trio.CancelScope(shield=True):  # each step is bounded
+                await self._end_pass_session(session_id, gate, held)
+            self._end_gate(session_id, gate)
+
+    async def _end_pass_session(self, session_id: SessionId, gate: Pass, held: HeldLease) -> None:
+        """Inside the pass's gate (so no turn starts meanwhile): close an LRU-evicted handle
+        now that its turn ended; end the session here after a hand-off, an eviction or a lost
+        lease — close the handle first, then return the lease (a turn never writes history
+        its node no longer holds), then ring for the next holder."""
+        if gate.evicted is not None:
+            await self._close(session_id, gate.evicted)
+        if gate.end_by is PassEnd.CALLER or gate.stop is InterruptReason.SYSTEM_SHUTDOWN:
+            return
+        if held.ended == "lost":
+            await self._close_handle(session_id)
+            return
+        if gate.stop is InterruptReason.SESSION_RELEASED or gate.evicted is not None:
+            await self._close_handle(session_id)
+            await self._return_lease(session_id)
+            with self._cleanup():
+                if await self._pending(session_id):
+                    await self._ring(session_id, Priority.LATER)
+
+    async def _requeue(self, work: Work) -> None:
+        if isinstance(work, Own) and self._state is not RouterState.ACCEPTING:
+            await self._drop_own(work)
+            return
+        try:
+            if isinstance(work, Collected):
+                await self._inbox.deliver(work.message)
+                await self._ring(work.message.session_id, work.message.priority)
+            else:
+                await self._forward_own(work)
+        except Exception:
+            log.warning("could not hand a queued turn over", exc_info=True)
+
+    async def _drop_own(self, own: Own) -> None:
+        """A closing router's own submit whose turn never started is not handed to another
+        node: its caller (on this node) could not hear the answer, and any error it got
+        would read as "not run" while the turn ran elsewhere. So it does not run: its key is
+        freed (a retry runs) and its caller gets RouterShuttingDown, which here is true."""
+        if own.reservation is not None:
+            self._local_keyed.pop(own.reservation.key, None)
+            held = self._leases.get(own.request.session_id)
+            if held is not None:
+                held.slot.unbind(own.reservation)
+            await self._reset(own.reservation)
+        self._local_futures.discard(own.future)
+        own.future.set_exception(
+            RouterShuttingDown(f"router {self.node_id} closed before the turn started")
+        )
+
+    async def _forward_own(self, own: Own) -> None:
+        request = own.request
+        message = InboundMessage(
+            message_id=InboundMessageId.new(),
+            session_id=request.session_id,
+            agent_ref=request.agent_ref,
+            user_input=request.user_input,
+            priority=request.priority,
+            delivered_at=own.delivered_at,
+            idempotency_key=request.idempotency_key,
+            initiator=request.initiator,
+        )
+        if own.reservation is not None:
+            self._local_keyed.pop(own.reservation.key, None)
+            held = self._leases.get(request.session_id)
+            if held is not None:
+                held.slot.unbind(own.reservation)
+        self._local_futures.discard(own.future)
+        await self._hand_to_inbox(message, own.reservation, own.future)
