@@ -273,7 +273,10 @@ class ActorHost:
             self._flow.emit(
                 FlowEvent.DISPATCH_REFUSED, "actor %r: its queue is full", actor_id.value
             )
-            raise
+            # Said in the caller's terms (its Actor and the bound), not the lane's.
+            raise CapacityExceeded(
+                f"actor {actor_id.value!r}: its queue is full ({self._engine.limits.capacity})"
+            ) from None
 
 
 def _not_admitting(hosted: HostedActor) -> Unavailable:

@@ -340,6 +340,8 @@ async def test_full_actor_queue_refuses_without_stalling_the_connection(
             assert await caller.request("cold", "echo", b"c").timeout(5) == b"c"
             assert trio.current_time() == started  # not held behind "hot"
             assert len(refused) == 1
+            # the refusal names the Actor and the bound, never the runtime's internals
+            assert str(refused[0]) == "actor 'hot': its queue is full (2)", str(refused[0])
             await trio.sleep(2 * host.config.hello_timeout)  # past the keepalive timeout
             rec.gate.set()
         stats = host.statistics().actors
