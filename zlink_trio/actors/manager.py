@@ -13,7 +13,7 @@ from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerNotAdmitted
 from ..objects.create_source import CreateSource
 from ..objects.durable import remaining_ms
-from ..objects.owner_loss import Reclaim, owner_dead, reclaim_row, try_reclaim
+from ..objects.owner_loss import Reclaim, owner_lost, reclaim_row, try_reclaim
 from ..objects.placement import choose_mesh
 from ..objects.sinks import raise_for_failure
 from ..observe import FlowTrace
@@ -179,21 +179,13 @@ class ActorManager:
         row = await self._authority.read(target)
         if row is None or row.state is not AuthorityState.READY:
             return None
-        if await self._owner_lost(row):
+        if await owner_lost(self._store, row, self._node.identity.node_rid):
             await reclaim_row(
                 self._store, row, grace=self._config.reservation_grace, flow=self._flow
             )
             self._authority.forget(target)
             return None
         return ActorRef(target, row.object_generation, row.owner.mesh_name, row.owner.node_rid)
-
-    async def _owner_lost(self, row: AuthorityRow) -> bool:
-        """Whether ``row`` is owned by another node lifecycle whose lease expired (one
-        Store read). A row this node owns needs none: this node admits only while its
-        own lease is locally live, which is never later than the Store's expiry."""
-        if row.owner.node_rid == self._node.identity.node_rid:
-            return False
-        return await owner_dead(self._store, row)
 
     async def destroy(self, actor: ActorRef) -> bool:
         """Destroy exactly the incarnation ``actor`` names.
@@ -226,7 +218,7 @@ class ActorManager:
                 )
             if row.state is AuthorityState.CREATING:
                 return False
-            if not await self._owner_lost(row):
+            if not await owner_lost(self._store, row, self._node.identity.node_rid):
                 return await self._destroy_live(actor, row)
             outcome = await try_reclaim(
                 self._store, row, grace=self._config.reservation_grace, flow=self._flow

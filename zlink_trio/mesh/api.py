@@ -41,6 +41,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Protocol
 
 import attrs
+import trio
 
 from ..errors import Unavailable, ZLinkError
 from ..ids import MeshName, NodeGeneration, NodeRid, SpotId
@@ -56,6 +57,7 @@ __all__ = [
     "PeerNotAdmitted",
     "PeerState",
     "PendingReply",
+    "connect_until",
 ]
 
 
@@ -242,3 +244,12 @@ class MeshNodeApi(Protocol):
         once (no Store call) unless the node is running: an expired, closing or closed
         node has no watcher to wait for."""
         ...
+
+
+async def connect_until(node: MeshNodeApi, peer: PeerAddress, until: float) -> PeerState:
+    """:meth:`MeshNodeApi.connect` given up at Trio time ``until`` (a caller's
+    ``connect_timeout``, or its deadline when sooner): CONNECTING then — the peer cannot
+    be reached now."""
+    with trio.move_on_at(until):
+        return await node.connect(peer)
+    return PeerState.CONNECTING

@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import math
 import random
-from typing import Final, Generic, TypeVar, final
+from typing import Generic, TypeVar, final
 
 import attrs
 import trio
@@ -47,7 +47,7 @@ from ..errors import (
     Unavailable,
 )
 from ..ids import MeshName, OperationId, StableType
-from ..mesh.api import MeshNodeApi, PeerAddress, PeerState
+from ..mesh.api import MeshNodeApi, PeerAddress, PeerState, connect_until
 from ..observe import FlowTrace
 from ..store.api import (
     Applied,
@@ -65,7 +65,7 @@ from .authority import Authority
 from .create_target import CreateTarget
 from .durable import remaining_ms, run_durable
 from .kind import CreateOrder, IdT, SourceKind, noun
-from .owner_loss import owner_dead, reclaim_row
+from .owner_loss import owner_lost, reclaim_row
 from .placement import choose_node
 from .reclaim import Reclaimer, give_back, orphaned
 from .sinks import LocalSink, decode_terminal, raise_for_failure
@@ -84,8 +84,19 @@ def _about(reply: TerminalReply, row: AuthorityRow) -> bool:
     return isinstance(tail, CreateTail) and tail.object_generation == row.object_generation
 
 
-_EXHAUSTED: Final = b""
-"""In the unreachable set: every candidate was found unreachable, place no more."""
+@attrs.define
+class _Placement:
+    """What one create learned about its candidate targets across its placements."""
+
+    unreachable: set[bytes] = attrs.field(factory=set)
+    """NodeRids found unreachable before anything was sent to them (excluded)."""
+    exhausted: bool = False
+    """Every candidate was found unreachable: place no more, drive as any durable op."""
+
+    @property
+    def replaced(self) -> bool:
+        """A target of this create was found unreachable (it is being placed again)."""
+        return self.exhausted or bool(self.unreachable)
 
 
 class _TargetUnreachable(Exception):
@@ -165,7 +176,7 @@ class CreateSource(Generic[IdT, ResultT]):
         # A target that cannot be reached before anything was sent to it (its process
         # died, its lease not expired yet) never got the order: its reservation is given
         # back and the create is placed again, on another node, within the same deadline.
-        unreachable: set[bytes] = set()
+        placement = _Placement()
         op = operation_id or OperationId.new()
         while True:
             try:
@@ -178,11 +189,11 @@ class CreateSource(Generic[IdT, ResultT]):
                     exclusive=exclusive,
                     op=op,
                     explicit=operation_id is not None,
-                    unreachable=unreachable,
+                    placement=placement,
                 )
             except _TargetUnreachable as exc:
                 logger.info("create of %r: %s; placing it again", object_id, exc)
-                unreachable.add(exc.node_rid)
+                placement.unreachable.add(exc.node_rid)
 
     async def _run_once(
         self,
@@ -195,7 +206,7 @@ class CreateSource(Generic[IdT, ResultT]):
         exclusive: bool,
         op: OperationId,
         explicit: bool,
-        unreachable: set[bytes],
+        placement: _Placement,
     ) -> ResultT:
         me = self._node.identity
         key = OperationKey(me.node_rid, me.node_generation, op)
@@ -233,10 +244,8 @@ class CreateSource(Generic[IdT, ResultT]):
                                 f"{self._noun} {object_key.object_id!r} exists with type "
                                 f"{row.stable_type.value!r}"
                             )
-                        if (
-                            row.state is not AuthorityState.CREATING
-                            and row.owner.node_rid != me.node_rid
-                            and await owner_dead(self._store, row)
+                        if row.state is not AuthorityState.CREATING and await owner_lost(
+                            self._store, row, me.node_rid
                         ):
                             # Its owner's lease expired: the incarnation ended with it.
                             # Reclaim it (one fenced CAS) and compete for a new one.
@@ -281,7 +290,7 @@ class CreateSource(Generic[IdT, ResultT]):
                     # moved, or the outcome is unknown: read again).
                     unsure = True
                     reserved = await self._reserve(
-                        key, object_key, stable_type, mesh, request, deadline, unreachable
+                        key, object_key, stable_type, mesh, request, deadline, placement
                     )
                     if reserved is not None:
                         unsure = False
@@ -305,7 +314,7 @@ class CreateSource(Generic[IdT, ResultT]):
                     if retained is not None:
                         reply = self._checked(decode_terminal(retained.result), object_key)
             if reply is None:
-                reply = await self._drive(key, object_id, reserved, deadline, unreachable)
+                reply = await self._drive(key, object_id, reserved, deadline, placement)
         finally:
             if reply is None:
                 # No terminal (deadline, the caller's cancellation, a transport failure,
@@ -327,17 +336,21 @@ class CreateSource(Generic[IdT, ResultT]):
         mesh: MeshName,
         request: bytes | None,
         deadline: float,
-        unreachable: set[bytes],
+        placement: _Placement,
     ) -> AuthorityRow | None:
         store = self._store
         nodes = await store.list_nodes(mesh)
         kind = self._kind.kind
         try:
             target = choose_node(
-                nodes, stable_type, kind=kind, rng=self._rng, exclude=frozenset(unreachable)
+                nodes,
+                stable_type,
+                kind=kind,
+                rng=self._rng,
+                exclude=frozenset(placement.unreachable),
             )
         except NotFound:
-            if not unreachable:
+            if not placement.replaced:
                 raise
             # The node we had placed it on went away and no other live node hosts the
             # type: the operation's target lifecycle ended (A04-24), not a NotFound.
@@ -346,13 +359,13 @@ class CreateSource(Generic[IdT, ResultT]):
                 f"{self._noun} type {stable_type.value!r}"
             ) from None
         except CapacityExceeded:
-            if not unreachable:
+            if not placement.replaced:
                 raise
             # Every candidate left could not be reached: no re-placement any more; the
             # operation is driven as any durable one (replayed to its target until its
             # deadline: never admitted -> Unavailable at the deadline, A04-23).
-            unreachable.clear()
-            unreachable.add(_EXHAUSTED)
+            placement.unreachable.clear()
+            placement.exhausted = True
             target = choose_node(nodes, stable_type, kind=kind, rng=self._rng)
         content = None
         if request is not None:
@@ -442,8 +455,8 @@ class CreateSource(Generic[IdT, ResultT]):
             await node.refresh_peers()  # our view may predate the target's registration
             state = node.peer_state(peer)
         if state is PeerState.CONNECTING:
-            with trio.move_on_at(min(deadline, trio.current_time() + self._config.connect_timeout)):
-                state = await node.connect(peer)
+            give_up = trio.current_time() + self._config.connect_timeout
+            state = await connect_until(node, peer, min(deadline, give_up))
         if state is not PeerState.ADMITTED and trio.current_time() < deadline:
             raise _TargetUnreachable(peer.node_rid.value, state)
         # Admitted, or the deadline passed: run_durable gives the typed ending.
@@ -454,7 +467,7 @@ class CreateSource(Generic[IdT, ResultT]):
         object_id: IdT,
         row: AuthorityRow,
         deadline: float,
-        unreachable: set[bytes],
+        placement: _Placement,
     ) -> TerminalReply:
         """Send the create to the reserved target and wait for its terminal (replaying it
         under the same OperationId on transient transport failures)."""
@@ -485,7 +498,7 @@ class CreateSource(Generic[IdT, ResultT]):
             raise DeadlineExceeded("create did not finish before its deadline")
         kind = self._kind
         peer = PeerAddress(row.owner.mesh_name, row.owner.node_rid)
-        if _EXHAUSTED not in unreachable:
+        if not placement.exhausted:
             await self._reach(peer, deadline)
 
         def record(timeout_ms: int) -> object:

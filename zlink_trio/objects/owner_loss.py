@@ -35,6 +35,7 @@ import trio
 
 from ..config import ServerConfig
 from ..errors import StoreOutcomeUnknown, Unavailable
+from ..ids import NodeRid
 from ..mesh.api import MeshNodeApi
 from ..observe import FlowEvent, FlowTrace
 from ..store.api import Applied, AuthorityRow, LocationStore, ObjectKind
@@ -43,6 +44,7 @@ __all__ = [
     "Reclaim",
     "SweepRound",
     "owner_dead",
+    "owner_lost",
     "reclaim_row",
     "serve_reclaim_sweep",
     "sweep_once",
@@ -55,6 +57,13 @@ logger = logging.getLogger("zlink_trio.objects")
 async def owner_dead(store: LocationStore, row: AuthorityRow) -> bool:
     """Whether ``row``'s owner lease is no longer current by store time (one read)."""
     return not await store.owner_live(row.owner)
+
+
+async def owner_lost(store: LocationStore, row: AuthorityRow, me: NodeRid) -> bool:
+    """Whether ``row`` is owned by another node than ``me`` whose lease expired (one
+    Store read). A row this node owns needs none: this node admits only while its own
+    lease is locally live, which is never later than the Store's expiry."""
+    return row.owner.node_rid != me and await owner_dead(store, row)
 
 
 class Reclaim(enum.Enum):

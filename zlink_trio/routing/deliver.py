@@ -75,6 +75,7 @@ from ..mesh.api import (
     PeerNotAdmitted,
     PeerState,
     PendingReply,
+    connect_until,
 )
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
@@ -531,9 +532,7 @@ class Delivery(Generic[K]):
         give_up = trio.current_time() + self._connect_timeout
         if deadline <= give_up:
             return await self._node.connect(peer)  # the call's own scope ends it
-        with trio.move_on_at(give_up):
-            return await self._node.connect(peer)
-        return PeerState.CONNECTING
+        return await connect_until(self._node, peer, give_up)
 
     async def _cannot_reach(self, key: K, route: Route, why: str) -> Exception:
         """The call was never sent: its owner cannot be reached. The route goes; the
