@@ -171,6 +171,10 @@ class _Call(Generic[T]):
         self._cancelled = False
         self.result: outcome.Outcome[T] | None = None
 
+    async def wait(self) -> None:
+        """Trio thread: sleep until the loop side rang this call's doorbell (finished)."""
+        await self._bell.wait()
+
     # Everything below runs on the loop thread.
     def start(self) -> None:
         if self._cancelled:  # cancelled before it was started: never run it
@@ -235,6 +239,21 @@ class LoopThread:
         Raises ``trio.ClosedResourceError`` when the loop thread is closed or closing.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        call = self.submit(afn, *args)
+        try:
+            await call.wait()
+        except BaseException:
+            # Cancelled (or KeyboardInterrupt): stop the asyncio task and wait for it.
+            await self.cancel_and_settle(call)
+            raise
+        return self.result_of(call).unwrap()
+
+    def submit(self, afn: Callable[[Unpack[Ts]], Coroutine[Any, Any, T]], *args: *Ts) -> _Call[T]:
+        """Queue ``afn(*args)`` for the loop thread without waiting (no schedule point).
+
+        The caller then owns the call: it waits with :meth:`_Call.wait` (one task at a
+        time), and ends it with :meth:`result_of` once it rang, or with
+        :meth:`cancel_and_settle`. Raises ``trio.ClosedResourceError`` when closed."""
         if self._closed:
             raise trio.ClosedResourceError("asyncio loop thread closed")
         bell = self._bells.pop() if self._bells else _Doorbell()
@@ -242,22 +261,30 @@ class LoopThread:
         self._pending.append(call)
         if self._selector.sleeping:
             self._selector.wake()
-        try:
-            await bell.wait()
-        except BaseException:
-            # Cancelled (or KeyboardInterrupt): stop the asyncio task and wait for it.
-            self.loop.call_soon_threadsafe(call.cancel)
-            with trio.CancelScope(shield=True):
-                await bell.wait()
-            self._release(bell)
-            raise
-        self._release(bell)
+        return call
+
+    async def cancel_and_settle(self, call: _Call[Any]) -> None:
+        """Cancel ``call``'s asyncio task and wait, shielded, until it has finished; its
+        doorbell goes back to the pool (its outcome is dropped)."""
+        self.loop.call_soon_threadsafe(call.cancel)
+        with trio.CancelScope(shield=True):
+            await call.wait()
+        self._release(call._bell)
+
+    def result_of(self, call: _Call[T]) -> outcome.Outcome[T]:
+        """The outcome of a call whose doorbell rang (its doorbell goes back to the pool).
+        An asyncio ``CancelledError`` nobody on the Trio side asked for means the loop is
+        shutting down: ``trio.ClosedResourceError``."""
+        self._release(call._bell)
         result = call.result
         assert result is not None
         if isinstance(result, outcome.Error) and isinstance(result.error, asyncio.CancelledError):
             # Nobody on the Trio side asked for this: the loop is shutting down.
-            raise trio.ClosedResourceError("asyncio loop thread closed") from result.error
-        return result.unwrap()
+            try:
+                raise trio.ClosedResourceError("asyncio loop thread closed") from result.error
+            except trio.ClosedResourceError as exc:
+                return outcome.Error(exc)
+        return result
 
     def _release(self, bell: _Doorbell) -> None:
         if self._closed:

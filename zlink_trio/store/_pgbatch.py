@@ -1,0 +1,387 @@
+"""Batched field CAS: concurrent CAS of different rows go to PostgreSQL as ONE statement.
+
+A field CAS (``set_membership``, ``set_recovery``, ``set_relocation``, ``begin_closing``)
+joins the *open* batch of its statement when there is one, else it leads a new batch:
+it takes a connection slot, queues the batch on the loop thread and sleeps on the
+batch's doorbell; CAS issued meanwhile — until the loop thread starts the statement and
+*seals* the batch, i.e. within the scheduler tick in which the leader queued it, and
+while the leader waits for a free connection — join it. At most one entry per key: a
+second CAS of a key already in the batch starts the next one. One statement
+(``UPDATE … FROM unnest(…) WITH ORDINALITY … RETURNING u.i, …``, :class:`._pgsql.FieldCas`)
+then applies every entry whose row matches, one commit for all; entries missing from its
+result are re-read in a second statement on the same connection (a fresh snapshot) and
+answered as lost with the current row. A lone entry uses the plain single-row
+``UPDATE``. When every entry's caller holds the row at its expected version, the
+statement returns only the new versions (``slim``) and each caller rebuilds its row.
+
+What cannot be answered per entry falls back to one-by-one: a statement that never left
+(connection found closed, reconnect failed) or that the server refused as a whole (any
+error response; a deadlock) changed nothing, so each caller runs its own CAS again
+through :meth:`._pgconn.PgConnections.call` (:data:`FALLBACK`). A connection lost while
+the statement was in flight leaves every entry's outcome unknown
+(``StoreOutcomeUnknown``). Rows the UPDATE changed are final even if the re-read of the
+lost ones fails (those fall back, they were not applied).
+
+Cancellation stays as safe as for one call (docs/decisions.md, "PostgreSQL store"): a
+caller cancelled before the batch was sealed is taken out of it (nothing of it is sent);
+after that its outcome is unknown, so it waits until the statement is settled and then
+raises ``trio.Cancelled``. The statement itself is cancelled (asyncpg cancel request,
+connection closed gracefully, as for one call) once every caller in the batch was
+cancelled, or ``cancel_grace`` seconds after the first one was while others still wait
+(a frozen backend never holds a cancelled caller longer); the callers still waiting then
+get ``StoreOutcomeUnknown``. The leader drives all of it: its own cancellation only makes
+it wait shielded like any other cancelled caller.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Final, final
+
+import outcome
+import trio
+
+from ..errors import StoreOutcomeUnknown
+from ._aiobridge import _Call
+from ._pgconn import NotSent, PgConnections, Slot, discard_if_broken
+from ._pgsql import FieldCas
+
+__all__ = ["APPLIED_FULL", "APPLIED_SLIM", "FALLBACK", "LOST", "FieldBatcher"]
+
+MAX_BATCH: Final = 256
+"""Entries per statement at most (a bigger burst becomes several statements)."""
+
+APPLIED_SLIM: Final = 0
+"""``(APPLIED_SLIM, new_version)``: applied; the caller rebuilds the row."""
+APPLIED_FULL: Final = 1
+"""``(APPLIED_FULL, record)``: applied; the row after it (authority columns)."""
+LOST: Final = 2
+"""``(LOST, record or None)``: not applied; the current row (None: Missing)."""
+
+
+class _Fallback:
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "FALLBACK"
+
+
+FALLBACK: Final = _Fallback()
+"""Nothing of this entry was applied and the batch cannot say more: run it alone."""
+
+
+@final
+class _Entry:
+    """One caller's CAS in a batch."""
+
+    __slots__ = ("args", "key", "raise_cancel", "result", "slim", "task")
+
+    def __init__(self, key: tuple[str, bytes], args: tuple[Any, ...], slim: bool) -> None:
+        self.key = key
+        self.args = args
+        """``(namespace, object_id, expected, *fields)``."""
+        self.slim = slim
+        """Its caller holds the row at the expected version (can rebuild it)."""
+        self.task = trio.lowlevel.current_task()
+        self.raise_cancel: Any = None
+        """Set once the caller was cancelled after the batch was sealed."""
+        self.result: Any = None
+
+
+@final
+class _Batch:
+    __slots__ = (
+        "cancelled",
+        "deadline",
+        "entries",
+        "keys",
+        "live",
+        "lock",
+        "lost_sql",
+        "scope",
+        "sealed",
+        "statements",
+    )
+
+    def __init__(self, statements: FieldCas, lost_sql: str) -> None:
+        self.statements = statements
+        self.lost_sql = lost_sql
+        self.entries: list[_Entry] = []
+        self.keys: set[tuple[str, bytes]] = set()
+        self.lock = threading.Lock()
+        self.sealed = False
+        """Set on the loop thread when the statement starts (or by the leader when it
+        gives up before sending): nobody joins or leaves after that."""
+        self.live = 0
+        """Entries whose callers were not cancelled."""
+        self.deadline = math.inf
+        """When the statement gets cancelled (cancelled callers waiting for others)."""
+        self.scope: trio.CancelScope | None = None
+        self.cancelled = False
+
+    def join(self, entry: _Entry) -> bool:
+        with self.lock:
+            if self.sealed or entry.key in self.keys or len(self.entries) >= MAX_BATCH:
+                return False
+            self.entries.append(entry)
+            self.keys.add(entry.key)
+        self.live += 1
+        return True
+
+    def seal(self) -> list[_Entry]:
+        """Close the batch (idempotent); its entries in key order, the order the statement
+        changes the rows in (so two batches never lock two rows in opposite orders)."""
+        with self.lock:
+            if not self.sealed:
+                self.sealed = True
+                self.entries.sort(key=_by_key)
+            return self.entries
+
+    def leave(self, entry: _Entry) -> bool:
+        """Take ``entry`` out of a batch not sealed yet (True), else False."""
+        with self.lock:
+            if self.sealed:
+                return False
+            self.entries.remove(entry)
+            self.keys.discard(entry.key)
+        self.live -= 1
+        return True
+
+    def give_up_after(self, grace: float) -> None:
+        """A caller was cancelled after the seal: the statement is cancelled when every
+        caller was, else ``grace`` seconds from now at the latest."""
+        deadline = -math.inf if self.live <= 0 else trio.current_time() + grace
+        self.deadline = min(self.deadline, deadline)
+        if self.scope is not None:
+            self.scope.deadline = min(self.scope.deadline, self.deadline)
+
+
+def _by_key(entry: _Entry) -> tuple[str, bytes]:
+    return entry.key
+
+
+# ----- loop thread ---------------------------------------------------------------------------
+async def _run_batch(slot: Slot, grace: float, batch: _Batch) -> list[Any]:
+    """Seal ``batch`` and run it on ``slot``'s connection; one ``(status, value)`` or
+    FALLBACK per entry, in entry order."""
+    entries = batch.seal()
+    conn = slot.conn
+    if conn is None or conn.is_closed():
+        raise NotSent
+    statements = batch.statements
+    slim = all(e.slim for e in entries)
+    results: list[Any] = [None] * len(entries)
+    try:
+        if len(entries) == 1:
+            args = entries[0].args
+            if slim:
+                version = await conn.fetchval(statements.single_slim, *args)
+                if version is not None:
+                    results[0] = (APPLIED_SLIM, version)
+            else:
+                record = await conn.fetchrow(statements.single_full, *args)
+                if record is not None:
+                    results[0] = (APPLIED_FULL, record[1:])
+        else:
+            columns = [list(column) for column in zip(*(e.args for e in entries), strict=True)]
+            if slim:
+                for i, version in await conn.fetch(statements.batch_slim, *columns):
+                    results[i - 1] = (APPLIED_SLIM, version)
+            else:
+                for record in await conn.fetch(statements.batch_full, *columns):
+                    results[record[0] - 1] = (APPLIED_FULL, record[1:])
+    except BaseException as exc:
+        await discard_if_broken(slot, conn, exc, grace)
+        raise
+    lost = [i for i, r in enumerate(results) if r is None]
+    if lost:
+        try:
+            records = await conn.fetch(
+                batch.lost_sql,
+                [entries[i].key[0] for i in lost],
+                [entries[i].key[1] for i in lost],
+            )
+        except BaseException as exc:
+            # The changed rows are final; the lost ones were not applied: run them alone.
+            await discard_if_broken(slot, conn, exc, grace)
+            if isinstance(exc, Exception):
+                for i in lost:
+                    results[i] = FALLBACK
+                return results
+            raise
+        for record in records:
+            current = record[1:]
+            results[lost[record[0] - 1]] = (LOST, None if current[0] is None else current)
+    return results
+
+
+# ----- Trio side -------------------------------------------------------------------------------
+@final
+class FieldBatcher:
+    """The open batch of each field CAS statement of one store (see module docstring)."""
+
+    __slots__ = ("_conns", "_lost_sql", "_open")
+
+    def __init__(self, conns: PgConnections, lost_sql: str) -> None:
+        self._conns = conns
+        self._lost_sql = lost_sql
+        self._open: dict[str, _Batch] = {}
+
+    async def cas(self, statements: FieldCas, args: tuple[Any, ...], *, slim: bool) -> Any:
+        """Run one field CAS ``(namespace, object_id, expected, *fields)`` in a batch;
+        ``(status, value)`` or :data:`FALLBACK`. Raises ``StoreOutcomeUnknown``,
+        ``trio.ClosedResourceError`` or ``trio.Cancelled``."""
+        await trio.lowlevel.checkpoint_if_cancelled()
+        entry = _Entry((args[0], args[1]), args, slim)
+        batch = self._open.get(statements.name)
+        if batch is not None and batch.join(entry):
+            return await self._follow(batch, entry)
+        return await self._lead(statements, entry)
+
+    async def _follow(self, batch: _Batch, entry: _Entry) -> Any:
+        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
+            if batch.leave(entry):
+                return trio.lowlevel.Abort.SUCCEEDED  # nothing of it was sent
+            entry.raise_cancel = raise_cancel
+            batch.live -= 1
+            batch.give_up_after(self._conns.cancel_grace)
+            return trio.lowlevel.Abort.FAILED
+
+        return await trio.lowlevel.wait_task_rescheduled(abort)
+
+    async def _lead(self, statements: FieldCas, entry: _Entry) -> Any:
+        conns = self._conns
+        batch = _Batch(statements, self._lost_sql)
+        batch.join(entry)
+        self._open[statements.name] = batch
+        try:
+            submitted = await self._submit(batch)
+        except BaseException:
+            self._dissolve(batch, entry)
+            raise
+        if submitted is None:
+            self._dissolve(batch, entry)
+            return FALLBACK
+        call, slot = submitted
+        try:
+            mine = await self._wait(batch, call)
+        finally:
+            self._close(batch)
+            conns.release(slot)
+        mine_result: outcome.Outcome[Any] | None = None
+        for entry_, result in zip(batch.entries, self._outcomes(batch, call, slot), strict=True):
+            if entry_ is entry:
+                mine_result = result
+            elif entry_.raise_cancel is not None:
+                trio.lowlevel.reschedule(entry_.task, outcome.capture(entry_.raise_cancel))
+            else:
+                trio.lowlevel.reschedule(entry_.task, result)
+        if mine is not None:
+            raise mine
+        assert mine_result is not None
+        return mine_result.unwrap()
+
+    async def _submit(self, batch: _Batch) -> tuple[_Call[Any], Slot] | None:
+        """A connection for ``batch`` (joiners keep coming while we wait for one) and the
+        batch queued on the loop thread; None when no connection could be had at once."""
+        conns = self._conns
+        # The rest of this scheduler tick joins first: every task runnable now runs
+        # before this one resumes (trio runs a tick's tasks as one batch).
+        await trio.lowlevel.checkpoint()
+        slot = await conns.acquire()
+        try:
+            if not await conns.connected(slot):
+                conns.release(slot)
+                return None
+            return conns.bridge.submit(_run_batch, slot, conns.cancel_grace, batch), slot
+        except BaseException:
+            conns.release(slot)
+            raise
+
+    def _close(self, batch: _Batch) -> None:
+        name = batch.statements.name
+        if self._open.get(name) is batch:
+            del self._open[name]
+
+    def _dissolve(self, batch: _Batch, leader: _Entry) -> None:
+        """Nothing was sent: the callers that joined run their CAS alone."""
+        self._close(batch)
+        for entry in batch.seal():
+            if entry is not leader:
+                trio.lowlevel.reschedule(entry.task, outcome.Value(FALLBACK))
+
+    async def _wait(self, batch: _Batch, call: _Call[Any]) -> BaseException | None:
+        """Sleep on the batch's doorbell until the statement settled, cancelling it as the
+        module docstring says; returns the leader's own cancellation (to re-raise)."""
+        mine: BaseException | None = None
+        settled = False
+        while not settled:
+            scope = trio.CancelScope(deadline=batch.deadline, shield=mine is not None)
+            batch.scope = scope
+            try:
+                with scope:
+                    await call.wait()
+                    settled = True
+            except BaseException as exc:  # the leader was cancelled (or interrupted)
+                if mine is not None:  # pragma: no cover - a second interrupt
+                    raise
+                mine = exc
+                batch.live -= 1
+                batch.give_up_after(self._conns.cancel_grace)
+                continue
+            if not settled:  # given up: every caller cancelled, or the grace passed
+                break
+        batch.scope = None
+        if not settled:
+            batch.cancelled = True
+            await self._conns.bridge.cancel_and_settle(call)
+        return mine
+
+    def _outcomes(self, batch: _Batch, call: _Call[Any], slot: Slot) -> list[outcome.Outcome[Any]]:
+        """What each entry's caller gets, in entry order."""
+        n = len(batch.entries)
+        if batch.cancelled:
+            return [
+                outcome.Error(
+                    StoreOutcomeUnknown(
+                        "a batched Store CAS was cancelled in flight (its other callers gave "
+                        "up): it may or may not have committed: re-read before deciding"
+                    )
+                )
+                for _ in range(n)
+            ]
+        result = self._conns.bridge.result_of(call)
+        if isinstance(result, outcome.Value):
+            return [outcome.Value(value) for value in result.value]
+        assert isinstance(result, outcome.Error)
+        error = result.error
+        if isinstance(error, NotSent):
+            self._conns.broken(slot)
+            return [outcome.Value(FALLBACK) for _ in range(n)]
+        if isinstance(error, Exception) and not isinstance(error, trio.ClosedResourceError):
+            if slot.conn is not None:  # the server answered: nothing was applied
+                return [outcome.Value(FALLBACK) for _ in range(n)]
+            self._conns.broken(slot)
+            return [outcome.Error(_unknown(error)) for _ in range(n)]
+        return [outcome.Error(_copy(error)) for _ in range(n)]
+
+
+def _unknown(cause: BaseException) -> StoreOutcomeUnknown:
+    exc = StoreOutcomeUnknown(
+        f"PostgreSQL connection lost during a Store mutation ({cause!r}); it may or may "
+        "not have committed: re-read before deciding"
+    )
+    exc.__cause__ = cause
+    return exc
+
+
+def _copy(error: BaseException) -> BaseException:
+    """A fresh exception like ``error`` for each caller (one instance raised in several
+    tasks would share and mangle its traceback)."""
+    if isinstance(error, trio.ClosedResourceError):
+        exc: BaseException = trio.ClosedResourceError(*error.args)
+    else:  # pragma: no cover - nothing else reaches here
+        exc = RuntimeError(f"batched Store CAS failed: {error!r}")
+    exc.__cause__ = error
+    return exc
