@@ -154,7 +154,7 @@ class _HandOffSelector(selectors.DefaultSelector):
 class _Call(Generic[T]):
     """One coroutine run on the loop thread on behalf of one waiting Trio task."""
 
-    __slots__ = ("_afn", "_args", "_bell", "_bridge", "_cancelled", "_task", "result")
+    __slots__ = ("_afn", "_args", "_bell", "_bridge", "_cancelled", "_running", "_task", "result")
 
     def __init__(
         self,
@@ -169,6 +169,7 @@ class _Call(Generic[T]):
         self._args = args
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
+        self._running = False
         self.result: outcome.Outcome[T] | None = None
 
     async def wait(self) -> None:
@@ -178,8 +179,7 @@ class _Call(Generic[T]):
     # Everything below runs on the loop thread.
     def start(self) -> None:
         if self._cancelled:  # cancelled before it was started: never run it
-            self.result = outcome.Error(asyncio.CancelledError())
-            self._bell.ring()
+            self._cancelled_unstarted()
             return
         try:
             task = self._bridge.loop.create_task(self._main())
@@ -188,28 +188,32 @@ class _Call(Generic[T]):
             self._bell.ring()
             return
         self._task = task
-        self._bridge._tasks.add(task)
-        task.add_done_callback(self._on_done)
+        self._bridge._tasks.add(task)  # a strong reference while it runs
 
     def cancel(self) -> None:
         self._cancelled = True
-        if self._task is not None:
-            self._task.cancel()
+        task = self._task
+        if task is not None and self.result is None:
+            task.cancel()
+            if not self._running:
+                # Its first step has not run yet: asyncio will throw CancelledError into
+                # the unstarted coroutine, so _main's body (and its ring) never runs.
+                self._bridge._tasks.discard(task)
+                self._cancelled_unstarted()
+
+    def _cancelled_unstarted(self) -> None:
+        self.result = outcome.Error(asyncio.CancelledError())
+        self._bell.ring()
 
     async def _main(self) -> None:
+        # No done callback: it would cost the loop one more iteration per call.
+        self._running = True
         try:
             self.result = outcome.Value(await self._afn(*self._args))
         except BaseException as exc:  # handed to the Trio side, never re-raised here
             self.result = outcome.Error(exc)
         finally:
-            self._bell.ring()
-
-    def _on_done(self, task: asyncio.Task[None]) -> None:
-        self._bridge._tasks.discard(task)
-        if self.result is None:
-            # Cancelled before its first step: asyncio threw CancelledError into the
-            # unstarted coroutine, so _main's body (and its ring) never ran.
-            self.result = outcome.Error(asyncio.CancelledError())
+            self._bridge._tasks.discard(self._task)
             self._bell.ring()
 
 

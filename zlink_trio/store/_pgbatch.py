@@ -2,10 +2,14 @@
 
 A field CAS (``set_membership``, ``set_recovery``, ``set_relocation``, ``begin_closing``)
 joins the *open* batch of its statement when there is one, else it leads a new batch:
-it takes a connection slot, queues the batch on the loop thread and sleeps on the
-batch's doorbell; CAS issued meanwhile — until the loop thread starts the statement and
-*seals* the batch, i.e. within the scheduler tick in which the leader queued it, and
-while the leader waits for a free connection — join it. At most one entry per key: a
+it lets the rest of the current scheduler tick run (one checkpoint: trio runs the tasks
+runnable in a tick as one batch, so every CAS issued in that tick joins), takes a
+connection slot, queues the batch on the loop thread and sleeps on the batch's doorbell;
+CAS issued until the loop thread starts the statement and *seals* the batch (also while
+the leader waits for a free connection) join it too. A lone caller — no batch in flight
+and the last :data:`LONE_STREAK` batches had a single entry each — skips the checkpoint
+(it would only add a scheduler pass to its round trip); the first tick of a burst after
+such a quiet spell may then go as two statements. At most one entry per key: a
 second CAS of a key already in the batch starts the next one. One statement
 (``UPDATE … FROM unnest(…) WITH ORDINALITY … RETURNING u.i, …``, :class:`._pgsql.FieldCas`)
 then applies every entry whose row matches, one commit for all; entries missing from its
@@ -51,6 +55,10 @@ __all__ = ["APPLIED_FULL", "APPLIED_SLIM", "FALLBACK", "LOST", "FieldBatcher"]
 
 MAX_BATCH: Final = 256
 """Entries per statement at most (a bigger burst becomes several statements)."""
+
+LONE_STREAK: Final = 16
+"""Single-entry batches in a row after which a new batch goes without waiting for the end
+of its scheduler tick (nobody else has been issuing CAS here)."""
 
 APPLIED_SLIM: Final = 0
 """``(APPLIED_SLIM, new_version)``: applied; the caller rebuilds the row."""
@@ -221,12 +229,16 @@ async def _run_batch(slot: Slot, grace: float, batch: _Batch) -> list[Any]:
 class FieldBatcher:
     """The open batch of each field CAS statement of one store (see module docstring)."""
 
-    __slots__ = ("_conns", "_lost_sql", "_open")
+    __slots__ = ("_alone", "_conns", "_inflight", "_lost_sql", "_open")
 
     def __init__(self, conns: PgConnections, lost_sql: str) -> None:
         self._conns = conns
         self._lost_sql = lost_sql
         self._open: dict[str, _Batch] = {}
+        self._inflight = 0
+        """Batches sent and not answered yet."""
+        self._alone = 0
+        """Batches in a row that had a single entry."""
 
     async def cas(self, statements: FieldCas, args: tuple[Any, ...], *, slim: bool) -> Any:
         """Run one field CAS ``(namespace, object_id, expected, *fields)`` in a batch;
@@ -264,9 +276,12 @@ class FieldBatcher:
             self._dissolve(batch, entry)
             return FALLBACK
         call, slot = submitted
+        self._inflight += 1
         try:
             mine = await self._wait(batch, call)
         finally:
+            self._inflight -= 1
+            self._alone = self._alone + 1 if len(batch.entries) == 1 else 0
             self._close(batch)
             conns.release(slot)
         mine_result: outcome.Outcome[Any] | None = None
@@ -286,9 +301,11 @@ class FieldBatcher:
         """A connection for ``batch`` (joiners keep coming while we wait for one) and the
         batch queued on the loop thread; None when no connection could be had at once."""
         conns = self._conns
-        # The rest of this scheduler tick joins first: every task runnable now runs
-        # before this one resumes (trio runs a tick's tasks as one batch).
-        await trio.lowlevel.checkpoint()
+        if self._inflight or self._alone < LONE_STREAK:
+            # CAS run concurrently here: let the rest of this scheduler tick join first
+            # (every task runnable now runs before this one resumes: trio runs a tick's
+            # tasks as one batch). A lone caller goes at once.
+            await trio.lowlevel.checkpoint()
         slot = await conns.acquire()
         try:
             if not await conns.connected(slot):

@@ -347,3 +347,23 @@ async def test_a_caller_cancelled_before_the_batch_was_sent_leaves_it(
         assert statements == [[b"b0"], [b"b1"]]
         assert applied(got["leader"]).membership == SpotId("leader")
         assert await store.read(quitter.key) == quitter
+
+
+async def test_a_lone_caller_goes_at_once_and_a_burst_batches_again(
+    pg_dsn: str, pg_schema: str, statements: list[list[bytes]]
+) -> None:
+    """After a quiet spell of lone CAS (which skip the end-of-tick wait), the first burst
+    may split, the next one goes as one statement again."""
+    async with open_postgres_store(pg_dsn, schema=pg_schema, connections=4) as store:
+        rows = await _rows(store, 4)
+        row = rows[0]
+        for _ in range(_pgbatch.LONE_STREAK + 4):
+            row = applied(await store.set_membership(row.key, row.store_version, None))
+        rows[0] = row
+        for _ in range(2):
+            statements.clear()
+            results = await _all(
+                [lambda r=r: store.set_membership(r.key, r.store_version, None) for r in rows]
+            )
+            rows = [applied(r) for r in results]
+        assert statements == [[b"b0", b"b1", b"b2", b"b3"]]
