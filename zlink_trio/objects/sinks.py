@@ -14,13 +14,12 @@ from __future__ import annotations
 import logging
 from typing import Protocol, TypeAlias, final
 
-import attrs
 import trio
 
 from ..engine.oneshot import OneShot
 from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
 from ..mesh.api import MeshNodeApi, PeerAddress
-from ..wire.codec import decode, encode
+from ..wire.codec import decode, encode, evolve
 from ..wire.enums import TerminalResult
 from ..wire.payloads import TypedPayload
 from ..wire.records import TerminalReply
@@ -202,11 +201,11 @@ _RECORDED_CORRELATION = 1
 
 def encode_terminal(reply: TerminalReply) -> bytes:
     """The bytes a durable operation's terminal record keeps (re-encodable as-is)."""
-    return encode(attrs.evolve(reply, correlation=_RECORDED_CORRELATION))
+    return encode(evolve(reply, correlation=_RECORDED_CORRELATION))
 
 
 def decode_terminal(data: bytes) -> TerminalReply:
     reply = decode(data)
     if not isinstance(reply, TerminalReply):
         raise ProtocolError("a terminal record does not hold a command 20 terminal")
-    return attrs.evolve(reply, correlation=0)
+    return evolve(reply, correlation=0)

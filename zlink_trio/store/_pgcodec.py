@@ -57,7 +57,6 @@ __all__ = [
     "operation_args",
     "recovery_args",
     "relocation_args",
-    "replace_row",
     "reservation_args",
 ]
 
@@ -67,13 +66,6 @@ V = TypeVar("V")
 _CACHE_LIMIT: Final = 4096
 
 
-class _Keep:
-    """The field is not changed (:func:`replace_row`)."""
-
-    __slots__ = ()
-
-
-_KEEP: Final = _Keep()
 _NAMESPACES: Final = {n.value: n for n in Namespace}
 _KINDS: Final = {k.value: k for k in ObjectKind}
 _STATES: Final = {s.value: s for s in AuthorityState}
@@ -132,16 +124,9 @@ def _slot_setter(cls: type[Any], name: str) -> Callable[[Any, Any], None]:
     return setter
 
 
-_KEY_NAMESPACE: Final = _slot_setter(ObjectKey, "namespace")
-_KEY_ID: Final = _slot_setter(ObjectKey, "object_id")
-
-
 def _key(namespace: str, object_id: bytes) -> ObjectKey:
     """A stored key (validated when it was written): no second validation."""
-    key: ObjectKey = _NEW(ObjectKey)
-    _KEY_NAMESPACE(key, _NAMESPACES[namespace])
-    _KEY_ID(key, object_id.decode("utf-8"))
-    return key
+    return ObjectKey._trusted(_NAMESPACES[namespace], object_id.decode("utf-8"))
 
 
 # ----- encoding ------------------------------------------------------------------------------
@@ -263,35 +248,6 @@ def _recovery(root: ContentRef, cursor: int) -> RecoveryPointer:
     _RECOVERY_ROOT(pointer, root)
     _RECOVERY_CURSOR(pointer, cursor)
     return pointer
-
-
-def replace_row(
-    row: AuthorityRow,
-    store_version: int,
-    *,
-    state: AuthorityState | None = None,
-    membership: SpotId | _Keep | None = _KEEP,
-    recovery: RecoveryPointer | _Keep | None = _KEEP,
-    relocation: RelocationMark | _Keep | None = _KEEP,
-) -> AuthorityRow:
-    """``row`` after a field CAS that the database applied with ``store_version`` (what
-    ``attrs.evolve`` would build, without its per-call field introspection)."""
-    return AuthorityRow(
-        key=row.key,
-        kind=row.kind,
-        stable_type=row.stable_type,
-        state=row.state if state is None else state,
-        store_version=store_version,
-        object_generation=row.object_generation,
-        owner_generation=row.owner_generation,
-        owner=row.owner,
-        membership=row.membership if isinstance(membership, _Keep) else membership,
-        pending_content=row.pending_content,
-        operation=row.operation,
-        recovery=row.recovery if isinstance(recovery, _Keep) else recovery,
-        relocation=row.relocation if isinstance(relocation, _Keep) else relocation,
-        attempt_expires_at=row.attempt_expires_at,
-    )
 
 
 def decode_cas(r: Sequence[Any], key: ObjectKey | None = None) -> CasResult[AuthorityRow]:

@@ -81,6 +81,7 @@ from .api import (
     Reservation,
     TerminalRecord,
 )
+from .rows import evolve_row
 from .validate import (
     check_clock_advance,
     check_expected_version,
@@ -380,7 +381,7 @@ class PostgresLocationStore:
             key,
             expected_version,
             (value,),
-            lambda row, v: codec.replace_row(row, v, membership=membership),
+            lambda row, v: evolve_row(row, store_version=v, membership=membership),
         )
 
     async def set_recovery(
@@ -391,7 +392,7 @@ class PostgresLocationStore:
             key,
             expected_version,
             codec.recovery_args(recovery),
-            lambda row, v: codec.replace_row(row, v, recovery=recovery),
+            lambda row, v: evolve_row(row, store_version=v, recovery=recovery),
         )
 
     async def set_relocation(
@@ -402,7 +403,7 @@ class PostgresLocationStore:
             key,
             expected_version,
             codec.relocation_args(relocation),
-            lambda row, v: codec.replace_row(row, v, relocation=relocation),
+            lambda row, v: evolve_row(row, store_version=v, relocation=relocation),
         )
 
     async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
@@ -411,7 +412,7 @@ class PostgresLocationStore:
             key,
             expected_version,
             (),
-            lambda row, v: codec.replace_row(row, v, state=AuthorityState.CLOSING),
+            lambda row, v: evolve_row(row, store_version=v, state=AuthorityState.CLOSING),
         )
 
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
