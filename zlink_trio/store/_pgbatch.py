@@ -295,6 +295,10 @@ class FieldBatcher:
         if mine is not None:
             raise mine
         assert mine_result is not None
+        if len(batch.entries) > 1:
+            # Resume with the callers just woken (next tick), not before them: their next
+            # CAS and ours are then issued in one tick and go as one batch again.
+            await trio.lowlevel.cancel_shielded_checkpoint()
         return mine_result.unwrap()
 
     async def _submit(self, batch: _Batch) -> tuple[_Call[Any], Slot] | None:
