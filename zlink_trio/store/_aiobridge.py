@@ -267,10 +267,15 @@ class LoopThread:
             self._selector.wake()
         return call
 
+    def cancel(self, call: _Call[Any]) -> None:
+        """Ask the loop thread to cancel ``call``'s asyncio task (no wait): its doorbell
+        rings once the task has finished."""
+        self.loop.call_soon_threadsafe(call.cancel)
+
     async def cancel_and_settle(self, call: _Call[Any]) -> None:
         """Cancel ``call``'s asyncio task and wait, shielded, until it has finished; its
         doorbell goes back to the pool (its outcome is dropped)."""
-        self.loop.call_soon_threadsafe(call.cancel)
+        self.cancel(call)
         with trio.CancelScope(shield=True):
             await call.wait()
         self._release(call._bell)

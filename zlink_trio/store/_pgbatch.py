@@ -39,7 +39,6 @@ it wait shielded like any other cancelled caller.
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Final, final
 
@@ -83,7 +82,7 @@ FALLBACK: Final = _Fallback()
 class _Entry:
     """One caller's CAS in a batch."""
 
-    __slots__ = ("args", "key", "raise_cancel", "result", "slim", "task")
+    __slots__ = ("args", "delivered", "key", "left", "parked", "slim", "task")
 
     def __init__(self, key: tuple[str, bytes], args: tuple[Any, ...], slim: bool) -> None:
         self.key = key
@@ -92,22 +91,24 @@ class _Entry:
         self.slim = slim
         """Its caller holds the row at the expected version (can rebuild it)."""
         self.task = trio.lowlevel.current_task()
-        self.raise_cancel: Any = None
-        """Set once the caller was cancelled after the batch was sealed."""
-        self.result: Any = None
+        self.parked = False
+        """Its caller sleeps in :meth:`FieldBatcher._park`."""
+        self.delivered: outcome.Outcome[Any] | None = None
+        """Its answer, when it came while its caller was not parked."""
+        self.left = False
+        """Taken out of the batch before the seal (nothing of it was sent)."""
 
 
 @final
 class _Batch:
     __slots__ = (
+        "call",
         "cancelled",
-        "deadline",
         "entries",
         "keys",
         "live",
         "lock",
         "lost_sql",
-        "scope",
         "sealed",
         "statements",
     )
@@ -123,10 +124,10 @@ class _Batch:
         gives up before sending): nobody joins or leaves after that."""
         self.live = 0
         """Entries whose callers were not cancelled."""
-        self.deadline = math.inf
-        """When the statement gets cancelled (cancelled callers waiting for others)."""
-        self.scope: trio.CancelScope | None = None
+        self.call: _Call[Any] | None = None
+        """The statement queued on the loop thread."""
         self.cancelled = False
+        """We asked the loop thread to cancel the statement."""
 
     def join(self, entry: _Entry) -> bool:
         with self.lock:
@@ -155,14 +156,6 @@ class _Batch:
             self.keys.discard(entry.key)
         self.live -= 1
         return True
-
-    def give_up_after(self, grace: float) -> None:
-        """A caller was cancelled after the seal: the statement is cancelled when every
-        caller was, else ``grace`` seconds from now at the latest."""
-        deadline = -math.inf if self.live <= 0 else trio.current_time() + grace
-        self.deadline = min(self.deadline, deadline)
-        if self.scope is not None:
-            self.scope.deadline = min(self.scope.deadline, self.deadline)
 
 
 def _by_key(entry: _Entry) -> tuple[str, bytes]:
@@ -252,15 +245,58 @@ class FieldBatcher:
         return await self._lead(statements, entry)
 
     async def _follow(self, batch: _Batch, entry: _Entry) -> Any:
-        def abort(raise_cancel: Any) -> trio.lowlevel.Abort:
-            if batch.leave(entry):
-                return trio.lowlevel.Abort.SUCCEEDED  # nothing of it was sent
-            entry.raise_cancel = raise_cancel
-            batch.live -= 1
-            batch.give_up_after(self._conns.cancel_grace)
-            return trio.lowlevel.Abort.FAILED
+        try:
+            result = await self._park(entry, batch)
+        except BaseException:
+            if not entry.left:  # sent: unknown until settled, so wait for it first
+                await self._settle_cancelled(batch, entry)
+            raise
+        return result.unwrap()
 
-        return await trio.lowlevel.wait_task_rescheduled(abort)
+    async def _park(self, entry: _Entry, batch: _Batch | None = None) -> outcome.Outcome[Any]:
+        """Sleep until the leader delivers ``entry``'s answer. Cancellable: a caller
+        cancelled before ``batch`` was sealed is taken out of it (``entry.left``)."""
+        if entry.delivered is not None:
+            return entry.delivered
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            entry.parked = False
+            if batch is not None and batch.leave(entry):
+                entry.left = True
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        entry.parked = True
+        answer: outcome.Outcome[Any] = await trio.lowlevel.wait_task_rescheduled(abort)
+        return answer
+
+    def _deliver(self, entry: _Entry, answer: outcome.Outcome[Any]) -> None:
+        if entry.parked:
+            entry.parked = False
+            trio.lowlevel.reschedule(entry.task, outcome.Value(answer))
+        else:
+            entry.delivered = answer
+
+    def _give_up(self, batch: _Batch) -> None:
+        """Cancel the batch's statement (its asyncio task): the leader wakes once the loop
+        thread settled it (asyncpg cancel request, connection closed gracefully)."""
+        if not batch.cancelled and batch.call is not None:
+            batch.cancelled = True
+            self._conns.bridge.cancel(batch.call)
+
+    async def _settle_cancelled(self, batch: _Batch, entry: _Entry) -> None:
+        """A follower cancelled after the seal: wait (shielded) for its answer, giving the
+        statement up once nobody waits for it any more, or ``cancel_grace`` from now."""
+        batch.live -= 1
+        with trio.CancelScope(shield=True) as scope:
+            if batch.live <= 0:
+                self._give_up(batch)
+            else:
+                scope.deadline = trio.current_time() + self._conns.cancel_grace
+            await self._park(entry)
+        if scope.cancelled_caught:
+            self._give_up(batch)
+            with trio.CancelScope(shield=True):
+                await self._park(entry)
 
     async def _lead(self, statements: FieldCas, entry: _Entry) -> Any:
         conns = self._conns
@@ -288,10 +324,8 @@ class FieldBatcher:
         for entry_, result in zip(batch.entries, self._outcomes(batch, call, slot), strict=True):
             if entry_ is entry:
                 mine_result = result
-            elif entry_.raise_cancel is not None:
-                trio.lowlevel.reschedule(entry_.task, outcome.capture(entry_.raise_cancel))
             else:
-                trio.lowlevel.reschedule(entry_.task, result)
+                self._deliver(entry_, result)
         if mine is not None:
             raise mine
         assert mine_result is not None
@@ -315,7 +349,8 @@ class FieldBatcher:
             if not await conns.connected(slot):
                 conns.release(slot)
                 return None
-            return conns.bridge.submit(_run_batch, slot, conns.cancel_grace, batch), slot
+            batch.call = conns.bridge.submit(_run_batch, slot, conns.cancel_grace, batch)
+            return batch.call, slot
         except BaseException:
             conns.release(slot)
             raise
@@ -330,38 +365,39 @@ class FieldBatcher:
         self._close(batch)
         for entry in batch.seal():
             if entry is not leader:
-                trio.lowlevel.reschedule(entry.task, outcome.Value(FALLBACK))
+                self._deliver(entry, outcome.Value(FALLBACK))
 
     async def _wait(self, batch: _Batch, call: _Call[Any]) -> BaseException | None:
-        """Sleep on the batch's doorbell until the statement settled, cancelling it as the
-        module docstring says; returns the leader's own cancellation (to re-raise)."""
-        mine: BaseException | None = None
-        settled = False
-        while not settled:
-            scope = trio.CancelScope(deadline=batch.deadline, shield=mine is not None)
-            batch.scope = scope
-            try:
-                with scope:
-                    await call.wait()
-                    settled = True
-            except BaseException as exc:  # the leader was cancelled (or interrupted)
-                if mine is not None:  # pragma: no cover - a second interrupt
-                    raise
-                mine = exc
-                batch.live -= 1
-                batch.give_up_after(self._conns.cancel_grace)
-                continue
-            if not settled:  # given up: every caller cancelled, or the grace passed
-                break
-        batch.scope = None
-        if not settled:
-            batch.cancelled = True
-            await self._conns.bridge.cancel_and_settle(call)
+        """Sleep on the batch's doorbell until the statement settled; returns the leader's
+        own cancellation (to re-raise). No cancel scope on this path (one costs more than a
+        scheduler pass): only a cancelled leader takes one, to wait shielded like any
+        cancelled caller (statement given up when nobody waits for it, or after the
+        grace)."""
+        try:
+            await call.wait()
+            return None
+        except BaseException as exc:  # the leader was cancelled (or interrupted)
+            mine = exc
+        batch.live -= 1
+        with trio.CancelScope(shield=True) as scope:
+            if batch.live <= 0:
+                self._give_up(batch)
+            else:
+                scope.deadline = trio.current_time() + self._conns.cancel_grace
+            await call.wait()
+        if scope.cancelled_caught:
+            self._give_up(batch)
+            with trio.CancelScope(shield=True):
+                await call.wait()
         return mine
 
     def _outcomes(self, batch: _Batch, call: _Call[Any], slot: Slot) -> list[outcome.Outcome[Any]]:
         """What each entry's caller gets, in entry order."""
         n = len(batch.entries)
+        result = self._conns.bridge.result_of(call)
+        if isinstance(result, outcome.Value):  # finished before any cancel landed
+            return [outcome.Value(value) for value in result.value]
+        assert isinstance(result, outcome.Error)
         if batch.cancelled:
             return [
                 outcome.Error(
@@ -372,10 +408,6 @@ class FieldBatcher:
                 )
                 for _ in range(n)
             ]
-        result = self._conns.bridge.result_of(call)
-        if isinstance(result, outcome.Value):
-            return [outcome.Value(value) for value in result.value]
-        assert isinstance(result, outcome.Error)
         error = result.error
         if isinstance(error, NotSent):
             self._conns.broken(slot)
