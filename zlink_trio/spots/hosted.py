@@ -131,7 +131,7 @@ class SpotMessage:
 class _Work(Generic[T]):
     """A turn running ``fn(instance)`` (lifecycle or application queue)."""
 
-    __slots__ = ("awaited", "callback", "fn", "lifecycle", "result")
+    __slots__ = ("awaited", "callback", "counted", "fn", "lifecycle", "result")
 
     def __init__(
         self,
@@ -140,9 +140,11 @@ class _Work(Generic[T]):
         lifecycle: bool,
         callback: SpotCallback | None = None,
         awaited: bool = True,
+        counted: bool = True,
     ) -> None:
         self.fn = fn
         self.awaited = awaited
+        self.counted = counted
         self.lifecycle = lifecycle
         self.callback = callback
         self.result: OneShot[T] = OneShot()
@@ -308,10 +310,13 @@ class HostedSpot:
         await self._live_lane().submit(work, lifecycle=True)
         return await work.result.wait()
 
-    async def run_application_work(self, fn: Callable[[Any], Awaitable[T]]) -> T:
+    async def run_application_work(
+        self, fn: Callable[[Any], Awaitable[T]], *, counted: bool = True
+    ) -> T:
         """Run ``async fn(instance)`` as ONE turn of the application queue (after the
-        lifecycle work the lane policy puts first); counted as an application turn."""
-        work: _Work[T] = _Work(fn, lifecycle=False)
+        lifecycle work the lane policy puts first); counted as an application turn unless
+        ``counted`` is False (the framework's own boundary items)."""
+        work: _Work[T] = _Work(fn, lifecycle=False, counted=counted)
         await self._live_lane().submit(work)
         return await work.result.wait()
 
@@ -386,10 +391,11 @@ class HostedSpot:
         callback = item.callback
         if callback is not None:
             counters.callbacks[callback] += 1
-        if item.lifecycle:
-            counters.lifecycle_turns += 1
-        else:
-            counters.application_turns += 1
+        if item.counted:
+            if item.lifecycle:
+                counters.lifecycle_turns += 1
+            else:
+                counters.application_turns += 1
         try:
             value = await item.fn(self.instance)
         except trio.Cancelled:

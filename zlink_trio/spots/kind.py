@@ -37,12 +37,31 @@ from .registry import SpotType, SpotTypes
 from .results import SpotCreated, SpotCreateResult, SpotExisting, SpotRejected
 from .spot_kind import SpotKind
 
-__all__ = ["SpotTargetKind", "UserSpotSourceKind", "spot_key", "spot_ref", "user_spot_order"]
+__all__ = [
+    "SpotTargetKind",
+    "UserSpotSourceKind",
+    "reserved_shape_error",
+    "spot_key",
+    "spot_ref",
+    "user_spot_order",
+]
 
 
 def spot_key(spot_id: SpotId) -> ObjectKey:
     """The Location Store key of a Spot (one namespace for Entry, User, Instance)."""
     return ObjectKey.spot(spot_id.value)
+
+
+def reserved_shape_error(spot_id: SpotId) -> InvalidOperation | None:
+    """InvalidOperation when a caller-given User or Instance Spot id has the reserved
+    Entry shape ``<prefix>-entry-<lowercase uuid4>`` (spec 06 §2.1): refused before any
+    reservation or factory. None for any other id."""
+    if not spot_id.is_reserved_entry_shape:
+        return None
+    return InvalidOperation(
+        f"spot id {spot_id.value!r} has the reserved Entry Spot shape "
+        "(<prefix>-entry-<uuid4>): only the framework issues such ids"
+    )
 
 
 def spot_ref(row: AuthorityRow) -> SpotRef:

@@ -33,7 +33,7 @@ from ..store.api import AuthorityRow, AuthorityState, LocationStore, Namespace, 
 from ..wire.records import UserSpotClose
 from ..wire.tails import CloseTail
 from .close import CloseFence, SpotCloser
-from .kind import spot_ref
+from .kind import reserved_shape_error, spot_ref
 from .results import SpotCreateResult
 from .spot_kind import SpotKind
 
@@ -140,12 +140,10 @@ class SpotManager:
 
     async def _run_create(self, call: SpotCreateCall, deadline: float) -> SpotCreateResult:
         spot_id = call.object_id
-        if spot_id.is_reserved_entry_shape:
+        reserved = reserved_shape_error(spot_id)
+        if reserved is not None:
             await trio.lowlevel.checkpoint()
-            raise InvalidOperation(
-                f"spot id {spot_id.value!r} has the reserved Entry Spot shape "
-                "(<prefix>-entry-<uuid4>): only the framework issues such ids"
-            )
+            raise reserved
         await self._refuse_unless_admitting()
         config = self._config
         request = call.creation_request
