@@ -310,20 +310,31 @@ class HostedSpot:
         await self._live_lane().submit(work, lifecycle=True)
         return await work.result.wait()
 
+    def _admitting_lane(self) -> Lane[SpotLane, SpotItem]:
+        if not isinstance(self.state, SpotReady):
+            if isinstance(self.state, SpotClosing):
+                raise Unavailable(f"spot {self.spot_id.value!r} is closing")
+            raise Unavailable(f"spot {self.spot_id.value!r} is not Ready ({self.state!r})")
+        return self._live_lane()
+
     async def run_application_work(
-        self, fn: Callable[[Any], Awaitable[T]], *, counted: bool = True
+        self, fn: Callable[[Any], Awaitable[T]], *, internal: bool = False
     ) -> T:
         """Run ``async fn(instance)`` as ONE turn of the application queue (after the
-        lifecycle work the lane policy puts first); counted as an application turn unless
-        ``counted`` is False (the framework's own boundary items)."""
-        work: _Work[T] = _Work(fn, lifecycle=False, counted=counted)
-        await self._live_lane().submit(work)
+        lifecycle work the lane policy puts first), counted as an application turn.
+        Raises Unavailable unless the Spot is Ready (its admission is sealed from the
+        Closing CAS on). ``internal``: the framework's own boundary item (allowed while
+        closing, not counted)."""
+        work: _Work[T] = _Work(fn, lifecycle=False, counted=not internal)
+        lane = self._live_lane() if internal else self._admitting_lane()
+        await lane.submit(work)
         return await work.result.wait()
 
     def submit_application_work_nowait(self, fn: Callable[[Any], Awaitable[object]]) -> None:
         """Queue ``async fn(instance)`` on the application queue without waiting (an
-        exception it raises is logged). Raises CapacityExceeded / Unavailable."""
-        self._live_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
+        exception it raises is logged): a timer tick. Raises Unavailable unless the Spot
+        is Ready, CapacityExceeded when its queue is full."""
+        self._admitting_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
 
     async def run_callback(self, callback: SpotCallback, argument: object) -> object:
         """Run the type's ``callback`` on ``argument`` in ONE lifecycle turn; its result
