@@ -310,3 +310,46 @@ async def test_messages_parked_while_staging_run_first(server: Server) -> None:
     host.admit_nowait(SpotId("gone"), SpotMessage(MessageKind.SEND, "note", b"y", None, 1e9))
     (left,) = host.end_staging_of(SpotId("gone"))
     assert left.payload == b"y"
+
+
+async def test_a_close_runs_what_was_accepted_before_its_seal_and_refuses_the_rest(
+    server: Server,
+) -> None:
+    """Spec 06 §7 steps 1-2: messages accepted before the Closing CAS still run in the
+    old incarnation (a request's caller gets its reply); a message admitted after the
+    seal ends Unavailable ("closing") and never runs; application work (a timer tick)
+    too; the close returns once what was accepted ran."""
+    hosted = await _spot(server, "r7")
+    busy, held = trio.Event(), trio.Event()
+    hosted.instance.gate = busy
+    host = _runtime(server).host
+    sid = SpotId("r7")
+    host.admit_nowait(sid, SpotMessage(MessageKind.SEND, "note", b"busy", None, 1e9))
+    await trio.testing.wait_all_tasks_blocked()  # "busy" runs and holds the turn
+    host.admit_nowait(sid, SpotMessage(MessageKind.SEND, "note", b"before", None, 1e9))
+    accepted: OneShot[Any] = OneShot()
+    host.admit_nowait(sid, SpotMessage(MessageKind.REQUEST, "echo", b"also", accepted, 1e9))
+    outcome: list[bool] = []
+    async with trio.open_nursery() as nursery:
+
+        async def close() -> None:
+            outcome.append(await server.spots.close(hosted.ref()))
+
+        nursery.start_soon(close)
+        await trio.testing.wait_all_tasks_blocked()  # its lifecycle turn waits for "busy"
+        hosted.instance.gate = held  # "before" will hold the turn after the seal
+        busy.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert LOG == ["note:busy", "note:before"]
+        assert type(hosted.state).__name__ == "SpotClosing"  # sealed, still running
+        late: OneShot[Any] = OneShot()
+        with pytest.raises(Unavailable, match="closing"):
+            host.admit_nowait(sid, SpotMessage(MessageKind.REQUEST, "echo", b"late", late, 1e9))
+        with pytest.raises(Unavailable, match="closing"):
+            hosted.submit_application_work_nowait(_nothing)
+        assert outcome == []
+        held.set()
+    assert outcome == [True]
+    assert await accepted.wait() == b"also"
+    assert LOG == ["note:busy", "note:before", "echo:also"]
+    assert not late.done
