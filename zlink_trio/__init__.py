@@ -52,6 +52,7 @@ from .actors.handlers import (
     MessageKind as MessageKind,
     on_request as on_request,
     on_send as on_send,
+    on_timer as on_timer,
 )
 from .actors.policy import (
     ActorRelocationAdapter as ActorRelocationAdapter,
@@ -66,6 +67,7 @@ from .actors.results import (
     Existing as Existing,
     Rejected as Rejected,
 )
+from .actors.timers import ActorTimers as ActorTimers
 from .app import App as App
 from .config import (
     MemoryStoreConfig as MemoryStoreConfig,
@@ -111,6 +113,11 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .objects.timers import (
+    TimerKind as TimerKind,
+    TimerRegistration as TimerRegistration,
+    TimerStatistics as TimerStatistics,
+)
 from .observe import FlowEvent as FlowEvent
 from .server import Server as Server, open_server as open_server, serve_server as serve_server
 from .spots.approval import (
@@ -128,6 +135,7 @@ __all__ = [
     "ActorId",
     "ActorRef",
     "ActorRelocationAdapter",
+    "ActorTimers",
     "AlreadyExists",
     "App",
     "ApplicationError",
@@ -177,11 +185,15 @@ __all__ = [
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
+    "TimerKind",
+    "TimerRegistration",
+    "TimerStatistics",
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
     "on_request",
     "on_send",
+    "on_timer",
     "open_server",
     "serve_server",
 ]

@@ -55,6 +55,7 @@ from .mesh.lease import LeaseExpired
 from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
+from .objects.timers import TimerStatistics
 from .observe import FlowEvent
 from .store.api import Endpoint, LocationStore
 
@@ -79,6 +80,8 @@ class ServerStatistics:
     flow: Mapping[FlowEvent, int]
     """How often each logged-and-counted runtime outcome (:class:`FlowEvent`) happened in
     this lifecycle (every event present, zero included)."""
+    timers: TimerStatistics | None = None
+    """The node's framework timers (Actor and Spot timers together; no owner id)."""
 
 
 @final
@@ -130,6 +133,7 @@ class Server(metaclass=NoPublicConstructor):
             engine=runtime.engine.statistics(),
             actors=None if runtime.actors is None else runtime.actors.statistics(),
             flow=runtime.flow.snapshot(),
+            timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:

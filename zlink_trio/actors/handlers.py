@@ -26,9 +26,19 @@ from ..ids import StableType, check_text_id
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadCodec, PayloadRegistry, TypedPayload, value_as
 
-__all__ = ["HandlerKey", "MessageKind", "TypedHandler", "on_request", "on_send", "typed_handler"]
+__all__ = [
+    "HandlerKey",
+    "MessageKind",
+    "TypedHandler",
+    "declared_timers",
+    "on_request",
+    "on_send",
+    "on_timer",
+    "typed_handler",
+]
 
 HANDLER_MARK: Final = "__zlink_handler__"
+TIMER_MARK: Final = "__zlink_timer__"
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
@@ -62,6 +72,35 @@ def on_request(packet: str) -> Callable[[F], F]:
     """Mark ``async def handler(self, payload: bytes) -> bytes | None`` for requests (or
     with registered payload classes as the payload and/or the reply type)."""
     return _mark(MessageKind.REQUEST, packet)
+
+
+def on_timer(name: str) -> Callable[[F], F]:
+    """Mark ``async def handler(self, payload: bytes) -> None`` as the handler of the
+    Actor's timer ``name`` (registered at run time with ``self.context.timers.once`` /
+    ``every``; a timer name without a handler is a ConfigurationError there). It runs as
+    a turn of the Actor, with the payload given at registration."""
+    check_text_id(name, "timer name")
+
+    def decorate(fn: F) -> F:
+        names: list[str] = list(getattr(fn, TIMER_MARK, ()))
+        names.append(name)
+        setattr(fn, TIMER_MARK, tuple(names))
+        return fn
+
+    return decorate
+
+
+def declared_timers(cls: type) -> list[tuple[str, str]]:
+    """(timer name, attribute name) of every ``@on_timer`` method of ``cls`` (MRO order)."""
+    found: list[tuple[str, str]] = []
+    seen: set[str] = set()
+    for klass in cls.__mro__:
+        for attr, value in vars(klass).items():
+            if attr in seen:
+                continue
+            seen.add(attr)
+            found.extend((name, attr) for name in getattr(value, TIMER_MARK, ()))
+    return found
 
 
 def declared_handlers(cls: type) -> list[tuple[MessageKind, str, str]]:

@@ -17,7 +17,14 @@ import attrs
 
 from ..ids import InvalidId, StableType, check_text_id
 from ..wire.payloads import PayloadRegistry
-from .handlers import HandlerKey, MessageKind, declared_handlers, typed_handler
+from .handlers import (
+    HandlerKey,
+    MessageKind,
+    TypedHandler,
+    declared_handlers,
+    declared_timers,
+    typed_handler,
+)
 from .policy import (
     DisableRelocation,
     PreserveStateWith,
@@ -42,6 +49,8 @@ class ActorType:
     factory: Callable[[Any], Any]
     relocation: RelocationPolicy
     handlers: Mapping[tuple[MessageKind, str], ActorHandler]
+    timers: Mapping[str, ActorHandler] = attrs.field(factory=dict)
+    """Timer handlers by timer name (``@on_timer``): ``handler(actor, payload: bytes)``."""
 
 
 ActorTypes = Mapping[StableType, ActorType]
@@ -71,6 +80,7 @@ class ActorRegistry:
     def __init__(self) -> None:
         self._types: list[tuple[object, object, object]] = []
         self._handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
+        self._timers: list[tuple[object, object, ActorHandler]] = []
         self._problems: list[str] = []
 
     def register_actor(
@@ -89,12 +99,25 @@ class ActorRegistry:
                     )
                     continue
                 self._handlers.append((stable_type, kind, packet, _method_handler(factory, name)))
+            for timer, name in declared_timers(factory):
+                method = inspect.getattr_static(factory, name, None)
+                if inspect.isfunction(method) and not inspect.iscoroutinefunction(method):
+                    self._problems.append(
+                        f"actor type {stable_type!r}: timer handler {factory.__qualname__}."
+                        f"{name} ({timer!r}) must be an async def"
+                    )
+                    continue
+                self._timers.append((stable_type, timer, _method_handler(factory, name)))
 
     def register_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
     ) -> None:
         """Record a function handler ``async def handler(actor, payload)``."""
         self._handlers.append((stable_type, kind, packet, handler))
+
+    def register_timer_handler(self, stable_type: str, name: str, handler: ActorHandler) -> None:
+        """Record a function timer handler ``async def handler(actor, payload: bytes)``."""
+        self._timers.append((stable_type, name, handler))
 
     def validate(self, problems: list[str], payloads: PayloadRegistry) -> ActorTypes:
         """The validated types (typed handlers wrapped with their ``payloads`` codecs);
@@ -140,7 +163,44 @@ class ActorRegistry:
                 handlers[st][(kind, name)] = typed_handler(fn, payloads)
             except TypeError as exc:
                 problems.append(f"handler {HandlerKey(st, kind, name)!r}: {exc}")
+        timers = self._validate_timers(types, problems, payloads)
         return {
-            st: ActorType(st, factory, policy, handlers[st])
+            st: ActorType(st, factory, policy, handlers[st], timers[st])
             for st, (factory, policy) in types.items()
         }
+
+    def _validate_timers(
+        self, types: Mapping[StableType, object], problems: list[str], payloads: PayloadRegistry
+    ) -> dict[StableType, dict[str, ActorHandler]]:
+        timers: dict[StableType, dict[str, ActorHandler]] = {st: {} for st in types}
+        for raw, timer, fn in self._timers:
+            try:
+                st = StableType.parse(raw)
+                name = check_text_id(timer, "timer name")
+            except InvalidId as exc:
+                problems.append(f"timer handler {raw!r}/{timer!r}: {exc}")
+                continue
+            if st not in timers:
+                problems.append(f"timer handler for unregistered actor type {st.value!r}")
+                continue
+            if name in timers[st]:
+                problems.append(f"actor type {st.value!r}: timer {name!r} has two handlers")
+                continue
+            if not callable(fn) or (inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn)):
+                problems.append(
+                    f"actor type {st.value!r}: timer handler {name!r} must be an async def"
+                )
+                continue
+            try:
+                typed = typed_handler(fn, payloads)
+            except TypeError as exc:
+                problems.append(f"actor type {st.value!r}: timer handler {name!r}: {exc}")
+                continue
+            if type(typed) is TypedHandler:
+                problems.append(
+                    f"actor type {st.value!r}: timer handler {name!r} takes the payload "
+                    "bytes given at registration and returns None"
+                )
+                continue
+            timers[st][name] = fn
+        return timers
