@@ -113,6 +113,7 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .objects.policy import SpotRelocationAdapter as SpotRelocationAdapter
 from .objects.timers import (
     TimerKind as TimerKind,
     TimerRegistration as TimerRegistration,
@@ -126,6 +127,13 @@ from .spots.approval import (
     CreateDecision as CreateDecision,
     Reject as Reject,
 )
+from .spots.execution import (
+    ExecutionMode as ExecutionMode,
+    PerActor as PerActor,
+    SpotWide as SpotWide,
+)
+from .spots.lifecycle import SpotCallback as SpotCallback, on_lifecycle as on_lifecycle
+from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
 
 __all__ = [
@@ -150,6 +158,7 @@ __all__ = [
     "DescriptorConflict",
     "DisableRelocation",
     "ErrorKind",
+    "ExecutionMode",
     "Existing",
     "FlowEvent",
     "InvalidArgument",
@@ -169,6 +178,7 @@ __all__ = [
     "OperationId",
     "OwnerLeaseExpired",
     "OwnerLeaseGeneration",
+    "PerActor",
     "PostgresStoreConfig",
     "PreserveStateWith",
     "ProtocolError",
@@ -180,8 +190,12 @@ __all__ = [
     "ServerConfig",
     "SessionNotBound",
     "ShuttingDown",
+    "SpotCallback",
     "SpotId",
+    "SpotKind",
     "SpotRef",
+    "SpotRelocationAdapter",
+    "SpotWide",
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
@@ -191,6 +205,7 @@ __all__ = [
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
+    "on_lifecycle",
     "on_request",
     "on_send",
     "on_timer",
