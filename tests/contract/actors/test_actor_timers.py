@@ -30,7 +30,16 @@ from zlink_trio import (
     on_timer,
 )
 from zlink_trio.actors.results import Created
-from zlink_trio.testing import Cluster, CountingStore, FlowEvent, flow_count, open_cluster
+from zlink_trio.mesh.lease import LeaseHeld
+from zlink_trio.testing import (
+    Cluster,
+    CountingStore,
+    CutOffStore,
+    FlowEvent,
+    flow_count,
+    node_of,
+    open_cluster,
+)
 
 LONG = 60.0
 
@@ -638,3 +647,41 @@ async def test_timer_handlers_are_validated_at_startup(clock: trio.testing.MockC
     assert "unregistered actor type 'nobody'" in message
     with pytest.raises(ConfigurationError):
         on_timer("")
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # virtual time: MockClock only
+async def test_a_node_whose_lease_was_lost_fires_and_runs_no_tick(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """Issue 12 (timers; docs/decisions.md "Owner loss: fencing"): node 0 is cut off from
+    the Store while its Actor has a periodic timer: no tick runs at or after its local
+    lease deadline, and once the lease is lost its timers are cleaned up (nothing
+    registered, the service sealed)."""
+    log = Log()
+    cut = CutOffStore(store)
+    apps = [timer_app(log), client_app()]
+
+    def config(index: int) -> ServerConfig:
+        return ServerConfig(
+            owner_lease_ttl=1.0,
+            owner_lease_renew_interval=0.3,
+            descriptor_poll_interval=0.2,
+            reclaim_sweep_interval=0.2,
+            location_store=cut if index == 0 else store,
+        )
+
+    async with open_cluster(2, app=lambda i: apps[i], config=config) as cluster:
+        await cluster.wait_all_admitted()
+        await _clock(cluster)
+        await _ask(cluster, "every", b"b|0.05")
+        await log.wait_ticks(3)
+        lease = node_of(cluster.servers[0]).lease
+        assert isinstance(lease, LeaseHeld)
+        deadline = lease.local_deadline
+        cut.cut()
+        await cluster.servers[0].wait_lease_lost()
+        await trio.sleep(5)
+        assert log.ticks()  # it ticked until the cut
+        assert [t for t in log.ticks() if t >= deadline] == []
+        stats = _timers(cluster)
+        assert (stats.registered, stats.owners, stats.sealed) == (0, 0, True)
