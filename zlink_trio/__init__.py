@@ -67,7 +67,6 @@ from .actors.results import (
     Existing as Existing,
     Rejected as Rejected,
 )
-from .actors.timers import ActorTimers as ActorTimers
 from .app import App as App
 from .config import (
     MemoryStoreConfig as MemoryStoreConfig,
@@ -117,6 +116,7 @@ from .objects.policy import SpotRelocationAdapter as SpotRelocationAdapter
 from .objects.timers import (
     TimerKind as TimerKind,
     TimerRegistration as TimerRegistration,
+    Timers as Timers,
     TimerStatistics as TimerStatistics,
 )
 from .observe import FlowEvent as FlowEvent
@@ -143,7 +143,6 @@ __all__ = [
     "ActorId",
     "ActorRef",
     "ActorRelocationAdapter",
-    "ActorTimers",
     "AlreadyExists",
     "App",
     "ApplicationError",
@@ -202,6 +201,7 @@ __all__ = [
     "TimerKind",
     "TimerRegistration",
     "TimerStatistics",
+    "Timers",
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",

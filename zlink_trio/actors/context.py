@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, final
 
 from ..errors import SessionNotBound
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
-from .timers import ActorTimers
+from ..objects.timers import Timers
 
 if TYPE_CHECKING:
     from .client import ActorClient
@@ -93,10 +93,10 @@ class ActorContext:
         return self._client
 
     @property
-    def timers(self) -> ActorTimers:
+    def timers(self) -> Timers:
         """The Actor's framework timers: ``once`` / ``every`` / ``cancel`` from its own
         handlers; each tick runs its ``@on_timer(name)`` handler as a turn of the Actor."""
-        return ActorTimers(self)
+        return Timers(self._hosted)
 
     def __repr__(self) -> str:
         return (

@@ -256,9 +256,27 @@ class HostedActor:
     def mesh_name(self) -> MeshName:
         return self.context.mesh_name
 
+    # --- the timer owner (objects.timers.TimerOwner) -----------------------------------------
+
     @property
     def admitting(self) -> bool:
         return self.state is READY
+
+    @property
+    def timer_service(self) -> TimerService | None:
+        return self.kind.timer_service
+
+    @property
+    def timer_names(self) -> Mapping[str, ActorHandler]:
+        return self.kind.timer_handlers
+
+    @property
+    def timer_owner_noun(self) -> str:
+        return f"actor type {self.kind.actor_type.stable_type.value!r}"
+
+    def in_own_turn(self) -> bool:
+        lane = self.lane
+        return lane is not None and lane.in_turn()
 
     def ref(self) -> ActorRef:
         context = self.context
