@@ -168,6 +168,7 @@ class _Roles:
                 store=store,
                 node=node,
                 flow=flow,
+                timers=self.timers,
             ),
             engine,
             _entry_ids(config, app, node),

@@ -139,6 +139,11 @@ class App:
         """Register a Spot function handler ``async def handler(spot, payload)``."""
         self._spots.register_handler(stable_type, kind, packet, handler)
 
+    def register_spot_timer_handler(self, stable_type: str, name: str, handler: Handler) -> None:
+        """Register a function handler ``async def handler(spot, payload: bytes)`` for the
+        Spot timer ``name`` (the function form of ``@on_timer(name)``)."""
+        self._spots.register_timer_handler(stable_type, name, handler)
+
     def register_spot_callback(
         self, stable_type: str, callback: SpotCallback, fn: SpotCallbackFn
     ) -> None:
