@@ -14,7 +14,8 @@ Only re-exports live here; each concept has its own module:
   :class:`TimerOwner` protocol an owner kind implements.
 
 How an owner kind plugs in (the Actor's adapter: the ``TimerOwner`` members and the tick
-branch of ``actors/hosted.py``, the suspend/resume/close calls of ``actors/host.py``):
+branch of ``actors/hosted.py``, the suspend/resume/close calls of ``actors/host.py``; the
+Spot's: ``spots/hosted.py`` and the resume at publication in ``spots/host.py``):
 
 1. The owner implements :class:`TickTarget` (``submit_tick_nowait`` / ``submit_tick``:
    admit a :class:`TimerTick` to its lane's APPLICATION queue, raising the lane's
