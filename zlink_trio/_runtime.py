@@ -9,6 +9,8 @@ above it, and only then lets the node bind, register and accept::
     ├─ engine + roles nursery
     │  ├─ zlink_trio.timers   serve_timers         the node's one timer service  -> TimerService
     │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  │                      └─ serve_spot_runtime  User/Instance Spots: hosting, 47/48,
+    │  │                                             server.spots (with a Store + Object mesh)
     │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
     │  │                      (later: the session owner, the relocation coordinator and the
     │  │                       STREAM listener start here, each given the handles below it)

@@ -317,18 +317,13 @@ class HostedSpot:
         return lane is not None and lane.in_turn()
 
     def submit_tick_nowait(self, tick: TimerTick) -> object:
-        return self._tick_lane().submit_nowait(tick)
+        # Ticks are admitted while Ready only (the admission of application work): from
+        # the close's seal on a due tick is dropped (the cleanup follows); ticks accepted
+        # before it still run.
+        return self._admitting_lane().submit_nowait(tick)
 
     async def submit_tick(self, tick: TimerTick) -> object:
-        return await self._tick_lane().submit(tick)
-
-    def _tick_lane(self) -> Lane[SpotLane, SpotItem]:
-        # Ticks are admitted while Ready only: from the close's admission seal on, a due
-        # tick is dropped (the cleanup follows); ticks accepted before it still run.
-        lane = self.lane
-        if lane is None or not isinstance(self.state, SpotReady):
-            raise Unavailable(f"spot {self.spot_id.value!r} admits no timer tick now")
-        return lane
+        return await self._admitting_lane().submit(tick)
 
     # --- membership (the Join engineer's API; serialize it with lifecycle work) -----------
     @property
@@ -368,20 +363,31 @@ class HostedSpot:
         await self._live_lane().submit(work, lifecycle=True)
         return await work.result.wait()
 
+    def _admitting_lane(self) -> Lane[SpotLane, SpotItem]:
+        if not isinstance(self.state, SpotReady):
+            if isinstance(self.state, SpotClosing):
+                raise Unavailable(f"spot {self.spot_id.value!r} is closing")
+            raise Unavailable(f"spot {self.spot_id.value!r} is not Ready ({self.state!r})")
+        return self._live_lane()
+
     async def run_application_work(
-        self, fn: Callable[[Any], Awaitable[T]], *, counted: bool = True
+        self, fn: Callable[[Any], Awaitable[T]], *, internal: bool = False
     ) -> T:
         """Run ``async fn(instance)`` as ONE turn of the application queue (after the
-        lifecycle work the lane policy puts first); counted as an application turn unless
-        ``counted`` is False (the framework's own boundary items)."""
-        work: _Work[T] = _Work(fn, lifecycle=False, counted=counted)
-        await self._live_lane().submit(work)
+        lifecycle work the lane policy puts first), counted as an application turn.
+        Raises Unavailable unless the Spot is Ready (its admission is sealed from the
+        Closing CAS on). ``internal``: the framework's own boundary item (allowed while
+        closing, not counted)."""
+        work: _Work[T] = _Work(fn, lifecycle=False, counted=not internal)
+        lane = self._live_lane() if internal else self._admitting_lane()
+        await lane.submit(work)
         return await work.result.wait()
 
     def submit_application_work_nowait(self, fn: Callable[[Any], Awaitable[object]]) -> None:
         """Queue ``async fn(instance)`` on the application queue without waiting (an
-        exception it raises is logged). Raises CapacityExceeded / Unavailable."""
-        self._live_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
+        exception it raises is logged): a timer tick. Raises Unavailable unless the Spot
+        is Ready, CapacityExceeded when its queue is full."""
+        self._admitting_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
 
     async def run_callback(self, callback: SpotCallback, argument: object) -> object:
         """Run the type's ``callback`` on ``argument`` in ONE lifecycle turn; its result
