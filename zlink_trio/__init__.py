@@ -52,6 +52,7 @@ from .actors.handlers import (
     MessageKind as MessageKind,
     on_request as on_request,
     on_send as on_send,
+    on_timer as on_timer,
 )
 from .actors.policy import (
     ActorRelocationAdapter as ActorRelocationAdapter,
@@ -112,6 +113,12 @@ from .ids import (
     StableType as StableType,
 )
 from .objects.policy import SpotRelocationAdapter as SpotRelocationAdapter
+from .objects.timers import (
+    TimerKind as TimerKind,
+    TimerRegistration as TimerRegistration,
+    Timers as Timers,
+    TimerStatistics as TimerStatistics,
+)
 from .observe import FlowEvent as FlowEvent
 from .server import Server as Server, open_server as open_server, serve_server as serve_server
 from .spots.approval import (
@@ -206,12 +213,17 @@ __all__ = [
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
+    "TimerKind",
+    "TimerRegistration",
+    "TimerStatistics",
+    "Timers",
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
     "on_lifecycle",
     "on_request",
     "on_send",
+    "on_timer",
     "open_server",
     "serve_server",
 ]

@@ -7,6 +7,7 @@ above it, and only then lets the node bind, register and accept::
 
     open_runtime                                  the node nursery
     ├─ engine + roles nursery
+    │  ├─ zlink_trio.timers   serve_timers         the node's one timer service  -> TimerService
     │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
     │  │                      └─ serve_spot_runtime  User/Instance Spots: hosting, 47/48,
     │  │                                             server.spots (with a Store + Object mesh)
@@ -27,15 +28,15 @@ Exit (also when the body raises or is cancelled) is the drain of a clean stop, t
 "Graceful drain on a clean stop"):
 
 1. **stop admission** -- the node admits nothing more: new calls end ShuttingDown, peers'
-   commands are refused (Unavailable), new hellos too; connections, replies and the
-   lease go on;
+   commands are refused (Unavailable), new hellos too, and no timer fires (ticks already
+   queued still run in 2); connections, replies and the lease go on;
 2. **settle** -- the accepted turns (everything already queued to a lane) and the control
    transactions in progress here (creation attempts, destroys) run to their end, until
    the drain deadline (stop + ``drain_timeout``);
 3. **relocate out** -- the hook of the relocation issue: relocatable objects will move to
    peers here, before their rows are released (nothing is relocatable yet);
 4. **stop the roles** -- what still runs is cancelled and the engine closes: no turn runs
-   from here on;
+   from here on; the timer service ends and cleans up every registration;
 5. **release** -- every authority row this lifecycle owns is given back in the Store
    (Ready/Closing → release, Creating → abort_creation, each a CAS on the version read),
    bounded by ``drain_timeout``, so peers see the ids Missing at once;
@@ -48,6 +49,7 @@ lease expired (fail-stopped) skips 2-3 and makes no Store call at all.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -70,6 +72,7 @@ from .mesh.services import RuntimeService, ServiceContext
 from .mesh.tap import WireTap
 from .objects.owner_loss import serve_reclaim_sweep
 from .objects.release_owned import release_owned
+from .objects.timers import TimerService, serve_timers
 from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
@@ -96,7 +99,7 @@ DRAIN_STEPS: Final = (
 class Runtime:
     """The parts of one running node (private: ``Server`` exposes only its surface)."""
 
-    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store")
+    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store", "timers")
 
     def __init__(
         self,
@@ -108,8 +111,11 @@ class Runtime:
         spots: SpotOwner,
         actors: ActorRuntime | None,
         flow: FlowTrace,
+        timers: TimerService | None = None,
     ) -> None:
         self.config = config
+        self.timers = timers
+        """The node's one timer service (Actor and Spot timers)."""
         self.flow = flow
         self.app = app
         self.store = store
@@ -133,9 +139,10 @@ class _Roles:
     """The roles of one node, started in order in the roles nursery (what started is kept
     even when a later one fails: the drain needs it)."""
 
-    __slots__ = ("actors", "spots")
+    __slots__ = ("actors", "spots", "timers")
 
     def __init__(self) -> None:
+        self.timers: TimerService | None = None
         self.spots: SpotOwner | None = None
         self.actors: ActorRuntime | None = None
 
@@ -150,7 +157,10 @@ class _Roles:
         flow: FlowTrace,
         services: Sequence[RuntimeService],
     ) -> None:
-        """Spot owner, Actor owner, extra services (before the node serves)."""
+        """Timer service, Spot owner, Actor owner, extra services (before the node
+        serves)."""
+        self.timers = await nursery.start(serve_timers, name="zlink_trio.timers")
+        node.on_lease_lost(self.timers.seal)  # a fail-stopped node fires no tick either
         on_create = app.on_create_actor if app is not None else None
         self.spots = await nursery.start(
             partial(
@@ -160,6 +170,7 @@ class _Roles:
                 store=store,
                 node=node,
                 flow=flow,
+                timers=self.timers,
             ),
             engine,
             _entry_ids(config, app, node),
@@ -170,7 +181,7 @@ class _Roles:
             if store is None:  # check_startup refuses this configuration
                 raise ConfigurationError("Actor dispatch needs a Location Store")
             self.actors = await nursery.start(
-                serve_actors,
+                functools.partial(serve_actors, timers=self.timers),
                 config,
                 app.actor_types,
                 app.payloads,
@@ -243,9 +254,19 @@ async def open_runtime(
                                 )
                             assert roles.spots is not None
                             yield Runtime(
-                                config, app, store, engine, node, roles.spots, roles.actors, flow
+                                config,
+                                app,
+                                store,
+                                engine,
+                                node,
+                                roles.spots,
+                                roles.actors,
+                                flow,
+                                roles.timers,
                             )
                         finally:
+                            if roles.timers is not None:
+                                roles.timers.seal()  # step 1 for timers: no tick fires
                             await _drain_live(
                                 config, node, engine, roles.actors, roles.spots
                             )  # steps 1-3

@@ -92,7 +92,8 @@ class App:
 
         ``factory(context)`` receives only the Actor Context and must return an Actor whose
         ``context`` attribute is that very object. When ``factory`` is a class, its methods
-        marked with ``@on_send`` / ``@on_request`` become the type's handlers.
+        marked with ``@on_send`` / ``@on_request`` become the type's handlers (and its
+        ``@on_timer`` methods the handlers of its timers).
         """
         self._actors.register_actor(stable_type, factory, relocation=relocation)
 
@@ -101,6 +102,13 @@ class App:
     ) -> None:
         """Register a function handler ``async def handler(actor, payload)``."""
         self._actors.register_handler(stable_type, kind, packet, handler)
+
+    def register_actor_timer_handler(
+        self, stable_type: str, name: str, handler: ActorHandler
+    ) -> None:
+        """Register a function handler ``async def handler(actor, payload: bytes)`` for the
+        Actor timer ``name`` (the function form of ``@on_timer(name)``)."""
+        self._actors.register_timer_handler(stable_type, name, handler)
 
     def register_spot(
         self,
@@ -130,6 +138,11 @@ class App:
     ) -> None:
         """Register a Spot function handler ``async def handler(spot, payload)``."""
         self._spots.register_handler(stable_type, kind, packet, handler)
+
+    def register_spot_timer_handler(self, stable_type: str, name: str, handler: Handler) -> None:
+        """Register a function handler ``async def handler(spot, payload: bytes)`` for the
+        Spot timer ``name`` (the function form of ``@on_timer(name)``)."""
+        self._spots.register_timer_handler(stable_type, name, handler)
 
     def register_spot_callback(
         self, stable_type: str, callback: SpotCallback, fn: SpotCallbackFn

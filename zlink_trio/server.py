@@ -55,6 +55,7 @@ from .mesh.lease import LeaseExpired
 from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
+from .objects.timers import TimerStatistics
 from .observe import FlowEvent
 from .spots.manager import SpotManager
 from .spots.stats import SpotRuntimeStatistics
@@ -83,6 +84,8 @@ class ServerStatistics:
     this lifecycle (every event present, zero included)."""
     spots: SpotRuntimeStatistics | None = None
     """None when the node runs no User/Instance Spot runtime (no Store or Object mesh)."""
+    timers: TimerStatistics | None = None
+    """The node's framework timers (Actor and Spot timers together; no owner id)."""
 
 
 @final
@@ -149,6 +152,7 @@ class Server(metaclass=NoPublicConstructor):
             actors=None if runtime.actors is None else runtime.actors.statistics(),
             flow=runtime.flow.snapshot(),
             spots=None if runtime.spots.runtime is None else runtime.spots.runtime.statistics(),
+            timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:

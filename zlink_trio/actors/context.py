@@ -6,9 +6,11 @@ from typing import TYPE_CHECKING, final
 
 from ..errors import SessionNotBound
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
+from ..objects.timers import Timers
 
 if TYPE_CHECKING:
     from .client import ActorClient
+    from .hosted import HostedActor
 
 __all__ = ["ActorContext", "BoundSession"]
 
@@ -44,7 +46,7 @@ class ActorContext:
     Actor is never published Ready. The fields are read-only for the application.
     """
 
-    __slots__ = ("_actor_id", "_client", "_generation", "_mesh_name", "_spot_id")
+    __slots__ = ("_actor_id", "_client", "_generation", "_hosted", "_mesh_name", "_spot_id")
 
     def __init__(
         self,
@@ -59,6 +61,8 @@ class ActorContext:
         self._mesh_name = mesh_name
         self._spot_id = spot_id
         self._client = client
+        self._hosted: HostedActor | None = None
+        """The hosted activation, once published (set by the Actor owner)."""
 
     @property
     def actor_id(self) -> ActorId:
@@ -87,6 +91,12 @@ class ActorContext:
     def actors(self) -> ActorClient:
         """Send to / request other Actors by ActorId (Actor-to-Actor calls)."""
         return self._client
+
+    @property
+    def timers(self) -> Timers:
+        """The Actor's framework timers: ``once`` / ``every`` / ``cancel`` from its own
+        handlers; each tick runs its ``@on_timer(name)`` handler as a turn of the Actor."""
+        return Timers(self._hosted)
 
     def __repr__(self) -> str:
         return (

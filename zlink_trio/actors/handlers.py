@@ -14,6 +14,7 @@ from ..objects.handlers import (
     on_send,
     typed_handler,
 )
+from ..objects.timers.handlers import declared_timers, on_timer
 
 __all__ = [
     "HANDLER_MARK",
@@ -21,8 +22,10 @@ __all__ = [
     "MessageKind",
     "TypedHandler",
     "declared_handlers",
+    "declared_timers",
     "method_handler",
     "on_request",
     "on_send",
+    "on_timer",
     "typed_handler",
 ]

@@ -18,6 +18,7 @@ from ..engine.lanes import ActorDeliveryLane
 from ..errors import CapacityExceeded, StaleRoute, Unavailable
 from ..ids import ActorId, NodeRid, StableType
 from ..mesh.lease import LeaseDeadline
+from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
 from .hosted import (
     ACTOR_LANE,
@@ -65,6 +66,7 @@ class ActorHost:
         "_lease",
         "_lease_live",
         "_staging",
+        "_timers",
     )
 
     def __init__(
@@ -73,8 +75,10 @@ class ActorHost:
         flow: FlowTrace,
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
+        timers: TimerService | None = None,
     ) -> None:
         self._engine = engine
+        self._timers = timers
         self._flow = flow
         self._lease = lease
         self._lease_live = lease_live
@@ -104,7 +108,14 @@ class ActorHost:
         kind = self._kinds.get(actor_type.stable_type)
         if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
-                actor_type, node_rid, stats, max_reply, self._flow, self._lease, self._lease_live
+                actor_type,
+                node_rid,
+                stats,
+                max_reply,
+                self._flow,
+                self._lease,
+                self._lease_live,
+                self._timers,
             )
         return kind
 
@@ -165,13 +176,21 @@ class ActorHost:
             staging.event = trio.Event()
 
     def retire(self, hosted: HostedActor) -> None:
-        """Unpublish ``hosted`` (destroy: after its location ownership is gone)."""
+        """Unpublish ``hosted`` (destroy: after its location ownership is gone); its
+        timers are cleaned up (once)."""
         if self._actors.get(hosted.actor_id) is hosted:
             del self._actors[hosted.actor_id]
         hosted.retire_lane()
+        if hosted.timers is not None:
+            hosted.timers.close()
 
     def close_admission(self, hosted: HostedActor) -> None:
+        """Destroy step 1: no payload is admitted and no timer tick enters its queue
+        (ticks due meanwhile wait: :meth:`reopen` lets them in, :meth:`retire` drops
+        them)."""
         hosted.state = DESTROYING
+        if hosted.timers is not None:
+            hosted.timers.suspend()
 
     def reopen(self, hosted: HostedActor, *, new_lane: bool) -> None:
         """A destroy did not happen (the Store row is still Ready): admit again.
@@ -181,6 +200,8 @@ class ActorHost:
         if new_lane:
             hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         hosted.state = READY
+        if hosted.timers is not None:
+            hosted.timers.resume()
 
     def fence(self) -> list[HostedActor]:
         """This node's owner lease was lost: every hosted Actor becomes Fenced (admits
@@ -192,6 +213,8 @@ class ActorHost:
         for hosted in self._actors.values():
             hosted.state = FENCED
             hosted.retire_lane(FlowEvent.FENCED)
+            if hosted.timers is not None:
+                hosted.timers.close()
             if hosted.orphans:
                 orphaned.append(hosted)
         return orphaned

@@ -23,6 +23,7 @@ from ..errors import ApplicationError, NotFound, ShuttingDown, Unavailable, ZLin
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
 from ..mesh.lease import LeaseDeadline
 from ..objects.sinks import LocalReply, ReplySink, public_error
+from ..objects.timers import TimerService, TimerTable, TimerTick
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
@@ -124,7 +125,9 @@ class Barrier:
             self.resumed.set()
 
 
-ActorItem: TypeAlias = Deliver | Barrier
+ActorItem: TypeAlias = Deliver | Barrier | TimerTick
+"""What an Actor lane holds: application payloads and timer ticks (the application queue,
+one acceptance order) and destroy barriers (the lifecycle queue)."""
 
 
 @final
@@ -140,6 +143,8 @@ class HostedKind:
         "max_reply",
         "node_rid",
         "stats",
+        "timer_handlers",
+        "timer_service",
         "traced",
     )
 
@@ -152,15 +157,20 @@ class HostedKind:
         flow: FlowTrace,
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
+        timer_service: TimerService | None = None,
     ) -> None:
         self.actor_type = actor_type
         self.handlers: Mapping[tuple[MessageKind, str], ActorHandler] = actor_type.handlers
+        self.timer_handlers: Mapping[str, ActorHandler] = actor_type.timers
+        self.timer_service = timer_service
+        """The node's timer service (None: timers cannot be registered)."""
         self.node_rid = node_rid
         self.stats = stats
         self.max_reply = max_reply
         self.flow = flow
-        self.traced: set[tuple[MessageKind, str]] = set()
-        """Handler keys whose unexpected exception was already logged with a traceback."""
+        self.traced: set[tuple[MessageKind | None, str]] = set()
+        """Handler keys whose unexpected exception was already logged with a traceback
+        (``(None, name)`` for the timer ``name``)."""
         self.lease = lease
         """This node lifecycle's local lease deadline, compared with the clock at the
         start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
@@ -201,7 +211,16 @@ async def fail_parked(items: list[Deliver], error: ZLinkError) -> None:
 class HostedActor:
     """A published Actor activation. Calling it runs one turn of its lane."""
 
-    __slots__ = ("context", "instance", "kind", "lane", "orphans", "owner_generation", "state")
+    __slots__ = (
+        "context",
+        "instance",
+        "kind",
+        "lane",
+        "orphans",
+        "owner_generation",
+        "state",
+        "timers",
+    )
 
     def __init__(
         self,
@@ -217,6 +236,9 @@ class HostedActor:
         self.state: ActorState = READY
         self.lane: Lane[ActorDeliveryLane, ActorItem] | None = None
         self.orphans: list[Deliver] | None = None
+        self.timers: TimerTable | None = None
+        """Its timers, from its first registration on (``context.timers``)."""
+        context._hosted = self
 
     @property
     def actor_type(self) -> ActorType:
@@ -234,15 +256,54 @@ class HostedActor:
     def mesh_name(self) -> MeshName:
         return self.context.mesh_name
 
+    # --- the timer owner (objects.timers.TimerOwner) -----------------------------------------
+
+    @property
+    def admitting(self) -> bool:
+        return self.state is READY
+
+    @property
+    def timer_service(self) -> TimerService | None:
+        return self.kind.timer_service
+
+    @property
+    def timer_names(self) -> Mapping[str, ActorHandler]:
+        return self.kind.timer_handlers
+
+    @property
+    def timer_owner_noun(self) -> str:
+        return f"actor type {self.kind.actor_type.stable_type.value!r}"
+
+    def in_own_turn(self) -> bool:
+        lane = self.lane
+        return lane is not None and lane.in_turn()
+
     def ref(self) -> ActorRef:
         context = self.context
         return ActorRef(
             context.actor_id, context.object_generation, context.mesh_name, self.kind.node_rid
         )
 
+    # --- the timer target (objects.timers.TickTarget) ---------------------------------------
+
+    def submit_tick_nowait(self, tick: TimerTick) -> object:
+        lane = self.lane
+        if lane is None:
+            raise Unavailable("the Actor runs no turn any more")
+        return lane.submit_nowait(tick)
+
+    async def submit_tick(self, tick: TimerTick) -> object:
+        lane = self.lane
+        if lane is None:
+            raise Unavailable("the Actor runs no turn any more")
+        return await lane.submit(tick)
+
     async def __call__(self, item: ActorItem) -> None:
         """One turn of this Actor's lane."""
         if type(item) is not Deliver:
+            if type(item) is TimerTick:
+                await self._tick(item)
+                return
             assert type(item) is Barrier
             item.reached.set()
             try:
@@ -396,16 +457,74 @@ class HostedActor:
             lane = self.lane
             await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
+    async def _tick(self, tick: TimerTick) -> None:
+        """The turn of a timer tick: its ``@on_timer`` handler, unless the registration
+        was cancelled or replaced meanwhile (then nothing runs)."""
+        kind = self.kind
+        stats = kind.stats
+        table = self.timers
+        if trio.current_time() >= kind.lease.at:
+            kind.lease_live()  # (see the payload path)
+            stats.dropped += 1
+            kind.flow.emit(FlowEvent.FENCED, "timer %r of %r not run", tick.name, self.context)
+            if table is not None:
+                table.discard(tick)
+            return
+        registration = None if table is None else table.accept(tick)
+        if registration is None:
+            return  # cancelled, replaced or cleaned up: counted by the timer service
+        handler = kind.timer_handlers.get(tick.name)
+        if handler is None:  # registration checks the handler: not expected
+            stats.no_handler += 1
+            kind.flow.emit(FlowEvent.NO_HANDLER, "timer %r of %r", tick.name, self.context)
+            return
+        try:
+            await handler(self.instance, registration.payload)
+        except trio.Cancelled:
+            raise
+        except ZLinkError as exc:
+            stats.failed += 1
+            kind.flow.emit(
+                FlowEvent.HANDLER_ERROR,
+                "timer handler %r of %r raised %r",
+                tick.name,
+                self.context,
+                exc,
+            )
+            return
+        except Exception as exc:
+            stats.failed += 1
+            key = (None, tick.name)
+            first = key not in kind.traced
+            kind.traced.add(key)
+            kind.flow.emit(
+                FlowEvent.HANDLER_CRASHED,
+                "timer handler %r of %r raised %r%s",
+                tick.name,
+                self.context,
+                exc,
+                " (later ones of this handler: one line each)" if first else "",
+                traceback=first,
+            )
+            return
+        stats.ok += 1
+
     def _orphan(
         self, items: tuple[ActorItem, ...], event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY
     ) -> None:
         """Accepted items the lane will not run (the Actor is being destroyed, or fenced):
         kept in ``orphans`` so the destroyer (or the fence) can fail each one's terminal
-        (see :meth:`fail_orphans`)."""
+        (see :meth:`fail_orphans`); a timer tick has no terminal: its timer learns it."""
         for item in items:
             if type(item) is Barrier:
                 item.reached.set()
                 item.done.set()
+                continue
+            if type(item) is TimerTick:
+                self.kind.stats.dropped += 1
+                self.kind.flow.emit(event, "timer %r of %r", item.name, self.context)
+                if self.timers is not None:
+                    self.timers.discard(item)
                 continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1

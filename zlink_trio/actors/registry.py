@@ -18,6 +18,7 @@ from ..ids import StableType
 from ..objects.handlers import MessageKind
 from ..objects.policy import RelocationPolicy
 from ..objects.registry import Handler, HandlerRegistrations, check_policy, parse_type
+from ..objects.timers.handlers import TimerHandlerRegistrations, TimerHandlers
 from ..wire.payloads import PayloadRegistry
 
 __all__ = ["ActorHandler", "ActorRegistry", "ActorType", "ActorTypes"]
@@ -35,6 +36,8 @@ class ActorType:
     factory: Callable[[Any], Any]
     relocation: RelocationPolicy
     handlers: Mapping[tuple[MessageKind, str], ActorHandler]
+    timers: TimerHandlers = attrs.field(factory=dict)
+    """Timer handlers by timer name (``@on_timer``): ``handler(actor, payload: bytes)``."""
 
 
 ActorTypes = Mapping[StableType, ActorType]
@@ -48,20 +51,26 @@ class ActorRegistry:
     def __init__(self) -> None:
         self._types: list[tuple[object, object, object]] = []
         self._handlers = HandlerRegistrations("actor")
+        self._timers = TimerHandlerRegistrations("actor")
 
     def register_actor(
         self, stable_type: str, factory: Callable[[Any], Any], *, relocation: RelocationPolicy
     ) -> None:
         """Record a type; a class factory's ``@on_send`` / ``@on_request`` methods become
-        the type's handlers."""
+        the type's handlers (its ``@on_timer`` methods its timer handlers)."""
         self._types.append((stable_type, factory, relocation))
         self._handlers.add_class(stable_type, factory)
+        self._timers.add_class(stable_type, factory)
 
     def register_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
     ) -> None:
         """Record a function handler ``async def handler(actor, payload)``."""
         self._handlers.add(stable_type, kind, packet, handler)
+
+    def register_timer_handler(self, stable_type: str, name: str, handler: ActorHandler) -> None:
+        """Record a function timer handler ``async def handler(actor, payload: bytes)``."""
+        self._timers.add(stable_type, name, handler)
 
     def validate(self, problems: list[str], payloads: PayloadRegistry) -> ActorTypes:
         """The validated types (typed handlers wrapped with their ``payloads`` codecs);
@@ -83,7 +92,8 @@ class ActorRegistry:
                 continue
             types[st] = (factory, policy)
         handlers = self._handlers.validate(types, problems, payloads)
+        timers = self._timers.validate(types, problems, payloads)
         return {
-            st: ActorType(st, factory, policy, handlers[st])
+            st: ActorType(st, factory, policy, handlers[st], timers[st])
             for st, (factory, policy) in types.items()
         }

@@ -26,6 +26,7 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
+from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
 from ..routing.route_cache import RouteCache
 from ..spots.entry import EntrySpot
@@ -72,6 +73,7 @@ class ActorRuntime:
         engine: Engine,
         flow: FlowTrace,
         nursery: trio.Nursery,
+        timers: TimerService | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -81,7 +83,7 @@ class ActorRuntime:
         self.transactions = Activity()
         """Control transactions in progress here: creation attempts (from their staging
         to its end) and destroys. A clean stop lets them finish (``_runtime``'s drain)."""
-        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live)
+        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live, timers)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
@@ -341,9 +343,12 @@ async def serve_actors(
     engine: Engine,
     flow: FlowTrace,
     *,
+    timers: TimerService | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The Actor owner role: run until cancelled (start it before ``node`` serves)."""
+    """The Actor owner role: run until cancelled (start it before ``node`` serves).
+    ``timers``: the node's timer service (without one, ``context.timers`` registrations
+    fail ShuttingDown)."""
     async with trio.open_nursery() as nursery:
         runtime = ActorRuntime(
             config=config,
@@ -355,6 +360,7 @@ async def serve_actors(
             engine=engine,
             flow=flow,
             nursery=nursery,
+            timers=timers,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import final
+from typing import TYPE_CHECKING, final
 
 from ..errors import InvalidOperation
 from ..ids import MeshName, ObjectGeneration, SpotId, StableType
+from ..objects.timers import Timers
 from .spot_kind import SpotKind
+
+if TYPE_CHECKING:
+    from .hosted import HostedSpot
 
 __all__ = ["SpotContext"]
 
@@ -22,7 +26,15 @@ class SpotContext:
     is never published Ready. The fields are read-only for the application.
     """
 
-    __slots__ = ("_close", "_generation", "_kind", "_mesh_name", "_spot_id", "_stable_type")
+    __slots__ = (
+        "_close",
+        "_generation",
+        "_hosted",
+        "_kind",
+        "_mesh_name",
+        "_spot_id",
+        "_stable_type",
+    )
 
     def __init__(
         self,
@@ -39,6 +51,8 @@ class SpotContext:
         self._stable_type = stable_type
         self._mesh_name = mesh_name
         self._close = close
+        self._hosted: HostedSpot | None = None
+        """The hosted activation (set by it: the factory already runs in its lane)."""
 
     @property
     def spot_id(self) -> SpotId:
@@ -60,6 +74,14 @@ class SpotContext:
     def mesh_name(self) -> MeshName:
         """The mesh of the Spot's current owner."""
         return self._mesh_name
+
+    @property
+    def timers(self) -> Timers:
+        """The Spot's framework timers: ``once`` / ``every`` / ``cancel`` from its own
+        turns (handlers, timer handlers, its factory and lifecycle callbacks); each tick
+        runs its ``@on_timer(name)`` handler as a turn of the Spot's application queue.
+        Registered while the Spot is staging, they fire from its publication on."""
+        return Timers(self._hosted)
 
     def close(self) -> None:
         """Close this Instance Spot incarnation (from one of its handlers or timers).

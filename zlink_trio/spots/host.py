@@ -23,6 +23,7 @@ from ..engine.lanes import SpotLane
 from ..errors import CapacityExceeded, InvalidOperation, StaleRoute, Unavailable
 from ..ids import AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration, SpotId, StableType
 from ..mesh.lease import LeaseDeadline
+from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
 from .context import SpotContext
 from .execution import SpotWide
@@ -70,6 +71,7 @@ class SpotHost:
         "_shared",
         "_spots",
         "_staging",
+        "_timers",
     )
 
     def __init__(
@@ -81,8 +83,10 @@ class SpotHost:
         node_rid: Callable[[], NodeRid],
         max_reply: int,
         on_close_request: Callable[[HostedSpot], None],
+        timers: TimerService | None = None,
     ) -> None:
         self._engine = engine
+        self._timers = timers
         self._flow = flow
         self._lease = lease
         self._lease_live = lease_live
@@ -119,7 +123,7 @@ class SpotHost:
         if shared is None or shared.spot_type is not spot_type:
             shared = self._shared[spot_type.stable_type] = SpotShared(
                 spot_type, self._node_rid(), self._max_reply, self._flow, self._lease,
-                self._lease_live,
+                self._lease_live, self._timers,
             )  # fmt: skip
         return shared
 
@@ -207,6 +211,8 @@ class SpotHost:
                 assert lane is not None
                 for item in parked:
                     lane.submit_nowait(item)
+            if hosted.timers is not None:
+                hosted.timers.resume()  # registered while staging: ticks from now on
         if staging is not None:
             staging.event.set()
             staging.event = trio.Event()

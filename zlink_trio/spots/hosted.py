@@ -15,7 +15,7 @@ lives once in its :class:`SpotShared`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Generic, TypeAlias, TypeVar, final
 
 import trio
@@ -27,6 +27,8 @@ from ..engine.oneshot import OneShot
 from ..errors import ShuttingDown, Unavailable, ZLinkError
 from ..ids import ActorId, AuthorityOwnerGeneration, NodeRid, ObjectGeneration, SpotId, SpotRef
 from ..mesh.lease import LeaseDeadline
+from ..objects.timers import TimerService, TimerTable, TimerTick
+from ..objects.timers.handlers import TimerHandler
 from ..observe import FlowEvent, FlowTrace
 from .context import SpotContext
 from .dispatch import SpotMessage, fail_message, fail_messages, run_message
@@ -97,14 +99,26 @@ class _Work(Generic[T]):
         self.result: OneShot[T] = OneShot()
 
 
-SpotItem: TypeAlias = SpotMessage | _Work[Any]
+SpotItem: TypeAlias = SpotMessage | _Work[Any] | TimerTick
+"""Application queue: messages, application work and timer ticks (one acceptance order);
+lifecycle queue: lifecycle work."""
 
 
 @final
 class SpotShared:
     """What the hosted Spots of one stable type on this node share."""
 
-    __slots__ = ("counters", "flow", "lease", "lease_live", "max_reply", "node_rid", "spot_type")
+    __slots__ = (
+        "counters",
+        "flow",
+        "lease",
+        "lease_live",
+        "max_reply",
+        "node_rid",
+        "spot_type",
+        "timer_service",
+        "traced_timers",
+    )
 
     def __init__(
         self,
@@ -114,8 +128,13 @@ class SpotShared:
         flow: FlowTrace,
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
+        timer_service: TimerService | None = None,
     ) -> None:
         self.spot_type = spot_type
+        self.timer_service = timer_service
+        """The node's timer service (None: timers cannot be registered)."""
+        self.traced_timers: set[str] = set()
+        """Timer names whose handler's unexpected exception was logged with a traceback."""
         self.node_rid = node_rid
         self.max_reply = max_reply
         self.flow = flow
@@ -142,6 +161,7 @@ class HostedSpot:
         "parked",
         "shared",
         "state",
+        "timers",
     )
 
     def __init__(
@@ -165,6 +185,9 @@ class HostedSpot:
         self.close_requested = False
         self._members: set[ActorId] = set()
         self._cleanups: list[Callable[[], object]] = []
+        self.timers: TimerTable | None = None
+        """Its timers, from its first registration on (``context.timers``)."""
+        context._hosted = self
 
     # --- identity -----------------------------------------------------------------------
     @property
@@ -199,6 +222,36 @@ class HostedSpot:
 
     def __repr__(self) -> str:
         return f"<HostedSpot {self.context!r} {type(self.state).__name__}>"
+
+    # --- the timer owner (objects.timers.TimerOwner, TickTarget) --------------------------
+    @property
+    def admitting(self) -> bool:
+        return isinstance(self.state, SpotReady)
+
+    @property
+    def timer_service(self) -> TimerService | None:
+        return self.shared.timer_service
+
+    @property
+    def timer_names(self) -> Mapping[str, TimerHandler]:
+        return self.shared.spot_type.timers
+
+    @property
+    def timer_owner_noun(self) -> str:
+        return f"spot type {self.shared.spot_type.stable_type.value!r}"
+
+    def in_own_turn(self) -> bool:
+        lane = self.lane
+        return lane is not None and lane.in_turn()
+
+    def submit_tick_nowait(self, tick: TimerTick) -> object:
+        # Ticks are admitted while Ready only (the admission of application work): from
+        # the close's seal on a due tick is dropped (the cleanup follows); ticks accepted
+        # before it still run.
+        return self._admitting_lane().submit_nowait(tick)
+
+    async def submit_tick(self, tick: TimerTick) -> object:
+        return await self._admitting_lane().submit(tick)
 
     # --- membership (the Join engineer's API; serialize it with lifecycle work) -----------
     @property
@@ -319,12 +372,19 @@ class HostedSpot:
             if type(item) is SpotMessage:
                 if item.sink is not None:
                     await fail_message(item.sink, spot_lease_lost())
+            elif isinstance(item, TimerTick):
+                if self.timers is not None:
+                    self.timers.discard(item)
             else:
                 item.result.fail(spot_lease_lost())
             return
         if type(item) is SpotMessage:
             counters.application_turns += 1
             await run_message(self, item)
+            return
+        if type(item) is TimerTick:
+            counters.application_turns += 1
+            await self._tick(item)
             return
         assert isinstance(item, _Work)
         callback = item.callback
@@ -347,6 +407,46 @@ class HostedSpot:
             return
         item.result.set(value)
 
+    async def _tick(self, tick: TimerTick) -> None:
+        """The turn of a timer tick: its ``@on_timer`` handler, unless the registration
+        was cancelled or replaced meanwhile (then nothing runs)."""
+        shared = self.shared
+        counters = shared.counters
+        table = self.timers
+        registration = None if table is None else table.accept(tick)
+        if registration is None:
+            return  # cancelled, replaced or cleaned up: counted by the timer service
+        handler = shared.spot_type.timers.get(tick.name)
+        if handler is None:  # registration checks the handler: not expected
+            counters.no_handler += 1
+            shared.flow.emit(FlowEvent.NO_HANDLER, "timer %r of %r", tick.name, self.context)
+            return
+        try:
+            await handler(self.instance, registration.payload)
+        except trio.Cancelled:
+            raise
+        except ZLinkError as exc:
+            counters.handler_failures += 1
+            shared.flow.emit(
+                FlowEvent.HANDLER_ERROR,
+                "timer handler %r of %r raised %r",
+                tick.name,
+                self.context,
+                exc,
+            )
+        except Exception as exc:
+            counters.handler_failures += 1
+            first = tick.name not in shared.traced_timers
+            shared.traced_timers.add(tick.name)
+            shared.flow.emit(
+                FlowEvent.HANDLER_CRASHED,
+                "timer handler %r of %r raised %r",
+                tick.name,
+                self.context,
+                exc,
+                traceback=first,
+            )
+
     # --- ending ---------------------------------------------------------------------------
     def dropped(self, item: SpotItem) -> None:
         """``on_drop`` of the lane: an item the lane will never run."""
@@ -354,17 +454,24 @@ class HostedSpot:
             self.shared.counters.dropped += 1
             self.orphans.append(item)
             return
+        if type(item) is TimerTick:
+            self.shared.counters.dropped += 1
+            if self.timers is not None:
+                self.timers.discard(item)
+            return
         assert isinstance(item, _Work)
         if not item.result.done:
             item.result.fail(Unavailable(f"spot {self.spot_id.value!r} closed before it ran"))
 
     def retire_lane(self) -> None:
         """Close the lane for good: what it still held fails (messages become orphans,
-        work fails Unavailable)."""
+        work fails Unavailable, ticks are discarded); its timers are cleaned up (once)."""
         lane = self.lane
         if lane is not None:
             for item in lane.retire():
                 self.dropped(item)
+        if self.timers is not None:
+            self.timers.close()
 
     async def fail_orphans(self, error: ZLinkError | None = None) -> None:
         orphans, self.orphans = self.orphans, []

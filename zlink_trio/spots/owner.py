@@ -15,6 +15,7 @@ inbound commands (47, 48) are registered before the node serves.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import partial
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -22,6 +23,7 @@ import trio
 from ..config import ServerConfig
 from ..engine.engine import Engine
 from ..ids import MeshName, SpotId
+from ..objects.timers import TimerService
 from ..observe import FlowTrace
 from ..store.api import LocationStore
 from .approval import OnCreateActor
@@ -71,6 +73,7 @@ async def serve_spots(
     store: LocationStore | None = None,
     node: MeshNode | None = None,
     flow: FlowTrace | None = None,
+    timers: TimerService | None = None,
     task_status: trio.TaskStatus[SpotOwner] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the Spot role until cancelled: one Entry Spot lane per ``entry_ids`` mesh, and
@@ -86,7 +89,7 @@ async def serve_spots(
                 and config.object_meshes()
             ):
                 owner.runtime = await nursery.start(
-                    serve_spot_runtime,
+                    partial(serve_spot_runtime, timers=timers),
                     config,
                     spot_types or {},
                     store,

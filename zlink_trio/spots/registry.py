@@ -25,6 +25,7 @@ from ..ids import StableType
 from ..objects.handlers import MessageKind, method_handler
 from ..objects.policy import RecreateOnRelocation, RelocationPolicy
 from ..objects.registry import Handler, HandlerRegistrations, HandlerTable, check_policy, parse_type
+from ..objects.timers.handlers import TimerHandlerRegistrations, TimerHandlers
 from ..wire.payloads import PayloadRegistry
 from .execution import ExecutionMode, PerActor, SpotWide
 from .lifecycle import MEMBERSHIP_CALLBACKS, SpotCallback, SpotCallbackFn, declared_callbacks
@@ -48,6 +49,8 @@ class SpotType:
     relocation: RelocationPolicy
     handlers: HandlerTable
     callbacks: Mapping[SpotCallback, SpotCallbackFn]
+    timers: TimerHandlers = attrs.field(factory=dict)
+    """Timer handlers by timer name (``@on_timer``): ``handler(spot, payload: bytes)``."""
 
 
 SpotTypes = Mapping[StableType, SpotType]
@@ -70,6 +73,7 @@ class SpotRegistry:
     def __init__(self) -> None:
         self._types: list[_Registration] = []
         self._handlers = HandlerRegistrations("spot")
+        self._timers = TimerHandlerRegistrations("spot")
         self._callbacks: list[tuple[object, object, SpotCallbackFn]] = []
         self._problems: list[str] = []
 
@@ -86,6 +90,7 @@ class SpotRegistry:
         its handlers and its ``@on_lifecycle`` methods its callbacks."""
         self._types.append(_Registration(stable_type, factory, kind, execution, relocation))
         self._handlers.add_class(stable_type, factory)
+        self._timers.add_class(stable_type, factory)
         if isinstance(factory, type):
             for callback, name in declared_callbacks(factory):
                 method = inspect.getattr_static(factory, name, None)
@@ -102,6 +107,10 @@ class SpotRegistry:
     ) -> None:
         """Record a function handler ``async def handler(spot, payload)``."""
         self._handlers.add(stable_type, kind, packet, handler)
+
+    def register_timer_handler(self, stable_type: str, name: str, handler: SpotHandler) -> None:
+        """Record a function timer handler ``async def handler(spot, payload: bytes)``."""
+        self._timers.add(stable_type, name, handler)
 
     def register_callback(
         self, stable_type: str, callback: SpotCallback, fn: SpotCallbackFn
@@ -142,6 +151,7 @@ class SpotRegistry:
             policies[st] = policy
         handlers = self._handlers.validate(checked, problems, payloads)
         callbacks = self._validate_callbacks(checked, problems)
+        timers = self._timers.validate(checked, problems, payloads)
         return {
             st: SpotType(
                 stable_type=st,
@@ -151,6 +161,7 @@ class SpotRegistry:
                 relocation=policies[st],
                 handlers=handlers[st],
                 callbacks=callbacks[st],
+                timers=timers[st],
             )
             for st, reg in checked.items()
         }

@@ -30,6 +30,7 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
+from ..objects.timers import TimerService
 from ..observe import FlowTrace
 from ..routing.route_cache import RouteCache
 from ..store.api import LocationStore, ObjectKind
@@ -68,6 +69,7 @@ class SpotRuntime:
         engine: Engine,
         flow: FlowTrace,
         nursery: trio.Nursery,
+        timers: TimerService | None = None,
     ) -> None:
         self._config = config
         self._node = node
@@ -86,6 +88,7 @@ class SpotRuntime:
             lambda: node.identity.node_rid,
             config.max_reply_bytes,
             self._self_close,
+            timers,
         )
         cache: RouteCache[SpotId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
@@ -255,6 +258,7 @@ async def serve_spot_runtime(
     engine: Engine,
     flow: FlowTrace,
     *,
+    timers: TimerService | None = None,
     task_status: trio.TaskStatus[SpotRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Run the User/Instance Spot runtime until cancelled (start it before ``node``
@@ -268,6 +272,7 @@ async def serve_spot_runtime(
             engine=engine,
             flow=flow,
             nursery=nursery,
+            timers=timers,
         )
         runtime.register()
         nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.spots.fence")
