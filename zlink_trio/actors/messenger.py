@@ -33,7 +33,7 @@ from ..wire.enums import MessageKind
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
 from .authority import Authority
-from .deadlines import ReplyDeadlines
+from ..routing.reply_deadlines import ReplyDeadlines
 from .host import ActorHost
 from .hosted import ActorItem, Deliver
 

@@ -37,8 +37,8 @@ from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .client import ActorClient
-from .deadlines import ReplyDeadlines
-from .dedupe import IngressDedupe
+from ..routing.reply_deadlines import ReplyDeadlines
+from ..routing.dedupe import IngressDedupe
 from .destroy import ActorDestroyKind
 from .host import ActorHost
 from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
