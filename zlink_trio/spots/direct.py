@@ -30,6 +30,7 @@ from ..routing.deliver import NEVER, Deadlines, Delivery
 from ..routing.route_cache import Route
 from ..store.api import LocationStore, ObjectKind
 from ..wire.enums import MessageKind
+from ..wire.payloads import TypedPayload
 from ..wire.records import SpotDirectRoute, TerminalReply
 from ..wire.tails import ReadyFence, ReplyPayloadTail
 from .host import SpotHost
@@ -152,6 +153,11 @@ class SpotDelivery(Delivery[SpotId]):
                 flow=flow,
             ),
         )
+
+    def wire_payload(self, payload: bytes | TypedPayload) -> bytes:
+        """The bytes ``payload`` travels as (a typed one encoded now and checked against
+        the request limit: InvalidOperation before anything is sent)."""
+        return payload if type(payload) is bytes else self._wire_payload(payload)
 
     async def resolve(self, key: SpotId) -> Route:
         route = await super().resolve(key)
