@@ -155,6 +155,7 @@ class _Roles:
                 serve_spots,
                 config=config,
                 spot_types=app.spot_types if app is not None else None,
+                payloads=app.payloads if app is not None else None,
                 store=store,
                 node=node,
                 flow=flow,
@@ -231,12 +232,18 @@ async def open_runtime(
                                 # Reclaims what dead lifecycles left; its first round runs
                                 # before the server is handed out (a restart cleans up
                                 # after its previous lifecycles).
+                                spot_runtime = roles.spots.runtime if roles.spots else None
                                 await nursery.start(
                                     serve_reclaim_sweep,
                                     config,
                                     store,
                                     flow,
                                     node,
+                                    # Instance Spots whose first message did not complete
+                                    # are resumed, not reclaimed (spec 06 §4.1.1).
+                                    None
+                                    if spot_runtime is None
+                                    else spot_runtime.messaging.recovery.recover,
                                     name="zlink_trio.objects.sweep",
                                 )
                             assert roles.spots is not None

@@ -15,8 +15,8 @@ import trio
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
+from ..objects.calls import FluentCall, message_payload
 from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, TypedPayload
-from .calls import FluentCall
 
 if TYPE_CHECKING:
     from .messenger import Messenger
@@ -172,20 +172,7 @@ class ActorClient:
         return name
 
     def _payload(self, payload: object) -> bytes | TypedPayload:
-        if type(payload) is not bytes:
-            if not isinstance(payload, bytearray | memoryview):
-                codec = self._payloads.of(payload)
-                if codec is None:
-                    raise InvalidOperation(
-                        "payload must be bytes or an instance of a registered payload "
-                        f"class, got {type(payload).__name__}"
-                    )
-                codec.check(payload)  # an unencodable value fails here, local or remote
-                return TypedPayload(codec, payload)
-            payload = bytes(payload)
-        if len(payload) > self._max_request:
-            raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {self._max_request}")
-        return payload
+        return message_payload(payload, self._payloads, self._max_request)
 
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an

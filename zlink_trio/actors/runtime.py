@@ -27,6 +27,8 @@ from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
 from ..observe import FlowEvent, FlowTrace
+from ..routing.dedupe import IngressDedupe
+from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import RouteCache
 from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
@@ -37,8 +39,6 @@ from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .client import ActorClient
-from ..routing.reply_deadlines import ReplyDeadlines
-from ..routing.dedupe import IngressDedupe
 from .destroy import ActorDestroyKind
 from .host import ActorHost
 from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error

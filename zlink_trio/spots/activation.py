@@ -54,7 +54,7 @@ from ..objects.activity import Activity
 from ..objects.authority import Authority, route_of
 from ..objects.create_target import CreateTarget
 from ..objects.durable import remaining_ms
-from ..objects.kind import CreateOrder, Staging
+from ..objects.kind import Commit, CreateOrder, Staging
 from ..objects.sinks import LocalReply, RemoteSink, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
 from ..routing.deliver import NEVER, Deadlines
@@ -101,7 +101,6 @@ async def _fail(sink: Sink, error: ZLinkError) -> None:
     if type(sink) is OneShot:
         sink.fail(public_error(error))
     else:
-        assert not isinstance(sink, OneShot)
         await sink.fail(error)
 
 
@@ -120,7 +119,6 @@ async def _answer(sink: Sink, terminal: TerminalReply) -> None:
     if type(sink) is OneShot:
         sink.set(payload)
     else:
-        assert not isinstance(sink, OneShot)
         await sink.reply(payload)
 
 
@@ -143,18 +141,18 @@ class ActivationKind:
     its factory runs)."""
 
     def __init__(self, inner: SpotTargetKind, host: SpotHost) -> None:
-        self._inner = inner
+        self.inner = inner
         self._host = host
         self.first: dict[OperationKey, SpotMessage] = {}
         self.pending: dict[SpotId, _Pending] = {}
 
     def refuse(self, order: CreateOrder[SpotId], row: AuthorityRow) -> ZLinkError | None:
-        return self._inner.refuse(order, row)
+        return self.inner.refuse(order, row)
 
     def begin(
         self, order: CreateOrder[SpotId], row: AuthorityRow, request: bytes | None
     ) -> Staging | ZLinkError:
-        staging = self._inner.begin(order, row, request)
+        staging = self.inner.begin(order, row, request)
         if isinstance(staging, ZLinkError):
             return staging
         item = self.first.pop(order.operation, None)
@@ -248,6 +246,89 @@ class Activation:
         """An envelope of this node's own call (``payload`` as the caller gave it)."""
         self._spawn(envelope, payload, sink, deadline)
 
+    def resume(self, envelope: SpotDirectRoute, deadline: float) -> None:
+        """Activate ``envelope`` again here (recovery of a dead owner's aborted
+        reservation): its message is the first one, with no reply route left."""
+        self._spawn(envelope, envelope.payload, None, deadline)
+
+    def rehost(self, row: AuthorityRow, envelope: SpotDirectRoute) -> None:
+        """Build again, here, the Ready incarnation ``row`` (just moved to this node by
+        its recovery) whose first message ``envelope`` did not complete: the first record
+        is restored at the head of its queue before the Spot is published."""
+        self._nursery.start_soon(
+            self._rehost, row, envelope, name="zlink_trio.spots.activation.rehost"
+        )
+
+    async def _rehost(self, row: AuthorityRow, envelope: SpotDirectRoute) -> None:
+        spot_id = SpotId(row.key.object_id)
+        assert row.recovery is not None
+        root = row.recovery.root
+        first = FirstRecord(
+            store=self._store,
+            key=row.key,
+            root=root,
+            inner=None,
+            lease_live=self._lease_live,
+            flow=self._flow,
+            bound=self._config.drain_timeout,
+        )
+        first.bind(row.object_generation)
+        item = SpotMessage(
+            envelope.message_kind, envelope.packet_name, envelope.payload, first, NEVER
+        )
+        order = CreateOrder(
+            operation=OperationKey(
+                envelope.source_rid, envelope.source_generation, envelope.operation_id
+            ),
+            object_id=spot_id,
+            key=row.key,
+            stable_type=row.stable_type,
+            fence=ReservationFence(
+                expected_store_version=row.store_version,
+                object_generation=row.object_generation,
+                authority_owner_generation=row.owner_generation,
+                target_rid=row.owner.node_rid,
+                target_generation=row.owner.node_generation,
+                target_owner_lease_generation=row.owner.lease_generation,
+                pending_capacity_delta=0,
+            ),
+            timeout_ms=remaining_ms(trio.current_time() + self._config.default_create_timeout),
+        )
+        deadline = trio.current_time() + self._config.default_create_timeout
+        self._activity.begin()
+        try:
+            staging = self._kind.inner.begin(order, row, None)
+            if isinstance(staging, ZLinkError):
+                raise staging
+            try:
+                self._host.admit_nowait(spot_id, item)  # parked: it runs first
+                decision = await staging.stage(deadline)
+                if not isinstance(decision, Commit):
+                    raise InvalidOperation("the create callback rejected the recovered Spot")
+                staging.publish(row)
+            finally:
+                staging.end()
+        except Exception as exc:
+            # The incarnation cannot be built here: it ends (its row released, the root
+            # deleted); the message is dropped.
+            logger.warning("recovery of instance spot %r failed: %r", spot_id.value, exc)
+            self._flow.emit(
+                FlowEvent.ACTIVATION_ABORTED,
+                "instance spot %r: its recovery failed (%r); its first message is dropped",
+                spot_id.value,
+                exc,
+            )
+            await first.abandon(Unavailable("the recovery failed"))
+            try:
+                current = await self._authority.read(spot_id)
+                if current is not None and current.object_generation == row.object_generation:
+                    await self._store.release(current.key, current.store_version)
+                await self._drop_root(root)
+            except (ZLinkError, OSError) as err:
+                logger.info("ending the unrecoverable %r failed: %r", spot_id.value, err)
+        finally:
+            self._activity.end()
+
     async def on_envelope(self, peer: PeerIdentity, envelope: SpotDirectRoute) -> None:
         """A peer's command 39 with route kind 2 (the connection's reader: never blocks
         beyond a refusal)."""
@@ -282,7 +363,9 @@ class Activation:
             return Unavailable("the activation names another descriptor version of this node")
         return None
 
-    def _spawn(self, envelope: SpotDirectRoute, payload: Payload, sink: Sink, deadline: float) -> None:
+    def _spawn(
+        self, envelope: SpotDirectRoute, payload: Payload, sink: Sink, deadline: float
+    ) -> None:
         self.envelopes += 1
         self._nursery.start_soon(
             self._run, envelope, payload, sink, deadline, name="zlink_trio.spots.activation"
@@ -498,13 +581,13 @@ class Activation:
         data = encode_activation_root(envelope)
         expected = ContentRef.of(data)
         left = max(0.0, deadline - trio.current_time())
-        root = await store.put_root(
-            data, retain_for=left + self._config.terminal_record_retention
-        )
+        root = await store.put_root(data, retain_for=left + self._config.terminal_record_retention)
         if root != expected:
             raise Unavailable("the Relocation Store returned another reference for the root")
         owner = self._node.owner_fence(route.target_mesh)
-        operation = OperationKey(envelope.source_rid, envelope.source_generation, envelope.operation_id)
+        operation = OperationKey(
+            envelope.source_rid, envelope.source_generation, envelope.operation_id
+        )
         pending = self._kind.expect(spot_id)
         try:
             try:
@@ -533,8 +616,10 @@ class Activation:
             else:
                 if not isinstance(result, Applied):
                     current_row = result.current
-                    if current_row is None or current_row.recovery is None or (
-                        current_row.recovery.root != root
+                    if (
+                        current_row is None
+                        or current_row.recovery is None
+                        or (current_row.recovery.root != root)
                     ):
                         await self._drop_root(root)
                     return False
@@ -596,4 +681,3 @@ def _ours(row: AuthorityRow | None, root: ContentRef) -> bool:
         and row.recovery is not None
         and row.recovery.root == root
     )
-

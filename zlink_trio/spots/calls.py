@@ -24,22 +24,21 @@ negative result.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Final, final
+from typing import Any, Final, Protocol, final
 
 import attrs
 import trio
 
 from ..config import ServerConfig
+from ..engine.oneshot import OneShot
 from ..errors import (
     CapacityExceeded,
     DeadlineExceeded,
-    InvalidOperation,
     NotFound,
     TypeMismatch,
     Unavailable,
 )
 from ..ids import MeshName, NodeRid, OperationId, SpotId, StableType
-from ..engine.oneshot import OneShot
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..objects.authority import Authority
 from ..objects.durable import remaining_ms
@@ -74,7 +73,7 @@ class InstanceIntent:
     in_mesh: MeshName | None = None
 
 
-class LocalActivation:
+class LocalActivation(Protocol):
     """What the source needs of this node's activation target (:mod:`.activation`)."""
 
     def start(
@@ -85,7 +84,7 @@ class LocalActivation:
         deadline: float,
     ) -> None:
         """Start the activation of ``envelope`` here (never blocks)."""
-        raise NotImplementedError
+        ...
 
 
 def check_intent(spot_id: SpotId, route: Route | AuthorityRow, intent: InstanceIntent) -> None:
@@ -159,7 +158,9 @@ class SpotCalls:
                 self._check(spot_id, route, intent)
                 await self._delivery.deliver(spot_id, _SEND, packet, payload, deadline, route)
                 return
-            await self._activate(spot_id, row, _SEND, packet, payload, deadline, intent, source_spot)
+            await self._activate(
+                spot_id, row, _SEND, packet, payload, deadline, intent, source_spot
+            )
             return
         raise Unavailable(f"{describe(spot_id)}: the send was not admitted before its deadline")
 
@@ -253,10 +254,10 @@ class SpotCalls:
         data = payload if type(payload) is bytes else self._delivery.wire_payload(payload)
         operation_id = OperationId.new()
         unreachable: set[bytes] = set()
+        me = self._node.identity
         while True:
             target = self._choose(nodes, stable_type, row, unreachable)
             descriptor = target.descriptor
-            me = self._node.identity
             fence = ColdActivation(
                 target_mesh=mesh,
                 target_rid=descriptor.node_rid,
@@ -285,7 +286,9 @@ class SpotCalls:
             ):
                 return await self._activate_here(build, kind, payload, deadline)
             try:
-                return await self._activate_remote(spot_id, mesh, descriptor.node_rid, build, kind, deadline)
+                return await self._activate_remote(
+                    spot_id, mesh, descriptor.node_rid, build, kind, deadline
+                )
             except TargetUnreachable as exc:
                 unreachable.add(exc.node_rid.value)
 

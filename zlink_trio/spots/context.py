@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import final
+from typing import TYPE_CHECKING, final
 
-from ..errors import InvalidOperation
+from ..errors import InvalidOperation, NotConfigured
 from ..ids import MeshName, ObjectGeneration, SpotId, StableType
 from .spot_kind import SpotKind
+
+if TYPE_CHECKING:
+    from .client import SpotClient
 
 __all__ = ["SpotContext"]
 
@@ -22,7 +25,15 @@ class SpotContext:
     is never published Ready. The fields are read-only for the application.
     """
 
-    __slots__ = ("_close", "_generation", "_kind", "_mesh_name", "_spot_id", "_stable_type")
+    __slots__ = (
+        "_client",
+        "_close",
+        "_generation",
+        "_kind",
+        "_mesh_name",
+        "_spot_id",
+        "_stable_type",
+    )
 
     def __init__(
         self,
@@ -32,7 +43,9 @@ class SpotContext:
         stable_type: StableType,
         mesh_name: MeshName,
         close: Callable[[], None],
+        client: SpotClient | None = None,
     ) -> None:
+        self._client = client
         self._spot_id = spot_id
         self._generation = object_generation
         self._kind = kind
@@ -60,6 +73,25 @@ class SpotContext:
     def mesh_name(self) -> MeshName:
         """The mesh of the Spot's current owner."""
         return self._mesh_name
+
+    @property
+    def spots(self) -> SpotClient:
+        """Send to / request other Spots by SpotId from this Spot's handlers (the calls
+        carry this Spot as their source Spot). Its Instance intent may cold-activate an
+        Instance Spot (spec 06 §4).
+
+        Raises:
+            NotConfigured: this server makes no Spot direct calls.
+        """
+        if self._client is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return self._client.from_spot(self._spot_id)
+
+    @property
+    def join_allowed(self) -> bool:
+        """Whether this Spot's handlers may Defer a Join (spec 04 §3.1): User Spots yes,
+        Instance Spot handlers never (InvalidOperation)."""
+        return self._kind is SpotKind.USER
 
     def close(self) -> None:
         """Close this Instance Spot incarnation (from one of its handlers or timers).

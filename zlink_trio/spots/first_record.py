@@ -159,7 +159,6 @@ class FirstRecord:
         if type(inner) is OneShot:
             inner.fail(public_error(error))
         elif inner is not None:
-            assert not isinstance(inner, OneShot)
             await inner.fail(error)
 
     async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
@@ -170,7 +169,6 @@ class FirstRecord:
             if type(inner) is OneShot:
                 inner.set(payload)
             elif inner is not None:
-                assert not isinstance(inner, OneShot)
                 await inner.reply(payload, flush=flush)
         await self._finish()
 
@@ -230,7 +228,5 @@ class FirstRecord:
             self.settled.set()
 
     def _unsettled(self, why: str) -> None:
-        self._flow.emit(
-            FlowEvent.FIRST_RECORD_UNSETTLED, "spot %r: %s", self._key.object_id, why
-        )
+        self._flow.emit(FlowEvent.FIRST_RECORD_UNSETTLED, "spot %r: %s", self._key.object_id, why)
         self.settled.set()

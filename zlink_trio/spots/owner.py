@@ -24,6 +24,7 @@ from ..engine.engine import Engine
 from ..ids import MeshName, SpotId
 from ..observe import FlowTrace
 from ..store.api import LocationStore
+from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from .approval import OnCreateActor
 from .entry import EntrySpot, EntrySpotStatistics
 from .registry import SpotTypes
@@ -68,6 +69,7 @@ async def serve_spots(
     *,
     config: ServerConfig | None = None,
     spot_types: SpotTypes | None = None,
+    payloads: PayloadRegistry | None = None,
     store: LocationStore | None = None,
     node: MeshNode | None = None,
     flow: FlowTrace | None = None,
@@ -93,6 +95,7 @@ async def serve_spots(
                     node,
                     engine,
                     flow or FlowTrace(),
+                    payloads or EMPTY_REGISTRY,
                     name="zlink_trio.spots.runtime",
                 )
             task_status.started(owner)
