@@ -168,8 +168,12 @@ class _Roles:
         if app is not None and app.actor_dispatch:
             if store is None:  # check_startup refuses this configuration
                 raise ConfigurationError("Actor dispatch needs a Location Store")
+            spot_runtime = self.spots.runtime
             self.actors = await nursery.start(
-                serve_actors,
+                partial(
+                    serve_actors,
+                    spot_client=None if spot_runtime is None else spot_runtime.messaging.client,
+                ),
                 config,
                 app.actor_types,
                 app.payloads,

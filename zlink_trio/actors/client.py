@@ -19,6 +19,7 @@ from ..objects.calls import FluentCall, message_payload
 from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, TypedPayload
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
     from .messenger import Messenger
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
@@ -134,6 +135,7 @@ class ActorClient:
         "_messenger",
         "_packets",
         "_payloads",
+        "spots",
     )
 
     def __init__(
@@ -143,7 +145,10 @@ class ActorClient:
         max_request: int,
         default_timeout: float,
         payloads: PayloadRegistry = EMPTY_REGISTRY,
+        spots: SpotClient | None = None,
     ) -> None:
+        self.spots = spots
+        """The Spot direct-call client Actor handlers use (``context.spots``)."""
         self._messenger = messenger
         self._payloads = payloads
         self._max_request = max_request

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from ..errors import SessionNotBound
+from ..errors import NotConfigured, SessionNotBound
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
     from .client import ActorClient
 
 __all__ = ["ActorContext", "BoundSession"]
@@ -87,6 +88,20 @@ class ActorContext:
     def actors(self) -> ActorClient:
         """Send to / request other Actors by ActorId (Actor-to-Actor calls)."""
         return self._client
+
+    @property
+    def spots(self) -> SpotClient:
+        """Send to / request Spots by SpotId (spec 04 §3.1: the explicit Spot call through
+        which an Actor reads or changes Spot-owned state; it runs on the target Spot's
+        turn, never on this Actor's).
+
+        Raises:
+            NotConfigured: this server makes no Spot direct calls.
+        """
+        spots = self._client.spots
+        if spots is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return spots
 
     def __repr__(self) -> str:
         return (

@@ -30,6 +30,7 @@ from ..observe import FlowEvent, FlowTrace
 from ..routing.dedupe import IngressDedupe
 from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import RouteCache
+from ..spots.client import SpotClient
 from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
@@ -72,6 +73,7 @@ class ActorRuntime:
         engine: Engine,
         flow: FlowTrace,
         nursery: trio.Nursery,
+        spot_client: SpotClient | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -102,6 +104,7 @@ class ActorRuntime:
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
             payloads=payloads,
+            spots=spot_client,
         )
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
@@ -341,6 +344,7 @@ async def serve_actors(
     engine: Engine,
     flow: FlowTrace,
     *,
+    spot_client: SpotClient | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The Actor owner role: run until cancelled (start it before ``node`` serves)."""
@@ -355,6 +359,7 @@ async def serve_actors(
             engine=engine,
             flow=flow,
             nursery=nursery,
+            spot_client=spot_client,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

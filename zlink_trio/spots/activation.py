@@ -124,14 +124,14 @@ async def _answer(sink: Sink, terminal: TerminalReply) -> None:
 
 @final
 class _Pending:
-    """This node's activations of one id between their reserve and their staging (other
-    envelopes of the id wait for ``staged`` before they park behind the first message)."""
+    """This node's activations of one id in progress, from their reserve to their end
+    (other envelopes of the id wait for ``finished``, then read the authority again)."""
 
-    __slots__ = ("count", "staged")
+    __slots__ = ("count", "finished")
 
     def __init__(self) -> None:
         self.count = 0
-        self.staged = trio.Event()
+        self.finished = trio.Event()
 
 
 @final
@@ -162,23 +162,21 @@ class ActivationKind:
             except ZLinkError as exc:
                 staging.end()
                 return exc
-        pending = self.pending.get(order.object_id)
-        if pending is not None:
-            pending.staged.set()
         return staging
 
     def expect(self, spot_id: SpotId) -> _Pending:
         pending = self.pending.get(spot_id)
-        if pending is None or pending.staged.is_set():
+        if pending is None:
             pending = self.pending[spot_id] = _Pending()
         pending.count += 1
         return pending
 
     def done(self, spot_id: SpotId, pending: _Pending) -> None:
-        pending.staged.set()
         pending.count -= 1
-        if pending.count <= 0 and self.pending.get(spot_id) is pending:
-            del self.pending[spot_id]
+        if pending.count <= 0:
+            pending.finished.set()
+            if self.pending.get(spot_id) is pending:
+                del self.pending[spot_id]
 
 
 def _error_of(terminal: TerminalReply) -> ZLinkError:
@@ -488,15 +486,19 @@ class Activation:
         if hosted is not None and hosted.generation != row.object_generation:
             self._stale_local(row)
             raise Unavailable(f"spot {spot_id.value!r} here is not the Store's incarnation")
-        if hosted is None:
+        if row.state is AuthorityState.CREATING:
+            # An activation of this node is in progress: wait for its end (bounded by the
+            # caller's deadline scope), then read again — Ready: this message queues
+            # behind its first message; Missing: it competes with its own.
             pending = self._kind.pending.get(spot_id)
             if pending is not None:
-                await pending.staged.wait()  # bounded by the caller's deadline scope
+                await pending.finished.wait()
+            else:
+                await trio.sleep(WAIT_FIRST)
+            return False
         try:
             await self._host.admit(spot_id, self._message(envelope, payload, sink, deadline))
         except StaleRoute:
-            if row.state is AuthorityState.CREATING:
-                return False
             raise Unavailable(
                 f"spot {spot_id.value!r}: the Store names this node, which does not host it"
             ) from None

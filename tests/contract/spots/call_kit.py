@@ -17,6 +17,7 @@ from zlink_trio import (
     App,
     DisableRelocation,
     MeshConfig,
+    MessageKind,
     ObjectRole,
     RecreateOnRelocation,
     ServerConfig,
@@ -151,7 +152,9 @@ def spot_app(
     cls = _spot_class(rec, node)
     factory = _slow_factory(rec, cls) if slow_factory else cls
     for stable_type in instance_types:
-        app.register_spot(stable_type, factory, kind=SpotKind.INSTANCE, relocation=DisableRelocation())
+        app.register_spot(
+            stable_type, factory, kind=SpotKind.INSTANCE, relocation=DisableRelocation()
+        )
     for stable_type in user_types:
         app.register_spot(
             stable_type,
@@ -160,7 +163,24 @@ def spot_app(
             execution=SpotWide(),
             relocation=RecreateOnRelocation(),
         )
+    if slow_factory:  # a function factory: its handlers are registered one by one
+        for stable_type in (*instance_types, *user_types):
+            for kind, packet, handler in _handlers(cls):
+                app.register_spot_handler(stable_type, kind, packet, handler)
     return app
+
+
+def _handlers(cls: type[Any]) -> list[tuple[MessageKind, str, Any]]:
+    request, send = MessageKind.REQUEST, MessageKind.SEND
+    return [
+        (request, "add", cls.add),
+        (request, "whoami", cls.whoami),
+        (send, "note", cls.note),
+        (request, "block", cls.block),
+        (send, "block", cls.block_send),
+        (request, "close", cls.close),
+        (request, "relay", cls.relay),
+    ]
 
 
 def client_app() -> App:
@@ -168,7 +188,19 @@ def client_app() -> App:
     return App()
 
 
-def client_config(base: ServerConfig | None = None) -> ServerConfig:
+SECRET = b"zlink-trio spot calls test secret"
+"""One cluster secret for the tests that build every node's configuration themselves."""
+
+
+def server_config(**changes: Any) -> ServerConfig:
+    """A hosting node (Object Server role in mesh "test")."""
+    return ServerConfig(meshes=(MeshConfig(name="test"),), cluster_secret=SECRET, **changes)
+
+
+def client_config(**changes: Any) -> ServerConfig:
     """A node that only calls (Object Client role in mesh "test")."""
-    config = base or ServerConfig()
-    return attrs.evolve(config, meshes=(MeshConfig(name="test", object_role=ObjectRole.CLIENT),))
+    return ServerConfig(
+        meshes=(MeshConfig(name="test", object_role=ObjectRole.CLIENT),),
+        cluster_secret=SECRET,
+        **changes,
+    )

@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio.routing.reply_deadlines import ReplyDeadlines
 from zlink_trio.engine.oneshot import OneShot
 from zlink_trio.errors import DeadlineExceeded, ShuttingDown
+from zlink_trio.routing.reply_deadlines import ReplyDeadlines
 
 
 async def test_waiters_end_at_their_deadlines_in_order(
