@@ -454,6 +454,21 @@ class Activation:
                 await trio.sleep(delay)
                 delay = min(delay * 2, WAIT_MAX)
 
+    async def _retire_stale(self, spot_id: SpotId, reserved: AuthorityRow) -> None:
+        """This node just reserved a new incarnation of ``spot_id``: a Spot of that id
+        still published here is stale (the Store names another incarnation) and never
+        runs a message again; what it had queued fails."""
+        stale = self._host.get(spot_id)
+        if stale is None or stale.generation == reserved.object_generation:
+            return
+        self._stale_local(reserved)
+        self._host.retire(stale)
+        await stale.fail_orphans(
+            Unavailable(
+                f"spot {spot_id.value!r} here was stale: the Store names another incarnation"
+            )
+        )
+
     def _stale_local(self, row: AuthorityRow) -> None:
         hosted = self._host.get(SpotId(row.key.object_id))
         if hosted is not None:
@@ -627,6 +642,7 @@ class Activation:
                     return False
                 reserved = result.row
             self.reserved += 1
+            await self._retire_stale(spot_id, reserved)
             first = FirstRecord(
                 store=store,
                 key=key,

@@ -116,6 +116,12 @@ def _spot_class(rec: Recorder, node: str) -> type[Any]:
             self.context.close()
             return b"closing"
 
+        @on_request("joinable")
+        async def joinable(self, payload: bytes) -> bytes:
+            """Whether this handler's Spot may Defer a Join (spec 04 §3.1)."""
+            self._log("joinable", payload)
+            return b"1" if self.context.join_allowed else b"0"
+
         @on_request("relay")
         async def relay(self, payload: bytes) -> bytes:
             """Request the Spot named by the payload from this Spot's own context."""
@@ -180,6 +186,7 @@ def _handlers(cls: type[Any]) -> list[tuple[MessageKind, str, Any]]:
         (send, "block", cls.block_send),
         (request, "close", cls.close),
         (request, "relay", cls.relay),
+        (request, "joinable", cls.joinable),
     ]
 
 
