@@ -8,6 +8,8 @@ above it, and only then lets the node bind, register and accept::
     open_runtime                                  the node nursery
     ├─ engine + roles nursery
     │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  │                      └─ serve_spot_runtime  User/Instance Spots: hosting, 47/48,
+    │  │                                             server.spots (with a Store + Object mesh)
     │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
     │  │                      (later: the session owner, the relocation coordinator and the
     │  │                       STREAM listener start here, each given the handles below it)

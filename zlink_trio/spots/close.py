@@ -107,7 +107,7 @@ class SpotCloseKind:
                 return begun
         if hosted.state is SPOT_CLOSING:
             # 2. what was accepted before the seal runs to its end
-            await hosted.run_application_work(_boundary, counted=False)
+            await hosted.run_application_work(_boundary, internal=True)
             # 3. cleanup once, in a lifecycle turn; then nothing runs any more
             await hosted.run_lifecycle_work(lambda instance: self._cleanup(hosted, instance))
             hosted.state = SPOT_CLOSED

@@ -157,12 +157,43 @@ class SpotHost:
         hosted = HostedSpot(shared, context, owner_generation, gate)
         holder.append(hosted)
         hosted.lane = self._engine.new_lane(SpotLane(), hosted, gate=gate, on_drop=hosted.dropped)
+        self.begin_staging(spot_id)
+        return hosted
+
+    def begin_staging(self, spot_id: SpotId) -> None:
+        """From now until the matching :meth:`end_staging_of`, messages admitted for
+        ``spot_id`` (not hosted here yet) are parked, in arrival order, instead of being
+        refused StaleRoute; the Spot published meanwhile takes them first. :meth:`stage`
+        calls it; a cold activation calls it BEFORE its own reserve (then
+        :meth:`park_first` its first message), so nothing can overtake that message."""
         staging = self._staging.get(spot_id)
         if staging is None:
             self._staging[spot_id] = _Staging()
         else:
             staging.attempts += 1
-        return hosted
+
+    def park_first(self, spot_id: SpotId, item: SpotMessage) -> None:
+        """Put ``item`` at the HEAD of what is parked for the staging ``spot_id`` (the
+        first message of a cold activation). Raises StaleRoute when nothing stages it."""
+        staging = self._staging.get(spot_id)
+        if staging is None:
+            raise StaleRoute(f"spot {spot_id.value!r} is not staging on this node")
+        staging.parked.insert(0, item)
+
+    def end_staging_of(self, spot_id: SpotId) -> list[SpotMessage]:
+        """One :meth:`begin_staging` of ``spot_id`` ended. Returns the messages parked for
+        it that no published Spot took, once nothing else stages it (the caller fails
+        them, StaleRoute); while another attempt does, they stay parked for it."""
+        staging = self._staging.get(spot_id)
+        if staging is None:
+            return []
+        staging.attempts -= 1
+        if staging.attempts > 0:
+            return []
+        del self._staging[spot_id]
+        staging.event.set()
+        parked, staging.parked = staging.parked, []
+        return parked
 
     def publish(self, hosted: HostedSpot, owner_generation: AuthorityOwnerGeneration) -> None:
         """Make ``hosted`` reachable (after its Ready commit): the messages parked while
@@ -194,17 +225,7 @@ class SpotHost:
         if isinstance(hosted.state, SpotStaging):
             hosted.state = SPOT_CLOSED
             hosted.retire_lane()
-        spot_id = hosted.spot_id
-        staging = self._staging.get(spot_id)
-        if staging is None:
-            return []
-        staging.attempts -= 1
-        if staging.attempts > 0:
-            return []
-        del self._staging[spot_id]
-        staging.event.set()
-        parked, staging.parked = staging.parked, []
-        return parked
+        return self.end_staging_of(hosted.spot_id)
 
     def retire(self, hosted: HostedSpot) -> None:
         """Unpublish ``hosted`` (close: its cleanup ran) and retire its lane."""

@@ -16,28 +16,38 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Final, Generic, TypeAlias, TypeVar, final
+from typing import Any, Generic, TypeAlias, TypeVar, final
 
-import attrs
 import trio
 
 from ..engine.gate import Gate
 from ..engine.lane import Lane
 from ..engine.lanes import SpotLane
 from ..engine.oneshot import OneShot
-from ..errors import ApplicationError, NotFound, ShuttingDown, Unavailable, ZLinkError
+from ..errors import ShuttingDown, Unavailable, ZLinkError
 from ..ids import ActorId, AuthorityOwnerGeneration, NodeRid, ObjectGeneration, SpotId, SpotRef
 from ..mesh.lease import LeaseDeadline
-from ..objects.handlers import TypedHandler
-from ..objects.sinks import LocalReply, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
-from ..wire.enums import MessageKind
-from ..wire.payloads import TypedPayload
 from .context import SpotContext
+from .dispatch import SpotMessage, fail_message, fail_messages, run_message
 from .execution import ExecutionMode, SpotWide
 from .lifecycle import SpotCallback
 from .registry import SpotType
 from .spot_kind import SpotKind
+from .states import (
+    SPOT_CLOSED,
+    SPOT_CLOSING,
+    SPOT_FENCED,
+    SPOT_READY,
+    SPOT_STAGING,
+    SpotClosed,
+    SpotClosing,
+    SpotFenced,
+    SpotReady,
+    SpotStaging,
+    SpotState,
+    spot_lease_lost,
+)
 from .stats import SpotCounters
 
 __all__ = [
@@ -62,69 +72,6 @@ __all__ = [
 logger = logging.getLogger("zlink_trio.spots")
 
 T = TypeVar("T")
-
-
-@attrs.frozen
-class SpotStaging:
-    """Reserved and being built (factory, create callback): not reachable yet."""
-
-
-@attrs.frozen
-class SpotReady:
-    """Published: admits application messages."""
-
-
-@attrs.frozen
-class SpotClosing:
-    """Its authority is Closing: admission is sealed; what was accepted before still runs
-    (spec 06 §7 step 2)."""
-
-
-@attrs.frozen
-class SpotClosed:
-    """Cleaned up and unpublished (or never published): nothing runs any more."""
-
-
-@attrs.frozen
-class SpotFenced:
-    """This node's owner lease was lost: nothing runs and nothing is admitted again."""
-
-
-SpotState: TypeAlias = SpotStaging | SpotReady | SpotClosing | SpotClosed | SpotFenced
-SPOT_STAGING: Final = SpotStaging()
-SPOT_READY: Final = SpotReady()
-SPOT_CLOSING: Final = SpotClosing()
-SPOT_CLOSED: Final = SpotClosed()
-SPOT_FENCED: Final = SpotFenced()
-
-
-def spot_lease_lost() -> Unavailable:
-    return Unavailable("this node's owner lease was lost: the Spot no longer runs here")
-
-
-@final
-class SpotMessage:
-    """An application message accepted by a Spot's application queue (a direct send or
-    request). ``sink`` is None for a one-way send, a :data:`LocalReply` slot for a local
-    request, a :class:`ReplySink` for a remote one; ``payload`` is bytes, or a
-    :class:`TypedPayload` handed over in-process; a request whose ``deadline`` (trio time)
-    passed while it waited is not run."""
-
-    __slots__ = ("deadline", "kind", "packet", "payload", "sink")
-
-    def __init__(
-        self,
-        kind: MessageKind,
-        packet: str,
-        payload: bytes | TypedPayload,
-        sink: LocalReply | ReplySink | None,
-        deadline: float,
-    ) -> None:
-        self.kind = kind
-        self.packet = packet
-        self.payload = payload
-        self.sink = sink
-        self.deadline = deadline
 
 
 @final
@@ -176,25 +123,6 @@ class SpotShared:
         self.lease = lease
         """This lifecycle's local lease deadline: no turn starts after it."""
         self.lease_live = lease_live
-
-
-async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
-    if type(sink) is OneShot:
-        sink.fail(public_error(error))
-    else:
-        await sink.fail(error)
-
-
-async def fail_messages(items: list[SpotMessage], error: ZLinkError) -> None:
-    """Fail the terminal of accepted messages that will never run (a send has none)."""
-    for item in items:
-        if item.sink is None:
-            logger.info("spot send %r not run: %r", item.packet, error)
-            continue
-        try:
-            await _fail(item.sink, error)
-        except Exception:
-            logger.exception("failing the terminal of %r", item.packet)
 
 
 @final
@@ -310,20 +238,31 @@ class HostedSpot:
         await self._live_lane().submit(work, lifecycle=True)
         return await work.result.wait()
 
+    def _admitting_lane(self) -> Lane[SpotLane, SpotItem]:
+        if not isinstance(self.state, SpotReady):
+            if isinstance(self.state, SpotClosing):
+                raise Unavailable(f"spot {self.spot_id.value!r} is closing")
+            raise Unavailable(f"spot {self.spot_id.value!r} is not Ready ({self.state!r})")
+        return self._live_lane()
+
     async def run_application_work(
-        self, fn: Callable[[Any], Awaitable[T]], *, counted: bool = True
+        self, fn: Callable[[Any], Awaitable[T]], *, internal: bool = False
     ) -> T:
         """Run ``async fn(instance)`` as ONE turn of the application queue (after the
-        lifecycle work the lane policy puts first); counted as an application turn unless
-        ``counted`` is False (the framework's own boundary items)."""
-        work: _Work[T] = _Work(fn, lifecycle=False, counted=counted)
-        await self._live_lane().submit(work)
+        lifecycle work the lane policy puts first), counted as an application turn.
+        Raises Unavailable unless the Spot is Ready (its admission is sealed from the
+        Closing CAS on). ``internal``: the framework's own boundary item (allowed while
+        closing, not counted)."""
+        work: _Work[T] = _Work(fn, lifecycle=False, counted=not internal)
+        lane = self._live_lane() if internal else self._admitting_lane()
+        await lane.submit(work)
         return await work.result.wait()
 
     def submit_application_work_nowait(self, fn: Callable[[Any], Awaitable[object]]) -> None:
         """Queue ``async fn(instance)`` on the application queue without waiting (an
-        exception it raises is logged). Raises CapacityExceeded / Unavailable."""
-        self._live_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
+        exception it raises is logged): a timer tick. Raises Unavailable unless the Spot
+        is Ready, CapacityExceeded when its queue is full."""
+        self._admitting_lane().submit_nowait(_Work(fn, lifecycle=False, awaited=False))
 
     async def run_callback(self, callback: SpotCallback, argument: object) -> object:
         """Run the type's ``callback`` on ``argument`` in ONE lifecycle turn; its result
@@ -379,13 +318,13 @@ class HostedSpot:
             shared.flow.emit(FlowEvent.FENCED, "a turn of %r not run", self.context)
             if type(item) is SpotMessage:
                 if item.sink is not None:
-                    await _fail(item.sink, spot_lease_lost())
+                    await fail_message(item.sink, spot_lease_lost())
             else:
                 item.result.fail(spot_lease_lost())
             return
         if type(item) is SpotMessage:
             counters.application_turns += 1
-            await self._message(item)
+            await run_message(self, item)
             return
         assert isinstance(item, _Work)
         callback = item.callback
@@ -407,112 +346,6 @@ class HostedSpot:
             item.result.fail(exc)
             return
         item.result.set(value)
-
-    async def _message(self, item: SpotMessage) -> None:
-        shared = self.shared
-        counters = shared.counters
-        if item.deadline <= trio.current_time():
-            counters.expired += 1
-            shared.flow.emit(FlowEvent.REQUEST_EXPIRED, "%r to %r", item.packet, self.context)
-            return
-        sink = item.sink
-        handler = shared.spot_type.handlers.get((item.kind, item.packet))
-        if handler is None:
-            counters.no_handler += 1
-            error = NotFound(
-                f"spot type {shared.spot_type.stable_type.value!r} has no "
-                f"{item.kind.name.lower()} handler for {item.packet!r}"
-            )
-            shared.flow.emit(FlowEvent.NO_HANDLER, "%s", error.message)
-            if sink is not None:
-                await _fail(sink, error)
-            return
-        payload: object = item.payload
-        try:
-            if type(handler) is TypedHandler:
-                payload = handler.accept(item.payload)
-            elif type(payload) is TypedPayload:
-                payload = payload.encode()  # a bytes handler gets what a remote one would
-        except ZLinkError as exc:  # not the handler's type: it never sees it
-            counters.handler_failures += 1
-            shared.flow.emit(
-                FlowEvent.PAYLOAD_UNDECODABLE,
-                "%r to %r not run: %r",
-                item.packet,
-                self.context,
-                exc,
-            )
-            if sink is not None:
-                await _fail(sink, exc)
-            return
-        try:
-            result: object = await handler(self.instance, payload)
-        except trio.Cancelled:
-            if type(sink) is OneShot:
-                sink.fail(ShuttingDown("the server stopped during the turn"))
-            raise
-        except ZLinkError as exc:
-            counters.handler_failures += 1
-            shared.flow.emit(
-                FlowEvent.HANDLER_ERROR,
-                "handler %r of %r raised %r",
-                item.packet,
-                self.context,
-                exc,
-            )
-            if sink is not None:
-                await _fail(sink, exc)
-            return
-        except Exception as exc:
-            counters.handler_failures += 1
-            shared.flow.emit(
-                FlowEvent.HANDLER_CRASHED,
-                "handler %r of %r raised %r",
-                item.packet,
-                self.context,
-                exc,
-                traceback=True,
-            )
-            if sink is not None:
-                await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
-            return
-        if sink is None:
-            counters.packets += 1
-            return
-        counters.requests += 1
-        await self._reply(item, sink, result)
-
-    async def _reply(self, item: SpotMessage, sink: LocalReply | ReplySink, result: object) -> None:
-        if result is not None:
-            if type(result) is TypedPayload:
-                if type(sink) is not OneShot:  # in-process the reply is not encoded
-                    try:
-                        result = result.encode()
-                    except ZLinkError as exc:
-                        await _fail(sink, ApplicationError(exc.message))
-                        return
-            elif isinstance(result, bytearray | memoryview):
-                result = bytes(result)
-            elif type(result) is not bytes:
-                await _fail(
-                    sink,
-                    ApplicationError(
-                        f"handler {item.packet!r} returned {type(result).__name__}, not bytes"
-                    ),
-                )
-                return
-            max_reply = self.shared.max_reply
-            if type(result) is bytes and len(result) > max_reply:
-                await _fail(
-                    sink, ApplicationError(f"reply of {len(result)} bytes exceeds {max_reply}")
-                )
-                return
-        if type(sink) is OneShot:
-            sink.set(result)
-        else:
-            assert result is None or type(result) is bytes
-            lane = self.lane
-            await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
     # --- ending ---------------------------------------------------------------------------
     def dropped(self, item: SpotItem) -> None:

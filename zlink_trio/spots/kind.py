@@ -30,8 +30,9 @@ from ..wire.enums import CreateState
 from ..wire.records import UserSpotCreate
 from ..wire.tails import CreateTail
 from .approval import Approve, Reject
+from .dispatch import fail_messages
 from .host import SpotHost
-from .hosted import HostedSpot, fail_messages
+from .hosted import HostedSpot
 from .lifecycle import SpotCallback
 from .registry import SpotType, SpotTypes
 from .results import SpotCreated, SpotCreateResult, SpotExisting, SpotRejected
