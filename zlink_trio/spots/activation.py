@@ -54,7 +54,7 @@ from ..objects.activity import Activity
 from ..objects.authority import Authority, route_of
 from ..objects.create_target import CreateTarget
 from ..objects.durable import remaining_ms
-from ..objects.kind import Commit, CreateOrder, Staging
+from ..objects.kind import Commit, CreateOrder
 from ..objects.sinks import LocalReply, RemoteSink, ReplySink, public_error
 from ..observe import FlowEvent, FlowTrace
 from ..routing.deliver import NEVER, Deadlines
@@ -74,13 +74,13 @@ from ..wire.enums import CreateState, MessageKind, TerminalResult
 from ..wire.payloads import TypedPayload
 from ..wire.records import SpotDirectRoute, TerminalReply
 from ..wire.tails import ColdActivation, CreateTail, ReadyFence, ReservationFence
+from .dispatch import SpotMessage, fail_messages
 from .first_record import FirstRecord
 from .host import SpotHost
-from .hosted import SpotMessage
 from .kind import SpotTargetKind, spot_key
 from .submit import TargetUnreachable, reply_payload, submit, terminal_of
 
-__all__ = ["Activation", "ActivationKind"]
+__all__ = ["Activation"]
 
 logger = logging.getLogger("zlink_trio.spots")
 
@@ -134,51 +134,6 @@ class _Pending:
         self.finished = trio.Event()
 
 
-@final
-class ActivationKind:
-    """The :class:`~zlink_trio.objects.kind.TargetKind` of cold activations: the Spot
-    kind's, plus the first message parked in the staging Spot as soon as it exists (before
-    its factory runs)."""
-
-    def __init__(self, inner: SpotTargetKind, host: SpotHost) -> None:
-        self.inner = inner
-        self._host = host
-        self.first: dict[OperationKey, SpotMessage] = {}
-        self.pending: dict[SpotId, _Pending] = {}
-
-    def refuse(self, order: CreateOrder[SpotId], row: AuthorityRow) -> ZLinkError | None:
-        return self.inner.refuse(order, row)
-
-    def begin(
-        self, order: CreateOrder[SpotId], row: AuthorityRow, request: bytes | None
-    ) -> Staging | ZLinkError:
-        staging = self.inner.begin(order, row, request)
-        if isinstance(staging, ZLinkError):
-            return staging
-        item = self.first.pop(order.operation, None)
-        if item is not None:
-            try:
-                self._host.admit_nowait(order.object_id, item)  # parked: it runs first
-            except ZLinkError as exc:
-                staging.end()
-                return exc
-        return staging
-
-    def expect(self, spot_id: SpotId) -> _Pending:
-        pending = self.pending.get(spot_id)
-        if pending is None:
-            pending = self.pending[spot_id] = _Pending()
-        pending.count += 1
-        return pending
-
-    def done(self, spot_id: SpotId, pending: _Pending) -> None:
-        pending.count -= 1
-        if pending.count <= 0:
-            pending.finished.set()
-            if self.pending.get(spot_id) is pending:
-                del self.pending[spot_id]
-
-
 def _error_of(terminal: TerminalReply) -> ZLinkError:
     tail = terminal.tail
     if terminal.terminal_result is TerminalResult.OK:
@@ -211,7 +166,7 @@ class Activation:
         host: SpotHost,
         authority: Authority[SpotId],
         target: CreateTarget[SpotId],
-        kind: ActivationKind,
+        target_kind: SpotTargetKind,
         deadlines: Deadlines,
         activity: Activity,
         nursery: trio.Nursery,
@@ -225,7 +180,8 @@ class Activation:
         self._host = host
         self._authority = authority
         self._target = target
-        self._kind = kind
+        self._target_kind = target_kind
+        self._pending: dict[SpotId, _Pending] = {}
         self._deadlines = deadlines
         self._activity = activity
         self._nursery = nursery
@@ -236,6 +192,27 @@ class Activation:
         """Reservations this node won for an envelope (factory runs follow)."""
         self.forwarded = 0
         """Messages this node forwarded once to the Ready owner (it lost the race)."""
+
+    def _expect(self, spot_id: SpotId) -> _Pending:
+        pending = self._pending.get(spot_id)
+        if pending is None:
+            pending = self._pending[spot_id] = _Pending()
+        pending.count += 1
+        return pending
+
+    def _done(self, spot_id: SpotId, pending: _Pending) -> None:
+        pending.count -= 1
+        if pending.count <= 0:
+            pending.finished.set()
+            if self._pending.get(spot_id) is pending:
+                del self._pending[spot_id]
+
+    async def _end_staging(self, spot_id: SpotId) -> None:
+        """This activation's staging of ``spot_id`` ended: what was parked for it and no
+        published Spot took fails (StaleRoute: it was not created)."""
+        leftovers = self._host.end_staging_of(spot_id)
+        if leftovers:
+            await fail_messages(leftovers, StaleRoute(f"spot {spot_id.value!r} was not created"))
 
     # --- ingress ----------------------------------------------------------------------------
     def start(
@@ -294,16 +271,17 @@ class Activation:
         )
         deadline = trio.current_time() + self._config.default_create_timeout
         self._activity.begin()
+        self._host.begin_staging(spot_id)
         try:
-            staging = self._kind.inner.begin(order, row, None)
+            self._host.park_first(spot_id, item)  # restored at the head of its queue
+            staging = self._target_kind.begin(order, row, None)
             if isinstance(staging, ZLinkError):
                 raise staging
             try:
-                self._host.admit_nowait(spot_id, item)  # parked: it runs first
                 decision = await staging.stage(deadline)
                 if not isinstance(decision, Commit):
                     raise InvalidOperation("the create callback rejected the recovered Spot")
-                staging.publish(row)
+                staging.publish(row)  # the serving gate opens only now
             finally:
                 staging.end()
         except Exception as exc:
@@ -325,6 +303,7 @@ class Activation:
             except (ZLinkError, OSError) as err:
                 logger.info("ending the unrecoverable %r failed: %r", spot_id.value, err)
         finally:
+            await self._end_staging(spot_id)
             self._activity.end()
 
     async def on_envelope(self, peer: PeerIdentity, envelope: SpotDirectRoute) -> None:
@@ -505,7 +484,7 @@ class Activation:
             # An activation of this node is in progress: wait for its end (bounded by the
             # caller's deadline scope), then read again — Ready: this message queues
             # behind its first message; Missing: it competes with its own.
-            pending = self._kind.pending.get(spot_id)
+            pending = self._pending.get(spot_id)
             if pending is not None:
                 await pending.finished.wait()
             else:
@@ -605,7 +584,10 @@ class Activation:
         operation = OperationKey(
             envelope.source_rid, envelope.source_generation, envelope.operation_id
         )
-        pending = self._kind.expect(spot_id)
+        pending = self._expect(spot_id)
+        # From now on a message admitted here for the id is parked (and runs after the
+        # first one) instead of being refused: nothing can overtake the first message.
+        self._host.begin_staging(spot_id)
         try:
             try:
                 result = await store.reserve(
@@ -653,8 +635,9 @@ class Activation:
                 bound=self._config.drain_timeout,
             )
             first.bind(reserved.object_generation)
-            self._kind.first[operation] = SpotMessage(
-                envelope.message_kind, envelope.packet_name, payload, first, NEVER
+            self._host.park_first(
+                spot_id,
+                SpotMessage(envelope.message_kind, envelope.packet_name, payload, first, NEVER),
             )
             order = CreateOrder(
                 operation=operation,
@@ -672,18 +655,14 @@ class Activation:
                 ),
                 timeout_ms=remaining_ms(deadline),
             )
-            try:
-                terminal = await self._target.run_reserved(order, reserved, deadline)
-            finally:
-                self._kind.first.pop(operation, None)
-        finally:
-            self._kind.done(spot_id, pending)
-        if created(terminal):
+            terminal = await self._target.run_reserved(order, reserved, deadline)
+            if not created(terminal):
+                await first.abandon(_error_of(terminal))  # before the leftovers fail
+                await self._drop_root(root)
             return True
-        error = _error_of(terminal)
-        await first.abandon(error)
-        await self._drop_root(root)
-        return True
+        finally:
+            await self._end_staging(spot_id)
+            self._done(spot_id, pending)
 
     async def _drop_root(self, root: ContentRef) -> None:
         try:

@@ -19,12 +19,11 @@ from ..ids import SpotId
 from ..objects.activity import Activity
 from ..objects.authority import Authority
 from ..objects.create_target import CreateTarget
-from ..objects.reclaim import Reclaimer
 from ..observe import FlowTrace
 from ..routing.reply_deadlines import ReplyDeadlines
 from ..store.api import LocationStore
 from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
-from .activation import Activation, ActivationKind
+from .activation import Activation
 from .calls import SpotCalls
 from .client import SpotClient
 from .direct import SpotDelivery
@@ -51,8 +50,8 @@ class SpotMessaging:
         host: SpotHost,
         types: SpotTypes,
         authority: Authority[SpotId],
+        target: CreateTarget[SpotId],
         target_kind: SpotTargetKind,
-        reclaimer: Reclaimer,
         activity: Activity,
         nursery: trio.Nursery,
         flow: FlowTrace,
@@ -68,18 +67,6 @@ class SpotMessaging:
             deadlines=self.deadlines,
             flow=flow,
         )
-        self.kind = ActivationKind(target_kind, host)
-        target: CreateTarget[SpotId] = CreateTarget(
-            kind=self.kind,
-            config=config,
-            node=node,
-            store=store,
-            nursery=nursery,
-            authority=authority,
-            reclaimer=reclaimer,
-            owner="Spot runtime",
-            task_name="zlink_trio.spot.activation",
-        )
         self.activation = Activation(
             config=config,
             node=node,
@@ -87,7 +74,7 @@ class SpotMessaging:
             host=host,
             authority=authority,
             target=target,
-            kind=self.kind,
+            target_kind=target_kind,
             deadlines=self.deadlines,
             activity=activity,
             nursery=nursery,
