@@ -151,6 +151,7 @@ class SpotDelivery(Delivery[SpotId]):
                 kind=ObjectKind.USER_SPOT,
                 grace=config.reservation_grace,
                 flow=flow,
+                name="spot",
             ),
         )
 
