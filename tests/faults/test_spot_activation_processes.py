@@ -100,37 +100,35 @@ async def test_a_sigkilled_activation_target_handles_the_first_message_once_and_
     handled nothing, and the recovery pointer and root are gone afterwards."""
     secret = secrets.token_bytes(32)
     with trio.fail_after(60):
-        async with pg_schema(pg_dsn, "zlink_spot_activation") as (schema, store):
-            async with open_cluster(
-                1, store=store, app=None, config=caller_config(secret, store)
-            ) as cluster:
-                (caller,) = cluster.servers
-                async with spot_host(pg_dsn, schema, secret, hold=window) as victim:
-                    await cluster.wait_all_admitted()
-                    await caller.spots.send("cart-1", "note", b"first").instance("cart").timeout(50)
-                    await victim.wait_line(event=window if window == "factory" else "committed")
-                    row = await store.read(KEY)
-                    assert row is not None and row.recovery is not None
-                    assert row.recovery.replay_cursor == 0
-                    expected = (
-                        AuthorityState.CREATING if window == "factory" else AuthorityState.READY
-                    )
-                    assert row.state is expected
-                    root = row.recovery.root
-                    await sigkill(victim)
-                    assert handled(victim) == []
-                async with spot_host(pg_dsn, schema, secret, hold="none") as restarted:
-                    await restarted.wait_line(event="handled", payload="first")
-                    log = await caller.spots.request("cart-1", "log", b"").timeout(20)
-                    assert log == b"first"  # handled once, and before the follow-up
-                    assert handled(restarted) == ["first", ""]
-                    await restarted.wait_line(event="root_deleted", removed=True)
-                    now = await store.read(KEY)
-                    assert now is not None and now.state is AuthorityState.READY
-                    assert now.recovery is None
-                    assert await store.read_root(root) is None
-                    if window == "commit":
-                        # The Ready incarnation was taken over: same ObjectGeneration.
-                        assert now.object_generation == row.object_generation
-                    restarted.process.send_signal(signal.SIGTERM)
-                    assert await restarted.process.wait() == 0
+        async with (
+            pg_schema(pg_dsn, "zlink_spot_activation") as (schema, store),
+            open_cluster(1, store=store, app=None, config=caller_config(secret, store)) as cluster,
+        ):
+            (caller,) = cluster.servers
+            async with spot_host(pg_dsn, schema, secret, hold=window) as victim:
+                await cluster.wait_all_admitted()
+                await caller.spots.send("cart-1", "note", b"first").instance("cart").timeout(50)
+                await victim.wait_line(event=window if window == "factory" else "committed")
+                row = await store.read(KEY)
+                assert row is not None and row.recovery is not None
+                assert row.recovery.replay_cursor == 0
+                expected = AuthorityState.CREATING if window == "factory" else AuthorityState.READY
+                assert row.state is expected
+                root = row.recovery.root
+                await sigkill(victim)
+                assert handled(victim) == []
+            async with spot_host(pg_dsn, schema, secret, hold="none") as restarted:
+                await restarted.wait_line(event="handled", payload="first")
+                log = await caller.spots.request("cart-1", "log", b"").timeout(20)
+                assert log == b"first"  # handled once, and before the follow-up
+                assert handled(restarted) == ["first", ""]
+                await restarted.wait_line(event="root_deleted", removed=True)
+                now = await store.read(KEY)
+                assert now is not None and now.state is AuthorityState.READY
+                assert now.recovery is None
+                assert await store.read_root(root) is None
+                if window == "commit":
+                    # The Ready incarnation was taken over: same ObjectGeneration.
+                    assert now.object_generation == row.object_generation
+                restarted.process.send_signal(signal.SIGTERM)
+                assert await restarted.process.wait() == 0
