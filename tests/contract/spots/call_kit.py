@@ -116,6 +116,15 @@ def _spot_class(rec: Recorder, node: str) -> type[Any]:
             self.context.close()
             return b"closing"
 
+        @on_request("activate")
+        async def activate(self, payload: bytes) -> bytes:
+            """Cold-activate the "bag" Spot named by the payload from this Spot's context."""
+            self._log("activate", payload)
+            call = self.context.spots.request(payload.decode(), "whoami", b"activated")
+            reply = await call.instance("bag")
+            assert reply is not None
+            return reply
+
         @on_request("joinable")
         async def joinable(self, payload: bytes) -> bytes:
             """Whether this handler's Spot may Defer a Join (spec 04 §3.1)."""
@@ -187,6 +196,7 @@ def _handlers(cls: type[Any]) -> list[tuple[MessageKind, str, Any]]:
         (request, "close", cls.close),
         (request, "relay", cls.relay),
         (request, "joinable", cls.joinable),
+        (request, "activate", cls.activate),
     ]
 
 

@@ -16,7 +16,16 @@ import pytest
 import trio
 from call_kit import Recorder, client_app, client_config, server_config, spot_app
 
-from zlink_trio import DeadlineExceeded, InvalidId, NotFound, ServerConfig, Unavailable
+from zlink_trio import (
+    App,
+    DeadlineExceeded,
+    InvalidId,
+    NotFound,
+    RecreateOnRelocation,
+    ServerConfig,
+    Unavailable,
+    on_request,
+)
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import (
     CountingStore,
@@ -27,7 +36,7 @@ from zlink_trio.testing import (
     open_cluster,
 )
 from zlink_trio.wire.commands import Command
-from zlink_trio.wire.tails import ReadyFence
+from zlink_trio.wire.tails import ColdActivation, ReadyFence
 
 SPOT_DIRECT = int(Command.SPOT_DIRECT_ROUTE)
 
@@ -230,3 +239,70 @@ async def test_s06_10_a_request_is_terminal_once_within_one_deadline(
         assert tap.count(node=me, direction=TapDirection.SENT, command=SPOT_DIRECT) == 2
         assert [p for k, p in rec.of("c1") if k == "block"] == [b"x"]
         assert not math.isnan(start)
+
+
+async def test_s06_10_actor_and_spot_handlers_call_spots_by_id(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-10 / spec 04 §3.1: an Actor handler reads Spot state only through an explicit
+    Spot request (``context.spots``), which runs on the Spot's turn; a Spot handler calls
+    another Spot the same way, and its cold-activation envelope names it as the source
+    Spot."""
+    rec = Recorder()
+    tap = WireTap()
+
+    class Player:
+        def __init__(self, context: object) -> None:
+            self.context = context
+
+        @on_request("visit")
+        async def visit(self, payload: bytes) -> bytes:
+            spots = self.context.spots  # type: ignore[attr-defined]
+            reply = await spots.request("c1", "add", payload).instance("cart").timeout(10)
+            assert reply is not None
+            return bytes(reply)
+
+    def app(index: int) -> App:
+        if index == 0:
+            actor_app = App()
+            actor_app.enable_actor_dispatch()
+            actor_app.register_actor("player", Player, relocation=RecreateOnRelocation())
+            return actor_app
+        return spot_app(rec, f"n{index}", instance_types=("cart",) if index == 1 else ("bag",))
+
+    async with open_cluster(
+        3, store=store, app=app, config=lambda i: server_config(), tap=tap
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        actors_node = cluster.servers[0]
+        await actors_node.actors.create("p1", "player")
+        assert await actors_node.actors.request("p1", "visit", b"from-actor") == b"1"
+        assert rec.of("c1") == [("add", b"from-actor")]
+        # A Spot handler (on node 1) cold-activates a "bag" Spot (hosted by node 2 only).
+        assert await actors_node.spots.request("b1", "add", b"x").instance("bag") == b"1"
+        tap.clear()
+        reply = await actors_node.spots.request("c1", "relay", b"b1")
+        generation = rec.handled[-1][1]
+        assert rec.handled[-1][:4] == ("b1", generation, "n2", "whoami")
+        assert reply == f"n2:{generation}".encode()
+        relayed = tap.select(
+            node=node_of(cluster.servers[1]).identity.node_rid,
+            direction=TapDirection.SENT,
+            command=SPOT_DIRECT,
+        )
+        assert [e.record.packet_name for e in relayed] == ["whoami"]
+        # A Spot handler's cold-activation envelope names its Spot as the source.
+        tap.clear()
+        reply = await actors_node.spots.request("c1", "activate", b"b2")
+        assert reply is not None and reply.startswith(b"n2:")
+        [envelope] = [
+            e.record
+            for e in tap.select(
+                node=node_of(cluster.servers[1]).identity.node_rid,
+                direction=TapDirection.SENT,
+                command=SPOT_DIRECT,
+            )
+            if isinstance(e.record.route, ColdActivation)
+        ]
+        assert envelope.source_spot_id is not None and envelope.source_spot_id.value == "c1"
+        assert envelope.route.spot_id.value == "b2"
