@@ -77,7 +77,7 @@ from ..wire.tails import ColdActivation, CreateTail, ReadyFence, ReservationFenc
 from .dispatch import SpotMessage, fail_messages
 from .first_record import FirstRecord
 from .host import SpotHost
-from .kind import SpotTargetKind, spot_key
+from .kind import SpotTargetKind, reserved_shape_error, spot_key
 from .submit import TargetUnreachable, reply_payload, submit, terminal_of
 
 __all__ = ["Activation"]
@@ -572,6 +572,9 @@ class Activation:
         """Steps 2–4 for a Missing id. False: another reservation won the race (read the
         authority again)."""
         spot_id = route.spot_id
+        reserved_shape = reserved_shape_error(spot_id)
+        if reserved_shape is not None:
+            raise reserved_shape  # never reserved, whoever sent it
         key = spot_key(spot_id)
         store = self._store
         data = encode_activation_root(envelope)

@@ -53,6 +53,7 @@ from ..wire.payloads import PayloadCodec, TypedPayload, reply_value
 from ..wire.records import SpotDirectRoute
 from ..wire.tails import ColdActivation
 from .direct import SpotDelivery, describe, spot_route_error
+from .kind import reserved_shape_error
 from .submit import TargetUnreachable, reply_payload, submit, terminal_of
 
 __all__ = ["InstanceIntent", "LocalActivation", "SpotCalls"]
@@ -246,6 +247,9 @@ class SpotCalls:
         Closing) with this message as its first one."""
         if intent is None:
             raise NotFound(f"{describe(spot_id)} has no Ready authority")
+        reserved = reserved_shape_error(spot_id)
+        if reserved is not None:
+            raise reserved  # the Entry shape is the framework's: before anything else
         mesh = choose_mesh(self._config, intent.in_mesh)
         nodes = await self._store.list_nodes(mesh)
         stable_type = choose_instance_type(nodes, mesh, intent.stable_type)

@@ -243,3 +243,23 @@ async def test_s06_13_two_instance_types_need_the_type_and_none_is_not_found(
         with pytest.raises(NotFound):
             await cluster.servers[0].spots.request("c9", "add").instance()
         assert rec.total_runs == 0
+
+
+async def test_s06_02_an_instance_id_of_the_reserved_entry_shape_is_refused_before_anything(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-02 (Instance Spot side): Instance intent on a caller id of the reserved Entry
+    shape ``<prefix>-entry-<lowercase uuid4>`` ends InvalidOperation before any Store
+    mutation or factory run."""
+    rec = Recorder()
+    async with open_cluster(2, store=store, app=two_nodes(rec), config=two_configs) as cluster:
+        await cluster.wait_all_admitted()
+        store.reset()
+        with pytest.raises(InvalidOperation):
+            await (
+                cluster.servers[0]
+                .spots.request("shop-entry-0f0e4a7e-8d5c-4b3a-9e2f-1a2b3c4d5e6f", "add")
+                .instance("cart")
+            )
+        assert mutations(store) == 0
+        assert rec.total_runs == 0
