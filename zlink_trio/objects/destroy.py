@@ -179,6 +179,7 @@ class Destroyer(Generic[IdT, HostedT]):
         nursery: trio.Nursery,
         owner: str = "runtime",
         task_name: str = "zlink_trio.objects.destroy",
+        operation: str = "destroy",
         activity: Activity | None = None,
     ) -> None:
         self._kind = kind
@@ -189,6 +190,8 @@ class Destroyer(Generic[IdT, HostedT]):
         self._nursery = nursery
         self._owner = owner
         self._task_name = task_name
+        self._operation = operation
+        """How messages name the operation ("destroy"; a Spot's is "close")."""
         self._in_progress: dict[IdT, _Run] = {}
         self._activity = Activity() if activity is None else activity
         """Destroys in progress (a clean stop lets them finish)."""
@@ -214,7 +217,7 @@ class Destroyer(Generic[IdT, HostedT]):
             await trio.lowlevel.checkpoint()
             raise InvalidOperation(
                 f"{self._noun} {self._authority.key(object_id).object_id!r} cannot await its "
-                "own destroy inside its turn"
+                f"own {self._operation} inside its turn"
             )
         while True:
             running = self._in_progress.get(object_id)
@@ -223,8 +226,8 @@ class Destroyer(Generic[IdT, HostedT]):
             await running.done.wait()
         if deadline <= trio.current_time():
             raise DeadlineExceeded(
-                f"the destroy of {self._noun} {self._authority.key(object_id).object_id!r} "
-                "expired before it began"
+                f"the {self._operation} of {self._noun} "
+                f"{self._authority.key(object_id).object_id!r} expired before it began"
             )
         hosted = kind.hosted(object_id)
         if hosted is None or kind.generation(hosted) != generation:
@@ -276,11 +279,11 @@ class Destroyer(Generic[IdT, HostedT]):
             else:
                 run.error = outcome
         except trio.Cancelled:
-            run.error = ShuttingDown(f"the {self._owner} stopped during the destroy")
+            run.error = ShuttingDown(f"the {self._owner} stopped during the {self._operation}")
             raise
         except Exception as exc:
-            logger.exception("destroy of %r failed", object_id)
-            run.error = Unavailable(f"destroy failed: {type(exc).__name__}")
+            logger.exception("%s of %r failed", self._operation, object_id)
+            run.error = Unavailable(f"{self._operation} failed: {type(exc).__name__}")
         finally:
             if self._in_progress.get(object_id) is run:
                 del self._in_progress[object_id]

@@ -92,8 +92,15 @@ class SpotCloseKind:
         return hosted.generation
 
     def in_own_turn(self, object_id: SpotId) -> bool:
+        """The caller runs in one of the Spot's turns, or (SpotWide) in a turn of a lane
+        under the Spot's gate -- a member Actor's: the close's lifecycle turn could not
+        start before that turn ends, so awaiting it there would wait for ever."""
         hosted = self._host.get(object_id)
-        return hosted is not None and hosted.lane is not None and hosted.lane.in_turn()
+        if hosted is None:
+            return False
+        if hosted.lane is not None and hosted.lane.in_turn():
+            return True
+        return hosted.gate is not None and hosted.gate.in_turn()
 
     async def destroy(
         self, hosted: HostedSpot, release: Release, fence: object

@@ -136,6 +136,7 @@ class SpotRuntime:
             nursery=nursery,
             owner="Spot runtime",
             task_name="zlink_trio.spot.close",
+            operation="close",
             activity=self.transactions,
         )
         self.closer = SpotCloser(self.destroyer, nursery)

@@ -353,3 +353,27 @@ async def test_a_close_runs_what_was_accepted_before_its_seal_and_refuses_the_re
     assert await accepted.wait() == b"also"
     assert LOG == ["note:busy", "note:before", "echo:also"]
     assert not late.done
+
+
+async def test_a_close_awaited_under_the_spots_gate_is_refused(server: Server) -> None:
+    """A close awaited inside a turn that holds the SpotWide Spot's gate (its own turn,
+    or a member lane's) could never run its lifecycle turn: InvalidOperation at once."""
+    from zlink_trio import InvalidOperation
+
+    hosted = await _spot(server, "r8")
+    assert hosted.gate is not None and hosted.lane is not None
+    engine = runtime_of(server).engine
+    seen: list[BaseException] = []
+
+    async def member_turn(_: object) -> None:
+        try:
+            await server.spots.close(hosted.ref())
+        except InvalidOperation as exc:
+            seen.append(exc)
+
+    member = engine.new_lane(type(hosted.lane.policy)(), member_turn, gate=hosted.gate)
+    member.submit_nowait("close")
+    await trio.testing.wait_all_tasks_blocked()
+    assert len(seen) == 1 and "own close inside its turn" in str(seen[0])
+    member.close()
+    assert await server.spots.close(hosted.ref()) is True
