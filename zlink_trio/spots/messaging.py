@@ -24,6 +24,7 @@ from ..routing.reply_deadlines import ReplyDeadlines
 from ..store.api import LocationStore
 from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from .activation import Activation
+from .call_stats import SpotCallStatistics
 from .calls import SpotCalls
 from .client import SpotClient
 from .direct import SpotDelivery
@@ -107,6 +108,22 @@ class SpotMessaging:
         )
         self.ingress = SpotIngress(node, host, self.activation, flow)
         host.spots_client = self.client
+
+    def statistics(self) -> SpotCallStatistics:
+        cache = self.delivery.cache.statistics()
+        activation = self.activation
+        return SpotCallStatistics(
+            route_cache_entries=cache.entries,
+            route_cache_hits=cache.hits,
+            route_cache_misses=cache.misses,
+            route_cache_invalidations=cache.invalidations,
+            activations_sent=self.calls.activations,
+            envelopes=activation.envelopes,
+            reservations=activation.reserved,
+            forwarded=activation.forwarded,
+            recovered=self.recovery.recovered,
+            aborted=self.recovery.aborted,
+        )
 
     def register(self) -> None:
         """Register the inbound command 39 (before the node serves)."""

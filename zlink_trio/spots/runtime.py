@@ -266,6 +266,7 @@ class SpotRuntime:
             failed_creates=self.target.failed,
             closes=self._close_kind.closed,
             types=tuple(types),
+            calls=self.messaging.statistics(),
         )
 
 

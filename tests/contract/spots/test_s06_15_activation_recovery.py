@@ -103,6 +103,8 @@ async def test_s06_15_a_crash_between_reserve_and_ready_resumes_the_activation(
         await rec.wait_handled(1)
         assert rec.of("c1") == [("note", b"first")]
         assert flow_count(replacement, FlowEvent.ACTIVATION_RECOVERED) == 1
+        stats = replacement.statistics().spots
+        assert stats is not None and stats.calls is not None and stats.calls.recovered == 1
         assert await caller.spots.request("c1", "add", b"next").timeout(10) == b"2"
         assert rec.of("c1") == [("note", b"first"), ("add", b"next")]
         now = await store.read(KEY)

@@ -82,6 +82,13 @@ async def test_s06_16_a_losing_target_waits_for_the_activation_and_forwards_once
         assert rec.total_runs == 1
         assert rec.of("c1") == [("whoami", b"A"), ("whoami", b"B")]
         assert flow_count(loser, FlowEvent.ACTIVATION_FORWARDED) == 1
+        lost = loser.statistics().spots
+        won = winner.statistics().spots
+        assert lost is not None and lost.calls is not None
+        assert won is not None and won.calls is not None
+        assert (lost.calls.envelopes, lost.calls.reservations, lost.calls.forwarded) == (1, 0, 1)
+        assert (won.calls.envelopes, won.calls.reservations, won.calls.forwarded) == (1, 1, 0)
+        assert lost.hosted == 0  # the losing target made no local Spot
         [envelope] = [
             e.record
             for e in tap.select(
