@@ -177,6 +177,8 @@ class ActorClient:
         return name
 
     def _payload(self, payload: object) -> bytes | TypedPayload:
+        if type(payload) is bytes and len(payload) <= self._max_request:
+            return payload  # the common case, without a call
         return message_payload(payload, self._payloads, self._max_request)
 
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
