@@ -203,8 +203,10 @@ async def test_s06_10_a_request_is_terminal_once_within_one_deadline(
 ) -> None:
     """S06-10: one deadline covers resolve, cold activation, dispatch and reply: a
     factory that never finishes ends the request DeadlineExceeded at submit + timeout
-    (exactly, on the virtual clock); a handler that blocks past the deadline likewise;
-    neither is sent again (one 39 each), and the blocked handler ran exactly once."""
+    (exactly, on the virtual clock); a handler that blocks past the deadline likewise; a
+    request its caller's scope cancels just ends (its handler, queued, never starts after
+    that deadline); none is sent again (one 39 each), the blocked handler ran exactly
+    once."""
     rec = Recorder(gate=trio.Event(), factory_gate=trio.Event())
     tap = WireTap()
     async with open_cluster(
@@ -233,11 +235,19 @@ async def test_s06_10_a_request_is_terminal_once_within_one_deadline(
             await caller.spots.request("c1", "block", b"x").timeout(1)
         if backend == "memory":
             assert trio.current_time() == start + 1
+        with trio.move_on_after(0.5) as cancelled:  # the caller's own scope cancels it
+            await caller.spots.request("c1", "block", b"y").timeout(10)
+        assert cancelled.cancelled_caught
         assert rec.gate is not None
         rec.gate.set()
         assert await caller.spots.request("c1", "add", b"c").timeout(10) == b"2"
-        assert tap.count(node=me, direction=TapDirection.SENT, command=SPOT_DIRECT) == 2
+        assert tap.count(node=me, direction=TapDirection.SENT, command=SPOT_DIRECT) == 3
+        # "x" ran once; "y" (queued behind it) passed its deadline — the caller's scope's,
+        # which travelled — before its turn: never run, never re-sent.
         assert [p for k, p in rec.of("c1") if k == "block"] == [b"x"]
+        stats = cluster.servers[1].statistics().spots
+        assert stats is not None
+        assert sum(t.expired for t in stats.types) == 1
         assert not math.isnan(start)
 
 
