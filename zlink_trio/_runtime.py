@@ -49,7 +49,6 @@ lease expired (fail-stopped) skips 2-3 and makes no Store call at all.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
@@ -167,6 +166,7 @@ class _Roles:
                 serve_spots,
                 config=config,
                 spot_types=app.spot_types if app is not None else None,
+                payloads=app.payloads if app is not None else None,
                 store=store,
                 node=node,
                 flow=flow,
@@ -180,8 +180,13 @@ class _Roles:
         if app is not None and app.actor_dispatch:
             if store is None:  # check_startup refuses this configuration
                 raise ConfigurationError("Actor dispatch needs a Location Store")
+            spot_runtime = self.spots.runtime
             self.actors = await nursery.start(
-                functools.partial(serve_actors, timers=self.timers),
+                partial(
+                    serve_actors,
+                    timers=self.timers,
+                    spot_client=None if spot_runtime is None else spot_runtime.messaging.client,
+                ),
                 config,
                 app.actor_types,
                 app.payloads,
@@ -244,12 +249,18 @@ async def open_runtime(
                                 # Reclaims what dead lifecycles left; its first round runs
                                 # before the server is handed out (a restart cleans up
                                 # after its previous lifecycles).
+                                spot_runtime = roles.spots.runtime if roles.spots else None
                                 await nursery.start(
                                     serve_reclaim_sweep,
                                     config,
                                     store,
                                     flow,
                                     node,
+                                    # Instance Spots whose first message did not complete
+                                    # are resumed, not reclaimed (spec 06 §4.1.1).
+                                    None
+                                    if spot_runtime is None
+                                    else spot_runtime.messaging.recovery.recover,
                                     name="zlink_trio.objects.sweep",
                                 )
                             assert roles.spots is not None

@@ -15,10 +15,11 @@ import trio
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
+from ..objects.calls import FluentCall, message_payload
 from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, TypedPayload
-from .calls import FluentCall
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
     from .messenger import Messenger
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
@@ -134,6 +135,7 @@ class ActorClient:
         "_messenger",
         "_packets",
         "_payloads",
+        "spots",
     )
 
     def __init__(
@@ -143,7 +145,10 @@ class ActorClient:
         max_request: int,
         default_timeout: float,
         payloads: PayloadRegistry = EMPTY_REGISTRY,
+        spots: SpotClient | None = None,
     ) -> None:
+        self.spots = spots
+        """The Spot direct-call client Actor handlers use (``context.spots``)."""
         self._messenger = messenger
         self._payloads = payloads
         self._max_request = max_request
@@ -172,20 +177,9 @@ class ActorClient:
         return name
 
     def _payload(self, payload: object) -> bytes | TypedPayload:
-        if type(payload) is not bytes:
-            if not isinstance(payload, bytearray | memoryview):
-                codec = self._payloads.of(payload)
-                if codec is None:
-                    raise InvalidOperation(
-                        "payload must be bytes or an instance of a registered payload "
-                        f"class, got {type(payload).__name__}"
-                    )
-                codec.check(payload)  # an unencodable value fails here, local or remote
-                return TypedPayload(codec, payload)
-            payload = bytes(payload)
-        if len(payload) > self._max_request:
-            raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {self._max_request}")
-        return payload
+        if type(payload) is bytes and len(payload) <= self._max_request:
+            return payload  # the common case, without a call
+        return message_payload(payload, self._payloads, self._max_request)
 
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from ..errors import SessionNotBound
+from ..errors import NotConfigured, SessionNotBound
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
 from ..objects.timers import Timers
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
     from .client import ActorClient
     from .hosted import HostedActor
 
@@ -97,6 +98,20 @@ class ActorContext:
         """The Actor's framework timers: ``once`` / ``every`` / ``cancel`` from its own
         handlers; each tick runs its ``@on_timer(name)`` handler as a turn of the Actor."""
         return Timers(self._hosted)
+
+    @property
+    def spots(self) -> SpotClient:
+        """Send to / request Spots by SpotId (spec 04 §3.1: the explicit Spot call through
+        which an Actor reads or changes Spot-owned state; it runs on the target Spot's
+        turn, never on this Actor's).
+
+        Raises:
+            NotConfigured: this server makes no Spot direct calls.
+        """
+        spots = self._client.spots
+        if spots is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return spots
 
     def __repr__(self) -> str:
         return (

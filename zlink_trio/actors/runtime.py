@@ -28,7 +28,10 @@ from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
+from ..routing.dedupe import IngressDedupe
+from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import RouteCache
+from ..spots.client import SpotClient
 from ..spots.entry import EntrySpot
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
@@ -38,8 +41,6 @@ from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .client import ActorClient
-from .deadlines import ReplyDeadlines
-from .dedupe import IngressDedupe
 from .destroy import ActorDestroyKind
 from .host import ActorHost
 from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
@@ -74,6 +75,7 @@ class ActorRuntime:
         flow: FlowTrace,
         nursery: trio.Nursery,
         timers: TimerService | None = None,
+        spot_client: SpotClient | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -104,6 +106,7 @@ class ActorRuntime:
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
             payloads=payloads,
+            spots=spot_client,
         )
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
@@ -344,6 +347,7 @@ async def serve_actors(
     flow: FlowTrace,
     *,
     timers: TimerService | None = None,
+    spot_client: SpotClient | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The Actor owner role: run until cancelled (start it before ``node`` serves).
@@ -361,6 +365,7 @@ async def serve_actors(
             flow=flow,
             nursery=nursery,
             timers=timers,
+            spot_client=spot_client,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

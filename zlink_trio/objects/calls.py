@@ -18,12 +18,20 @@ import trio
 
 from ..errors import InvalidArgument, InvalidOperation
 from ..routing.deadline import call_deadline, yield_to_caller
+from ..wire.payloads import PayloadRegistry, TypedPayload
 
-__all__ = ["FluentCall", "call_deadline", "check_timeout", "yield_to_caller"]
+__all__ = ["FluentCall", "call_deadline", "check_timeout", "message_payload", "yield_to_caller"]
 
 R = TypeVar("R")
 
-_OPTIONS: Final = {"in_mesh": 1, "request": 2, "timeout": 4, "operation_id": 8, "reply_type": 16}
+_OPTIONS: Final = {
+    "in_mesh": 1,
+    "request": 2,
+    "timeout": 4,
+    "operation_id": 8,
+    "reply_type": 16,
+    "instance": 32,
+}
 """The bit of each fluent option in a call's option mask."""
 
 
@@ -95,3 +103,30 @@ class FluentCall(Generic[R]):
 
     def __await__(self) -> Generator[Any, None, R]:
         return self._begin().__await__()
+
+
+def message_payload(
+    payload: object, payloads: PayloadRegistry, max_request: int
+) -> bytes | TypedPayload:
+    """A message's payload as a call carries it: bytes (at most ``max_request``), or a
+    :class:`TypedPayload` of a registered payload class whose values were checked against
+    its field types (an unencodable value fails here, locally and remotely alike).
+
+    Raises:
+        InvalidOperation: neither bytes nor a registered class; bytes over the limit; a
+            value that does not fit its declared field types.
+    """
+    if type(payload) is not bytes:
+        if not isinstance(payload, bytearray | memoryview):
+            codec = payloads.of(payload)
+            if codec is None:
+                raise InvalidOperation(
+                    "payload must be bytes or an instance of a registered payload "
+                    f"class, got {type(payload).__name__}"
+                )
+            codec.check(payload)
+            return TypedPayload(codec, payload)
+        payload = bytes(payload)
+    if len(payload) > max_request:
+        raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {max_request}")
+    return payload

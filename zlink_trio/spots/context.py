@@ -5,12 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
-from ..errors import InvalidOperation
+from ..errors import InvalidOperation, NotConfigured
 from ..ids import MeshName, ObjectGeneration, SpotId, StableType
 from ..objects.timers import Timers
 from .spot_kind import SpotKind
 
 if TYPE_CHECKING:
+    from .client import SpotClient
     from .hosted import HostedSpot
 
 __all__ = ["SpotContext"]
@@ -27,6 +28,7 @@ class SpotContext:
     """
 
     __slots__ = (
+        "_client",
         "_close",
         "_generation",
         "_hosted",
@@ -44,7 +46,9 @@ class SpotContext:
         stable_type: StableType,
         mesh_name: MeshName,
         close: Callable[[], None],
+        client: SpotClient | None = None,
     ) -> None:
+        self._client = client
         self._spot_id = spot_id
         self._generation = object_generation
         self._kind = kind
@@ -82,6 +86,25 @@ class SpotContext:
         runs its ``@on_timer(name)`` handler as a turn of the Spot's application queue.
         Registered while the Spot is staging, they fire from its publication on."""
         return Timers(self._hosted)
+
+    @property
+    def spots(self) -> SpotClient:
+        """Send to / request other Spots by SpotId from this Spot's handlers (the calls
+        carry this Spot as their source Spot). Its Instance intent may cold-activate an
+        Instance Spot (spec 06 §4).
+
+        Raises:
+            NotConfigured: this server makes no Spot direct calls.
+        """
+        if self._client is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return self._client.from_spot(self._spot_id)
+
+    @property
+    def join_allowed(self) -> bool:
+        """Whether this Spot's handlers may Defer a Join (spec 04 §3.1): User Spots yes,
+        Instance Spot handlers never (InvalidOperation)."""
+        return self._kind is SpotKind.USER
 
     def close(self) -> None:
         """Close this Instance Spot incarnation (from one of its handlers or timers).

@@ -14,7 +14,7 @@ factory runs); an attempt that ends unpublished hands them back to be failed.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import final
+from typing import TYPE_CHECKING, final
 
 import trio
 
@@ -41,6 +41,9 @@ from .hosted import (
     spot_lease_lost,
 )
 from .registry import SpotType
+
+if TYPE_CHECKING:
+    from .client import SpotClient
 
 __all__ = ["SpotHost"]
 
@@ -72,6 +75,7 @@ class SpotHost:
         "_spots",
         "_staging",
         "_timers",
+        "spots_client",
     )
 
     def __init__(
@@ -97,6 +101,9 @@ class SpotHost:
         self._spots: dict[SpotId, HostedSpot] = {}
         self._staging: dict[SpotId, _Staging] = {}
         self._shared: dict[StableType, SpotShared] = {}
+        self.spots_client: SpotClient | None = None
+        """The direct-call client the Spots' Contexts hand out as ``context.spots`` (set
+        by the runtime once it exists)."""
 
     # --- registry ---------------------------------------------------------------------
     def get(self, spot_id: SpotId) -> HostedSpot | None:
@@ -148,7 +155,7 @@ class SpotHost:
             self._request_close(holder[0])
 
         context = SpotContext(spot_id, generation, spot_type.kind, spot_type.stable_type,
-                              mesh_name, close)  # fmt: skip
+                              mesh_name, close, self.spots_client)  # fmt: skip
         shared = self.shared(spot_type)
         gate = self._engine.new_gate() if isinstance(spot_type.execution, SpotWide) else None
         hosted = HostedSpot(shared, context, owner_generation, gate)

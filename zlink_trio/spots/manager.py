@@ -17,7 +17,14 @@ import attrs
 import trio
 
 from ..config import ServerConfig
-from ..errors import AlreadyExists, InvalidArgument, InvalidOperation, TypeMismatch, Unavailable
+from ..errors import (
+    AlreadyExists,
+    InvalidArgument,
+    InvalidOperation,
+    NotConfigured,
+    TypeMismatch,
+    Unavailable,
+)
 from ..ids import OperationId, SpotId, SpotRef, StableType, new_user_spot_id
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..objects.authority import Authority
@@ -32,6 +39,7 @@ from ..observe import FlowTrace
 from ..store.api import AuthorityRow, AuthorityState, LocationStore, Namespace, ObjectKind
 from ..wire.records import UserSpotClose
 from ..wire.tails import CloseTail
+from .client import SpotClient, SpotRequestCall, SpotSendCall
 from .close import CloseFence, SpotCloser
 from .kind import reserved_shape_error, spot_ref
 from .results import SpotCreateResult
@@ -91,7 +99,9 @@ class SpotManager:
         closer: SpotCloser,
         authority: Authority[SpotId],
         flow: FlowTrace,
+        client: SpotClient | None = None,
     ) -> None:
+        self._client = client
         self._config = config
         self._node = node
         self._store = store
@@ -102,6 +112,28 @@ class SpotManager:
         self.id_source: Callable[[], SpotId] = new_user_spot_id
         """The ids ``create(type)`` issues (a lowercase canonical UUID v4 each); tests
         replace it through ``zlink_trio.testing.set_spot_id_source``."""
+
+    # --- direct calls (spec 06 §4, §5) ---------------------------------------------------
+    def _direct(self) -> SpotClient:
+        if self._client is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return self._client
+
+    def send(self, spot_id: str | SpotId, packet: str, payload: object = b"") -> SpotSendCall:
+        """One-way ``packet`` to the Spot ``spot_id`` (bytes or a registered payload
+        class); completes once admitted. Options: ``.instance(type=None)`` (cold
+        activation of a Missing Instance Spot), ``.in_mesh(name)`` (with ``instance``
+        only), ``.timeout(s)`` (the admission). See :mod:`zlink_trio.spots.client`."""
+        return self._direct().send(spot_id, packet, payload)
+
+    def request(
+        self, spot_id: str | SpotId, packet: str, payload: object = b""
+    ) -> SpotRequestCall[bytes | None]:
+        """Request ``packet`` of the Spot ``spot_id``: resolve, optional cold activation
+        (``.instance(type=None)``, ``.in_mesh(name)``), dispatch and reply within ONE
+        deadline (``.timeout(s)``), terminal once; ``.reply_type(cls)`` for a typed
+        reply. See :mod:`zlink_trio.spots.client`."""
+        return self._direct().request(spot_id, packet, payload)
 
     # --- create -----------------------------------------------------------------------
     def create(self, stable_type: str | StableType) -> SpotCreateCall:

@@ -26,6 +26,7 @@ from ..ids import MeshName, SpotId
 from ..objects.timers import TimerService
 from ..observe import FlowTrace
 from ..store.api import LocationStore
+from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from .approval import OnCreateActor
 from .entry import EntrySpot, EntrySpotStatistics
 from .registry import SpotTypes
@@ -70,6 +71,7 @@ async def serve_spots(
     *,
     config: ServerConfig | None = None,
     spot_types: SpotTypes | None = None,
+    payloads: PayloadRegistry | None = None,
     store: LocationStore | None = None,
     node: MeshNode | None = None,
     flow: FlowTrace | None = None,
@@ -96,6 +98,7 @@ async def serve_spots(
                     node,
                     engine,
                     flow or FlowTrace(),
+                    payloads or EMPTY_REGISTRY,
                     name="zlink_trio.spots.runtime",
                 )
             task_status.started(owner)

@@ -35,6 +35,7 @@ from ..observe import FlowTrace
 from ..routing.route_cache import RouteCache
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
+from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from ..wire.records import UserSpotClose, UserSpotCreate
 from ..wire.tails import CloseTail
 from .close import CloseFence, SpotCloseKind, SpotCloser
@@ -42,6 +43,7 @@ from .host import SpotHost
 from .hosted import HostedSpot, SpotReady, spot_lease_lost
 from .kind import SpotTargetKind, UserSpotSourceKind, spot_key, user_spot_order
 from .manager import SpotManager
+from .messaging import SpotMessaging
 from .registry import SpotTypes
 from .results import SpotCreateResult
 from .stats import SpotCounters, SpotRuntimeStatistics, SpotTypeStatistics
@@ -70,6 +72,7 @@ class SpotRuntime:
         flow: FlowTrace,
         nursery: trio.Nursery,
         timers: TimerService | None = None,
+        payloads: PayloadRegistry = EMPTY_REGISTRY,
     ) -> None:
         self._config = config
         self._node = node
@@ -97,10 +100,11 @@ class SpotRuntime:
         """Every read of a Spot authority row (the positive route cache learns from it;
         the direct-call path resolves through the same object)."""
         self.reclaimer = Reclaimer(store, nursery)
+        target_kind = SpotTargetKind(
+            host=self.host, types=types, nursery=nursery, activity=self.transactions
+        )
         self.target: CreateTarget[SpotId] = CreateTarget(
-            kind=SpotTargetKind(
-                host=self.host, types=types, nursery=nursery, activity=self.transactions
-            ),
+            kind=target_kind,
             config=config,
             node=node,
             store=store,
@@ -139,6 +143,22 @@ class SpotRuntime:
             activity=self.transactions,
         )
         self.closer = SpotCloser(self.destroyer, nursery)
+        self.messaging = SpotMessaging(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            types=types,
+            authority=self.authority,
+            target=self.target,
+            target_kind=target_kind,
+            activity=self.transactions,
+            nursery=nursery,
+            flow=flow,
+            payloads=payloads,
+        )
+        """Direct calls (``server.spots.send/request``, ``context.spots``), cold
+        activation as source and target, and its recovery (:mod:`.messaging`)."""
         self.manager = SpotManager(
             config=config,
             node=node,
@@ -147,6 +167,7 @@ class SpotRuntime:
             closer=self.closer,
             authority=self.authority,
             flow=flow,
+            client=self.messaging.client,
         )
 
     def _self_close(self, hosted: HostedSpot) -> None:
@@ -157,6 +178,7 @@ class SpotRuntime:
         node = self._node
         node.on(Command.USER_SPOT_CREATE, self._on_user_spot_create)
         node.on(Command.USER_SPOT_CLOSE, self._on_user_spot_close)
+        self.messaging.register()
 
     # --- inbound ------------------------------------------------------------------------
     def _for_me(self, rid: object, generation: object) -> bool:
@@ -247,6 +269,7 @@ class SpotRuntime:
             failed_creates=self.target.failed,
             closes=self._close_kind.closed,
             types=tuple(types),
+            calls=self.messaging.statistics(),
         )
 
 
@@ -257,6 +280,7 @@ async def serve_spot_runtime(
     node: MeshNode,
     engine: Engine,
     flow: FlowTrace,
+    payloads: PayloadRegistry = EMPTY_REGISTRY,
     *,
     timers: TimerService | None = None,
     task_status: trio.TaskStatus[SpotRuntime] = trio.TASK_STATUS_IGNORED,
@@ -273,8 +297,10 @@ async def serve_spot_runtime(
             flow=flow,
             nursery=nursery,
             timers=timers,
+            payloads=payloads,
         )
         runtime.register()
+        await nursery.start(runtime.messaging.serve, name="zlink_trio.spots.deadlines")
         nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.spots.fence")
         task_status.started(runtime)
         await trio.sleep_forever()

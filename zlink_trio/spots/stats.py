@@ -10,6 +10,7 @@ from typing import final
 
 import attrs
 
+from .call_stats import SpotCallStatistics
 from .lifecycle import SpotCallback
 
 __all__ = ["SpotCounters", "SpotRuntimeStatistics", "SpotTypeStatistics"]
@@ -107,3 +108,5 @@ class SpotRuntimeStatistics:
     closes: int
     """Incarnations closed by this node (their authority released here)."""
     types: tuple[SpotTypeStatistics, ...]
+    calls: SpotCallStatistics | None = None
+    """Direct calls and cold activation (route cache, envelopes, races, recoveries)."""
