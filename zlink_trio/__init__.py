@@ -111,6 +111,7 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .objects.policy import SpotRelocationAdapter as SpotRelocationAdapter
 from .observe import FlowEvent as FlowEvent
 from .server import Server as Server, open_server as open_server, serve_server as serve_server
 from .spots.approval import (
@@ -119,6 +120,13 @@ from .spots.approval import (
     CreateDecision as CreateDecision,
     Reject as Reject,
 )
+from .spots.execution import (
+    ExecutionMode as ExecutionMode,
+    PerActor as PerActor,
+    SpotWide as SpotWide,
+)
+from .spots.lifecycle import SpotCallback as SpotCallback, on_lifecycle as on_lifecycle
+from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
 
 __all__ = [
@@ -142,6 +150,7 @@ __all__ = [
     "DescriptorConflict",
     "DisableRelocation",
     "ErrorKind",
+    "ExecutionMode",
     "Existing",
     "FlowEvent",
     "InvalidArgument",
@@ -161,6 +170,7 @@ __all__ = [
     "OperationId",
     "OwnerLeaseExpired",
     "OwnerLeaseGeneration",
+    "PerActor",
     "PostgresStoreConfig",
     "PreserveStateWith",
     "ProtocolError",
@@ -172,14 +182,19 @@ __all__ = [
     "ServerConfig",
     "SessionNotBound",
     "ShuttingDown",
+    "SpotCallback",
     "SpotId",
+    "SpotKind",
     "SpotRef",
+    "SpotRelocationAdapter",
+    "SpotWide",
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
+    "on_lifecycle",
     "on_request",
     "on_send",
     "open_server",

@@ -188,7 +188,15 @@ async def open_runtime(
     connections, which the release (5) and the deregistration (6) need."""
     async with _store_for(config) as store, trio.open_nursery() as outer:
         actor_types = app.hosted_actor_types if app is not None else frozenset()
-        node = MeshNode(config, store, actor_types=actor_types, fault_plan=fault_plan, tap=tap)
+        node = MeshNode(
+            config,
+            store,
+            actor_types=actor_types,
+            spot_types=app.hosted_user_spot_types if app is not None else frozenset(),
+            instance_types=app.hosted_instance_spot_types if app is not None else frozenset(),
+            fault_plan=fault_plan,
+            tap=tap,
+        )
         flow = FlowTrace()  # the node's one place that counts and logs flow events
         try:
             async with open_engine(

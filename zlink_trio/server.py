@@ -181,6 +181,14 @@ def check_startup(config: ServerConfig, app: App | None) -> ValidatedApp | None:
         raise ConfigurationError(
             f"registered Actor types ({names}) need an Object Server role in some mesh"
         )
+    if validated is not None and validated.spot_types:
+        names = ", ".join(sorted(t.value for t in validated.spot_types))
+        if not any(m.object_role.can_host for m in config.meshes):
+            raise ConfigurationError(
+                f"registered Spot types ({names}) need an Object Server role in some mesh"
+            )
+        if store is None:
+            raise ConfigurationError(f"registered Spot types ({names}) need a Location Store")
     if config.meshes:
         if store is None:
             raise ConfigurationError("meshes need a Location Store to publish descriptors")
