@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from ..errors import SessionNotBound
+from ..errors import SessionNotBound, Unavailable
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
+from .join import JoinCall
 
 if TYPE_CHECKING:
     from .client import ActorClient
+    from .join import JoinRegistrar
 
 __all__ = ["ActorContext", "BoundSession"]
 
@@ -44,7 +46,15 @@ class ActorContext:
     Actor is never published Ready. The fields are read-only for the application.
     """
 
-    __slots__ = ("_actor_id", "_client", "_generation", "_mesh_name", "_spot_id")
+    __slots__ = (
+        "_actor_id",
+        "_client",
+        "_generation",
+        "_joins",
+        "_mesh_name",
+        "_retired",
+        "_spot_id",
+    )
 
     def __init__(
         self,
@@ -53,12 +63,15 @@ class ActorContext:
         mesh_name: MeshName,
         spot_id: SpotId | None,
         client: ActorClient,
+        joins: JoinRegistrar | None = None,
     ) -> None:
         self._actor_id = actor_id
         self._generation = object_generation
         self._mesh_name = mesh_name
         self._spot_id = spot_id
         self._client = client
+        self._joins = joins
+        self._retired = False
 
     @property
     def actor_id(self) -> ActorId:
@@ -85,8 +98,44 @@ class ActorContext:
 
     @property
     def actors(self) -> ActorClient:
-        """Send to / request other Actors by ActorId (Actor-to-Actor calls)."""
+        """Send to / request other Actors by ActorId (Actor-to-Actor calls). Unavailable
+        once the Context was retired (the Actor moved to another node by a Join)."""
+        if self._retired:
+            raise Unavailable(
+                f"actor {self._actor_id.value!r} moved to another node: its old Context "
+                "sends nothing (it is never forwarded to the new activation)"
+            )
         return self._client
+
+    @property
+    def retired(self) -> bool:
+        """True once the Actor moved to another node (a cross-node Join committed): this
+        Context's identity stays readable, every new call through it is Unavailable."""
+        return self._retired
+
+    def join_spot(self, spot_id: str | SpotId, request: object = b"") -> JoinCall:
+        """A Join of this Actor to the User Spot ``spot_id``: set ``.timeout(s)`` if
+        needed, then ``.defer()`` (synchronous: it runs after this handler ends normally;
+        the result comes to the type's ``@on_join_complete`` method). ``request`` (bytes
+        or a registered payload, at most 1 MiB) goes to the Spot's JOIN callback."""
+        return JoinCall.to_spot(self._joins, self, spot_id, request)
+
+    def join_entry_spot(
+        self, entry_spot_id: str | SpotId | None = None, request: object = b""
+    ) -> JoinCall:
+        """A Join of this Actor to an Entry Spot: by default the Entry Spot of its current
+        node (leaving its User Spot; in the Entry Spot already: Accepted, nothing
+        changes), or the Entry Spot ``entry_spot_id`` of another node (the Actor moves
+        there). Then ``.defer()`` as for :meth:`join_spot`."""
+        return JoinCall.to_entry(self._joins, self, entry_spot_id, request)
+
+    def _move_to(self, spot_id: SpotId) -> None:
+        """The membership commit of a same-node Join (the framework only)."""
+        self._spot_id = spot_id
+
+    def _retire(self) -> None:
+        """The Actor moved to another node (the framework only)."""
+        self._retired = True
 
     def __repr__(self) -> str:
         return (

@@ -28,8 +28,11 @@ from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
 from .context import ActorContext
 from .handlers import TypedHandler
+from .join import JoinScope, task_within
 
 if TYPE_CHECKING:
+    from .join import JoinRegistrar, PendingJoin
+    from .membership import JoinCompletion
     from .registry import ActorHandler, ActorType
     from .stats import DispatchStats
 
@@ -42,6 +45,9 @@ __all__ = [
     "Fenced",
     "HostedActor",
     "HostedKind",
+    "JoinDone",
+    "Joining",
+    "Moved",
     "Ready",
     "fail_parked",
 ]
@@ -65,10 +71,25 @@ class Fenced:
     (its row is reclaimed by a live node; docs/decisions.md, "Owner loss: fencing")."""
 
 
-ActorState: TypeAlias = Ready | Destroying | Fenced
+@attrs.frozen
+class Joining:
+    """A deferred Join's barrier is active: the lane is retired and every payload accepted
+    (queued before, arriving now) is parked in order until the Join ends (on a cross-node
+    Join's target: the new activation waiting for the source's journal)."""
+
+
+@attrs.frozen
+class Moved:
+    """A cross-node Join moved the Actor away: this activation is unpublished and its
+    Context retired."""
+
+
+ActorState: TypeAlias = Ready | Destroying | Fenced | Joining | Moved
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
 FENCED: Final = Fenced()
+JOINING: Final = Joining()
+MOVED: Final = Moved()
 ACTOR_LANE: Final = ActorDeliveryLane()
 """The policy value of every Actor lane (it carries no state, so one instance serves all)."""
 
@@ -124,7 +145,18 @@ class Barrier:
             self.resumed.set()
 
 
-ActorItem: TypeAlias = Deliver | Barrier
+@final
+class JoinDone:
+    """The Actor's Join completion callback: a lifecycle item, the first one its lane runs
+    when a Join ends (before any payload the barrier held)."""
+
+    __slots__ = ("completion",)
+
+    def __init__(self, completion: JoinCompletion) -> None:
+        self.completion = completion
+
+
+ActorItem: TypeAlias = Deliver | Barrier | JoinDone
 
 
 @final
@@ -135,6 +167,7 @@ class HostedKind:
         "actor_type",
         "flow",
         "handlers",
+        "joins",
         "lease",
         "lease_live",
         "max_reply",
@@ -166,6 +199,8 @@ class HostedKind:
         start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
         self.lease_live = lease_live
         """True while the lease is held and locally live (expires it on the spot)."""
+        self.joins: JoinRegistrar | None = None
+        """Where a handler's registration scope is closed (set by the Actor runtime)."""
 
 
 def lease_lost_error() -> Unavailable:
@@ -201,7 +236,19 @@ async def fail_parked(items: list[Deliver], error: ZLinkError) -> None:
 class HostedActor:
     """A published Actor activation. Calling it runs one turn of its lane."""
 
-    __slots__ = ("context", "instance", "kind", "lane", "orphans", "owner_generation", "state")
+    __slots__ = (
+        "context",
+        "handling",
+        "instance",
+        "join",
+        "kind",
+        "lane",
+        "orphans",
+        "owner_generation",
+        "parked",
+        "scope",
+        "state",
+    )
 
     def __init__(
         self,
@@ -217,6 +264,38 @@ class HostedActor:
         self.state: ActorState = READY
         self.lane: Lane[ActorDeliveryLane, ActorItem] | None = None
         self.orphans: list[Deliver] | None = None
+        self.handling = False
+        """True while an application handler of this Actor runs (its registration scope)."""
+        self.scope: JoinScope | None = None
+        """The running handler's registration scope, made at its first Defer."""
+        self.join: PendingJoin | None = None
+        """The pending membership transition (registered or running)."""
+        self.parked: list[ActorItem] | None = None
+        """Joining: what the barrier holds, in acceptance order."""
+
+    @property
+    def admitting(self) -> bool:
+        return self.state is READY
+
+    def open_scope(self) -> JoinScope | None:
+        """The registration scope of the handler running now, if the caller runs in it
+        (its own task or one it awaits); None otherwise."""
+        lane = self.lane
+        runner = None if lane is None else lane.runner
+        if not self.handling or runner is None or not task_within(runner):
+            return None
+        scope = self.scope
+        if scope is None:
+            scope = self.scope = JoinScope(runner)
+        return scope
+
+    def _end_scope(self, *, ok: bool) -> None:
+        scope = self.scope
+        if scope is not None:
+            self.scope = None
+            joins = self.kind.joins
+            if joins is not None:
+                joins.close(scope, ok=ok)
 
     @property
     def actor_type(self) -> ActorType:
@@ -243,6 +322,9 @@ class HostedActor:
     async def __call__(self, item: ActorItem) -> None:
         """One turn of this Actor's lane."""
         if type(item) is not Deliver:
+            if type(item) is JoinDone:
+                await self._join_done(item.completion)
+                return
             assert type(item) is Barrier
             item.reached.set()
             try:
@@ -313,17 +395,24 @@ class HostedActor:
                 if sink is not None:
                     await _fail(sink, exc)
                 return
+        self.handling = True
         try:
             result: object = await handler(self.instance, payload)
         except trio.Cancelled:
             # The engine stopped running turns (the owner lease was lost, or the server
             # closes): a local caller learns it now rather than at its deadline (a remote
             # caller's link closes with the node).
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             if type(sink) is OneShot:
                 sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
             raise
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             stats.failed += 1
             what = "send" if sink is None else "request"
             kind.flow.emit(
@@ -337,7 +426,12 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, exc)
             return
-        except Exception as exc:
+        except BaseException as exc:
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
+            if not isinstance(exc, Exception):
+                raise
             stats.failed += 1
             key = (item.kind, item.packet)
             if key in kind.traced:
@@ -361,8 +455,11 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
             return
+        self.handling = False
         stats.ok += 1
         if sink is None:
+            if self.scope is not None:
+                self._end_scope(ok=True)
             return
         if result is not None:
             if type(result) is TypedPayload:
@@ -370,10 +467,14 @@ class HostedActor:
                     try:
                         result = result.encode()
                     except ZLinkError as exc:  # checked by its TypedHandler: not expected
+                        if self.scope is not None:
+                            self._end_scope(ok=False)  # a reply-encode failure
                         await _fail(sink, ApplicationError(exc.message))
                         return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
+                    if self.scope is not None:
+                        self._end_scope(ok=False)
                     await _fail(
                         sink,
                         ApplicationError(
@@ -383,11 +484,17 @@ class HostedActor:
                     return
                 result = bytes(result)
             if type(result) is bytes and len(result) > kind.max_reply:
+                if self.scope is not None:
+                    self._end_scope(ok=False)
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
                 return
+        if self.scope is not None:
+            # The reply is shaped (and encoded for a remote caller): the barriers this
+            # handler registered activate now, whatever becomes of the reply's delivery.
+            self._end_scope(ok=True)
         if type(sink) is OneShot:
             sink.set(result)
         else:
@@ -396,8 +503,21 @@ class HostedActor:
             lane = self.lane
             await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
+    async def _join_done(self, completion: JoinCompletion) -> None:
+        """Run the type's ``@on_join_complete`` method (a lifecycle callback)."""
+        fn = self.kind.actor_type.join_complete
+        if fn is None:
+            logger.info("join of %r ended %s (no @on_join_complete)", self.context, completion)
+            return
+        try:
+            await fn(self.instance, completion)
+        except Exception:
+            logger.exception("the join completion callback of %r raised", self.context)
+
     def _orphan(
-        self, items: tuple[ActorItem, ...], event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY
+        self,
+        items: tuple[ActorItem, ...] | list[ActorItem],
+        event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY,
     ) -> None:
         """Accepted items the lane will not run (the Actor is being destroyed, or fenced):
         kept in ``orphans`` so the destroyer (or the fence) can fail each one's terminal
@@ -406,6 +526,8 @@ class HostedActor:
             if type(item) is Barrier:
                 item.reached.set()
                 item.done.set()
+                continue
+            if type(item) is JoinDone:
                 continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1
@@ -419,6 +541,9 @@ class HostedActor:
         ``event``)."""
         if self.lane is not None:
             self._orphan(self.lane.retire(), event)
+        if self.parked:
+            parked, self.parked = self.parked, None
+            self._orphan(parked, event)
 
     async def fail_orphans(self, error: ZLinkError | None = None) -> None:
         """Fail the terminal of every orphan (default error: destroyed before it ran)."""

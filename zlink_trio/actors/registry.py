@@ -9,6 +9,7 @@ beside it), so the Actor runtime depends on this module and never on ``app``.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, final
 
@@ -19,6 +20,7 @@ from ..objects.handlers import MessageKind
 from ..objects.policy import RelocationPolicy
 from ..objects.registry import Handler, HandlerRegistrations, check_policy, parse_type
 from ..wire.payloads import PayloadRegistry
+from .membership import declared_join_complete
 
 __all__ = ["ActorHandler", "ActorRegistry", "ActorType", "ActorTypes"]
 
@@ -35,6 +37,9 @@ class ActorType:
     factory: Callable[[Any], Any]
     relocation: RelocationPolicy
     handlers: Mapping[tuple[MessageKind, str], ActorHandler]
+    join_complete: ActorHandler | None = None
+    """The ``@on_join_complete`` method: ``fn(actor, JoinCompletion)`` (None: results are
+    logged)."""
 
 
 ActorTypes = Mapping[StableType, ActorType]
@@ -48,6 +53,8 @@ class ActorRegistry:
     def __init__(self) -> None:
         self._types: list[tuple[object, object, object]] = []
         self._handlers = HandlerRegistrations("actor")
+        self._join_complete: dict[object, ActorHandler] = {}
+        self._problems: list[str] = []
 
     def register_actor(
         self, stable_type: str, factory: Callable[[Any], Any], *, relocation: RelocationPolicy
@@ -56,6 +63,27 @@ class ActorRegistry:
         the type's handlers."""
         self._types.append((stable_type, factory, relocation))
         self._handlers.add_class(stable_type, factory)
+        if isinstance(factory, type):
+            self._add_join_complete(stable_type, factory)
+
+    def _add_join_complete(self, stable_type: object, cls: type) -> None:
+        names = declared_join_complete(cls)
+        if len(names) > 1:
+            self._problems.append(
+                f"actor type {stable_type!r}: more than one @on_join_complete method "
+                f"({', '.join(names)})"
+            )
+            return
+        for name in names:
+            method = inspect.getattr_static(cls, name, None)
+            if not inspect.iscoroutinefunction(method):
+                self._problems.append(
+                    f"actor type {stable_type!r}: @on_join_complete {cls.__qualname__}.{name} "
+                    "must be an async def"
+                )
+                continue
+            assert method is not None
+            self._join_complete[stable_type] = method
 
     def register_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
@@ -67,6 +95,7 @@ class ActorRegistry:
         """The validated types (typed handlers wrapped with their ``payloads`` codecs);
         every problem found is appended to ``problems``."""
         problems.extend(self._handlers.recorded_problems)
+        problems.extend(self._problems)
         types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
         for raw, factory, raw_policy in self._types:
             st = parse_type(raw, "actor", problems)
@@ -83,7 +112,12 @@ class ActorRegistry:
                 continue
             types[st] = (factory, policy)
         handlers = self._handlers.validate(types, problems, payloads)
+        completions = {
+            StableType.parse(raw): fn
+            for raw, fn in self._join_complete.items()
+            if parse_type(raw, "actor", []) is not None
+        }
         return {
-            st: ActorType(st, factory, policy, handlers[st])
+            st: ActorType(st, factory, policy, handlers[st], completions.get(st))
             for st, (factory, policy) in types.items()
         }

@@ -14,6 +14,7 @@ from ..wire import (
     ActorCreate,
     ActorDestroy,
     ActorJoin,
+    ActorJournal,
     ActorSend,
     BoundSessionBind,
     BoundSessionReplaced,
@@ -53,6 +54,7 @@ ANSWERED_BY_20: Final[frozenset[type[Any]]] = frozenset(
         ActorCreate,
         ActorDestroy,
         ActorJoin,
+        ActorJournal,
         RelocationPrepare,
     }
 )
