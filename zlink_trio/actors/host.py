@@ -37,6 +37,7 @@ from .hosted import (
 )
 
 if TYPE_CHECKING:
+    from .join import JoinRegistrar
     from .registry import ActorType
     from .stats import DispatchStats
 
@@ -70,6 +71,7 @@ class ActorHost:
         "_lease",
         "_lease_live",
         "_staging",
+        "joins",
     )
 
     def __init__(
@@ -87,6 +89,8 @@ class ActorHost:
         self._actors: dict[ActorId, HostedActor] = {}
         self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
+        self.joins: JoinRegistrar | None = None
+        """The node's Join registrar (closes the handlers' registration scopes)."""
 
     # --- registry ---------------------------------------------------------------------
     def get(self, actor_id: ActorId) -> HostedActor | None:
@@ -111,6 +115,7 @@ class ActorHost:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
                 actor_type, node_rid, stats, max_reply, self._flow, self._lease, self._lease_live
             )
+            kind.joins = self.joins
         return kind
 
     def begin_staging(self, actor_id: ActorId) -> None:

@@ -31,7 +31,7 @@ from .handlers import TypedHandler
 from .join import JoinScope, task_within
 
 if TYPE_CHECKING:
-    from .join import JoinRegistrar, PendingJoin
+    from .join import HeldJoin, JoinRegistrar, PendingJoin
     from .membership import JoinCompletion
     from .registry import ActorHandler, ActorType
     from .stats import DispatchStats
@@ -50,6 +50,7 @@ __all__ = [
     "Moved",
     "Ready",
     "fail_parked",
+    "fail_sink",
 ]
 
 logger = logging.getLogger("zlink_trio.actors")
@@ -211,6 +212,11 @@ def _stopped_error() -> ShuttingDown:
     return ShuttingDown("the server stopped during the turn")
 
 
+async def fail_sink(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
+    """Fail one terminal (a local slot gets the public form of ``error``)."""
+    await _fail(sink, error)
+
+
 async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
     if type(sink) is OneShot:
         sink.fail(public_error(error))
@@ -268,7 +274,7 @@ class HostedActor:
         """True while an application handler of this Actor runs (its registration scope)."""
         self.scope: JoinScope | None = None
         """The running handler's registration scope, made at its first Defer."""
-        self.join: PendingJoin | None = None
+        self.join: PendingJoin | HeldJoin | None = None
         """The pending membership transition (registered or running)."""
         self.parked: list[ActorItem] | None = None
         """Joining: what the barrier holds, in acceptance order."""

@@ -39,6 +39,7 @@ __all__ = [
     "MAX_JOINS_PER_SCOPE",
     "MAX_JOIN_REQUESTS_PER_SCOPE",
     "MAX_JOIN_REQUEST_BYTES",
+    "HeldJoin",
     "JoinCall",
     "JoinIntent",
     "JoinRegistrar",
@@ -135,6 +136,24 @@ class PendingJoin:
         self.scope = scope
         self.hosted = hosted
         self.done = trio.Event()
+
+
+@final
+class HeldJoin:
+    """A cross-node Join's new activation on its target, Joining until the source's
+    journal arrived (``end``) or the hold's bound passed. ``inserted`` counts the journal
+    payloads put in front of what arrived here since the commit."""
+
+    __slots__ = ("done", "end", "inserted", "operation_id", "scope", "source")
+
+    def __init__(self, operation_id: OperationId, source: tuple[object, object]) -> None:
+        self.operation_id = operation_id
+        self.source = source
+        """(NodeRid, NodeGeneration) of the Actor's previous owner."""
+        self.end = trio.Event()
+        self.done = trio.Event()
+        self.inserted = 0
+        self.scope: JoinScope | None = None
 
 
 Activate = Callable[[PendingJoin], None]
@@ -260,7 +279,8 @@ class JoinRegistrar:
         its own open scope registered (it would wait for ever)."""
         hosted = self._host.get(target)
         pending = None if hosted is None else hosted.join
-        if pending is not None and pending.scope.holds_current_task():
+        scope = None if pending is None else pending.scope
+        if scope is not None and scope.holds_current_task():
             raise InvalidOperation(
                 f"actor {target.value!r} has a deferred Join this handler registered: a "
                 "request to it would wait behind its barrier (send one-way instead)"

@@ -1,0 +1,398 @@
+"""The target side of a cross-node Join (command 112) and its journal (113, 114).
+
+Order of one attempt (docs/decisions.md, "Membership"):
+
+1. the operation's retained terminal, if any, is the answer (a replay); deliveries of an
+   operation in flight join it (the factory never runs twice);
+2. the Actor's row: Ready, the same ObjectGeneration and AuthorityOwnerGeneration, owned by
+   the source lifecycle (a row this node owns already with that Spot: the converged
+   replay, ACCEPTED);
+3. the Spot must be hosted here (one of this node's Entry Spots), in the Actor's mesh, and
+   the Actor type registered;
+4. one lifecycle turn of the Spot runs the factory with a NEW Context (this node, the
+   target Spot, the same ids);
+5. one Store CAS moves the row (owner, AuthorityOwnerGeneration + 1, membership); the new
+   activation is published Joining (ingress parked) and the ACCEPTED terminal recorded and
+   answered;
+6. the journal from the source (113 in acceptance order, then 114) goes in front of what
+   arrived here since the commit; then the lane opens with the completion callback first.
+   Without a 114 the hold ends ``join_timeout`` after the commit.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, final
+
+import trio
+
+from ..config import ServerConfig
+from ..errors import (
+    ApplicationError,
+    CapacityExceeded,
+    DeadlineExceeded,
+    InvalidOperation,
+    NotFound,
+    OwnerLeaseExpired,
+    StaleRoute,
+    StoreOutcomeUnknown,
+    Unavailable,
+    ZLinkError,
+)
+from ..ids import ActorId, MeshName, NodeRid, SpotId, StableType
+from ..mesh.api import MeshNodeApi, PeerIdentity
+from ..objects.activity import Activity
+from ..objects.sinks import RemoteSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
+from ..routing.deliver import NEVER
+from ..spots.entry import EntrySpot
+from ..store.api import (
+    Applied,
+    AuthorityRow,
+    AuthorityState,
+    LocationStore,
+    OperationKey,
+    TerminalRecord,
+)
+from ..wire.enums import JoinResult, MessageKind
+from ..wire.records import ActorJoin, ActorJournal, ActorJournalEnd, TerminalReply
+from ..wire.tails import JoinTail
+from .authority import Authority, actor_key
+from .client import ActorClient
+from .context import ActorContext
+from .host import ActorHost
+from .hosted import JOINING, Deliver, HostedActor, JoinDone, fail_parked
+from .join import HeldJoin, JoinRegistrar
+from .membership import JoinCompletion, JoinOutcome
+from .registry import ActorType
+from .stats import DispatchStats
+
+__all__ = ["JoinTarget"]
+
+logger = logging.getLogger("zlink_trio.actors")
+
+_SETTLE_FIRST_DELAY = 0.05
+_SETTLE_MAX_DELAY = 1.0
+
+
+@final
+class _Arrived:
+    """What the attempt published: the new activation, its Spot's gate, its completion."""
+
+    __slots__ = ("completion", "held", "hosted")
+
+    def __init__(self, hosted: HostedActor, held: HeldJoin, completion: JoinCompletion) -> None:
+        self.hosted = hosted
+        self.held = held
+        self.completion = completion
+
+
+@final
+class JoinTarget:
+    """This node as the target of cross-node Joins."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        node: MeshNodeApi,
+        store: LocationStore,
+        host: ActorHost,
+        authority: Authority,
+        types: Mapping[StableType, ActorType],
+        entry_spots: Mapping[MeshName, EntrySpot],
+        client: ActorClient,
+        registrar: JoinRegistrar,
+        stats_for: Callable[[StableType], DispatchStats],
+        nursery: trio.Nursery,
+        activity: Activity,
+    ) -> None:
+        self._config = config
+        self._node = node
+        self._store = store
+        self._host = host
+        self._authority = authority
+        self._types = types
+        self._entry_spots = entry_spots
+        self._client = client
+        self._registrar = registrar
+        self._stats_for = stats_for
+        self._nursery = nursery
+        self._activity = activity
+        self._inflight: dict[OperationKey, list[TerminalSink]] = {}
+        self.arrived = 0
+
+    # --- 112 ------------------------------------------------------------------------------
+    def handle(self, record: ActorJoin, sink: TerminalSink) -> None:
+        """Start (or join) the attempt of ``record``'s operation (never blocks)."""
+        key = OperationKey(record.source_rid, record.source_generation, record.operation_id)
+        sinks = self._inflight.get(key)
+        if sinks is not None:
+            sinks.append(sink)
+            return
+        self._inflight[key] = [sink]
+        deadline = trio.current_time() + record.timeout_ms / 1000
+        self._activity.begin()
+        self._nursery.start_soon(self._run, record, key, deadline, name="zlink_trio.actor.join")
+
+    async def _run(self, record: ActorJoin, key: OperationKey, deadline: float) -> None:
+        arrived: _Arrived | None = None
+        try:
+            try:
+                reply, arrived = await self._attempt(record, key, deadline)
+            except ZLinkError as exc:
+                reply = failure(exc)
+            except Exception as exc:
+                logger.exception("join of %r failed on its target", record.actor_id)
+                reply = failure(Unavailable(f"the join failed: {type(exc).__name__}"))
+            sinks = self._inflight.pop(key, [])
+            for sink in sinks:
+                await sink.deliver(reply)
+            if arrived is not None:
+                await self._open(arrived)
+        finally:
+            self._inflight.pop(key, None)
+            self._activity.end()
+
+    async def _open(self, arrived: _Arrived) -> None:
+        """Wait for the journal (or the hold's bound), then open the new activation's lane:
+        the completion callback first, the journal, what arrived meanwhile."""
+        held = arrived.held
+        with trio.move_on_after(self._config.join_timeout):
+            await held.end.wait()
+        hosted = arrived.hosted
+        if hosted.join is held:
+            hosted.join = None
+        await self._host.unpark(hosted, JoinDone(arrived.completion), gate=None)
+        held.done.set()
+
+    async def _attempt(
+        self, record: ActorJoin, key: OperationKey, deadline: float
+    ) -> tuple[TerminalReply, _Arrived | None]:
+        store = self._store
+        retained = await store.read_terminal(key)
+        if retained is not None:
+            return decode_terminal(retained.result), None
+        if not self._node.admitting:
+            return failure(Unavailable("the target node does not admit new membership")), None
+        me = self._node.identity
+        row = await self._authority.read(record.actor_id)
+        if row is None or row.object_generation != record.object_generation:
+            return failure(
+                Unavailable(f"actor {record.actor_id.value!r} is not that incarnation")
+            ), None
+        owner = row.owner
+        if owner.node_rid == me.node_rid and owner.node_generation == me.node_generation:
+            if row.membership == record.spot_id:
+                # This operation moved it already (its terminal record was lost): converged.
+                return ok(
+                    JoinTail(result=JoinResult.ACCEPTED, current_spot_id=record.spot_id)
+                ), None
+            return failure(Unavailable("the Actor's authority changed")), None
+        if (
+            row.state is not AuthorityState.READY
+            or owner.node_rid != record.source_rid
+            or owner.node_generation != record.source_generation
+            or row.owner_generation != record.authority_owner_generation
+        ):
+            return failure(Unavailable("the Actor's authority changed (fence)")), None
+        actor_type = self._types.get(row.stable_type)
+        if actor_type is None:
+            return (
+                failure(NotFound(f"actor type {row.stable_type.value!r} is not registered here")),
+                None,
+            )
+        spot = self._entry_spot(record.spot_id)
+        if spot is None:
+            return failure(NotFound(f"spot {record.spot_id.value!r} is not hosted here")), None
+        if spot.mesh_name != owner.mesh_name:
+            return failure(InvalidOperation("the Spot is in another mesh than the Actor")), None
+        terminal, arrived = await self._arrive(record, key, row, actor_type, spot, deadline)
+        retain_for = max(0.0, deadline - trio.current_time())
+        retain_for += self._config.terminal_record_retention
+        try:
+            with trio.CancelScope(shield=True), trio.move_on_after(self._config.drain_timeout):
+                await store.record_terminal(
+                    TerminalRecord(key, encode_terminal(terminal)), retain_for=retain_for
+                )
+        except ZLinkError as exc:
+            logger.info("the join terminal of %r was not recorded: %r", record.actor_id, exc)
+        return terminal, arrived
+
+    def _entry_spot(self, spot_id: SpotId) -> EntrySpot | None:
+        for spot in self._entry_spots.values():
+            if spot.spot_id == spot_id:
+                return spot
+        return None
+
+    async def _arrive(
+        self,
+        record: ActorJoin,
+        key: OperationKey,
+        row: AuthorityRow,
+        actor_type: ActorType,
+        spot: EntrySpot,
+        deadline: float,
+    ) -> tuple[TerminalReply, _Arrived | None]:
+        """Steps 4–5: the factory in the Spot's lifecycle turn, then the one CAS."""
+        actor_id = record.actor_id
+        mesh = row.owner.mesh_name
+        context = ActorContext(
+            actor_id, row.object_generation, mesh, record.spot_id, self._client, self._registrar
+        )
+
+        async def build() -> Any:
+            instance = actor_type.factory(context)
+            if inspect.isawaitable(instance):
+                instance = await instance
+            if getattr(instance, "context", None) is not context:
+                raise InvalidOperation(
+                    "the factory's Actor must expose the Context it was given, unchanged"
+                )
+            return instance
+
+        try:
+            instance = await spot.run_lifecycle(build, deadline)
+        except ZLinkError as exc:
+            return failure(exc), None
+        except Exception as exc:
+            logger.info("join of %r: the factory failed: %r", actor_id, exc)
+            return failure(ApplicationError(f"{type(exc).__name__}: {exc}")), None
+        if trio.current_time() >= deadline:
+            return failure(DeadlineExceeded("the join did not finish before its deadline")), None
+        host = self._host
+        host.begin_staging(actor_id)
+        published: HostedActor | None = None
+        try:
+            committed = await self._commit(row, record.spot_id)
+            if isinstance(committed, ZLinkError):
+                return failure(committed), None
+            kind = host.kind(
+                actor_type,
+                self._node.identity.node_rid,
+                self._stats_for(actor_type.stable_type),
+                self._config.max_reply_bytes,
+            )
+            published = HostedActor(kind, context, instance, committed.owner_generation)
+            held = HeldJoin(record.operation_id, (record.source_rid, record.source_generation))
+            published.join = held
+            host.publish_held(published)
+        finally:
+            leftover = host.end_staging(actor_id)
+            if leftover:
+                self._nursery.start_soon(
+                    fail_parked, leftover, StaleRoute(f"actor {actor_id.value!r} did not move")
+                )
+        self.arrived += 1
+        completion = JoinCompletion(
+            operation_id=record.operation_id,
+            target=record.spot_id,
+            outcome=JoinOutcome.ACCEPTED,
+            spot_id=record.spot_id,
+        )
+        tail = JoinTail(result=JoinResult.ACCEPTED, current_spot_id=record.spot_id)
+        return ok(tail), _Arrived(published, held, completion)
+
+    async def _commit(self, row: AuthorityRow, spot_id: SpotId) -> AuthorityRow | ZLinkError:
+        """The one CAS of the move; an unknown outcome is settled by reading the row."""
+        me = self._node.identity
+        key = actor_key(ActorId(row.key.object_id))
+        try:
+            result = await self._store.change_owner(
+                key,
+                row.store_version,
+                self._node.owner_fence(row.owner.mesh_name),
+                membership=spot_id,
+            )
+        except StoreOutcomeUnknown:
+            return await self._settle(row, spot_id, me.node_rid)
+        except OwnerLeaseExpired as exc:
+            return exc
+        except (CapacityExceeded, Unavailable) as exc:
+            return exc
+        if isinstance(result, Applied):
+            return result.row
+        return Unavailable("the Actor's authority changed before the move committed")
+
+    async def _settle(
+        self, row: AuthorityRow, spot_id: SpotId, me: NodeRid
+    ) -> AuthorityRow | ZLinkError:
+        delay = _SETTLE_FIRST_DELAY
+        actor_id = ActorId(row.key.object_id)
+        while True:
+            try:
+                current = await self._authority.read(actor_id)
+            except (Unavailable, StoreOutcomeUnknown) as exc:
+                logger.info("settling the move of %r: %r; reading again", actor_id, exc)
+                await trio.sleep(delay)
+                delay = min(delay * 2, _SETTLE_MAX_DELAY)
+                continue
+            if (
+                current is not None
+                and current.object_generation == row.object_generation
+                and current.owner.node_rid == me
+                and current.membership == spot_id
+            ):
+                return current
+            return Unavailable("the move did not commit")
+
+    # --- 113 / 114 -----------------------------------------------------------------------------
+    def _held(self, peer: PeerIdentity, actor_id: ActorId, operation: object) -> HostedActor | None:
+        hosted = self._host.get(actor_id)
+        if hosted is None or hosted.state is not JOINING:
+            return None
+        held = hosted.join
+        if (
+            not isinstance(held, HeldJoin)
+            or held.operation_id != operation
+            or held.source != (peer.node_rid, peer.node_generation)
+        ):
+            return None
+        return hosted
+
+    async def on_journal(self, peer: PeerIdentity, record: ActorJournal) -> None:
+        sink = (
+            RemoteSink(self._node, peer.address, record.correlation)
+            if record.message_kind is MessageKind.REQUEST
+            else None
+        )
+        run_by = NEVER
+        if sink is not None and record.timeout_ms is not None:
+            run_by = trio.current_time() + record.timeout_ms / 1000
+        item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
+        hosted = self._held(peer, record.actor_id, record.operation_id)
+        try:
+            if hosted is not None:
+                held = hosted.join
+                assert isinstance(held, HeldJoin)
+                self._host.park_journal(hosted, held.inserted, item)
+                held.inserted += 1
+            else:
+                # The hold ended (its bound passed): admitted as an ordinary payload.
+                self._host.admit_nowait(record.actor_id, item)
+        except ZLinkError as exc:
+            if sink is not None:
+                await sink.fail_nowait(exc)
+            else:
+                logger.info(
+                    "journal send %r of %r not admitted: %r",
+                    record.packet_name,
+                    record.actor_id,
+                    exc,
+                )
+
+    async def on_journal_end(self, peer: PeerIdentity, record: ActorJournalEnd) -> None:
+        hosted = self._held(peer, record.actor_id, record.operation_id)
+        if hosted is None:
+            return
+        held = hosted.join
+        assert isinstance(held, HeldJoin)
+        if held.inserted != record.count:
+            logger.info(
+                "journal of %r: %d of %d payloads arrived",
+                record.actor_id,
+                held.inserted,
+                record.count,
+            )
+        held.end.set()
