@@ -53,6 +53,14 @@ from .actors.handlers import (
     on_request as on_request,
     on_send as on_send,
 )
+from .actors.join import JoinCall as JoinCall
+from .actors.membership import (
+    JoinCompletion as JoinCompletion,
+    JoinEvent as JoinEvent,
+    JoinOutcome as JoinOutcome,
+    LeaveEvent as LeaveEvent,
+    on_join_complete as on_join_complete,
+)
 from .actors.policy import (
     ActorRelocationAdapter as ActorRelocationAdapter,
     DisableRelocation as DisableRelocation,
@@ -156,6 +164,11 @@ __all__ = [
     "InvalidArgument",
     "InvalidId",
     "InvalidOperation",
+    "JoinCall",
+    "JoinCompletion",
+    "JoinEvent",
+    "JoinOutcome",
+    "LeaveEvent",
     "MemoryLocationStore",
     "MemoryStoreConfig",
     "MeshConfig",
@@ -194,6 +207,7 @@ __all__ = [
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
+    "on_join_complete",
     "on_lifecycle",
     "on_request",
     "on_send",
