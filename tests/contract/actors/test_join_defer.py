@@ -88,7 +88,7 @@ async def test_a04_11_a_failed_handler_discards_its_barrier(
     log = JoinLog()
     async with open_cluster(2, store=store, app=make_join_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        _a, b = cluster.servers
         actor = await create_on(b, cluster.servers, 0, "fails")
         with pytest.raises(ApplicationError):
             await b.actors.request(actor, "join-fail").timeout(10)
@@ -155,7 +155,7 @@ async def test_a04_10_forbidden_contexts_get_their_error_kind(
     ):
         log.outside = outside
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        _a, b = cluster.servers
         actor = await create_on(b, cluster.servers, 0, "rules")
         assert isinstance(log.errors["factory"], InvalidOperation)
         assert isinstance(log.errors["on-create"], InvalidOperation)
@@ -201,7 +201,7 @@ async def test_a04_12_request_limit_and_no_partial_record(
     log = JoinLog()
     async with open_cluster(2, store=store, app=make_join_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        _a, b = cluster.servers
         actor = await create_on(b, cluster.servers, 0, "sizes")
         mib = 1024 * 1024
         await b.actors.request(actor, "join-size", str(mib).encode()).timeout(10)
