@@ -311,6 +311,7 @@ class JoinTarget:
             return exc
         except (CapacityExceeded, Unavailable) as exc:
             return exc
+        self._authority.forget(ActorId(row.key.object_id))  # its route names the old owner
         if isinstance(result, Applied):
             return result.row
         return Unavailable("the Actor's authority changed before the move committed")
