@@ -141,7 +141,9 @@ async def test_a04_09_payloads_held_by_the_barrier_travel_in_order(
         trace = log.trace
         assert trace[:2] == ["join-block:" + target.value, "complete:accepted"]
         rest = trace[2:]
-        assert sorted(rest) == sorted(["note:c1", "note:c2", "echo:c3", "note:a1", "note:a2", "note:c4"])
+        assert sorted(rest) == sorted(
+            ["note:c1", "note:c2", "echo:c3", "note:a1", "note:a2", "note:c4"]
+        )
         assert [x for x in rest if x.endswith(("c1", "c2", "c3", "c4"))] == [
             "note:c1",
             "note:c2",
@@ -357,3 +359,45 @@ async def test_a04_22_a_join_whose_terminal_never_comes_is_settled_by_the_store(
         assert log.trace == ["join-block:" + target.value, "complete:accepted", "note:held"]
         found = await c.actors.find(actor)
         assert found is not None and found.node_rid == b.identity.node_rid
+
+
+async def test_a_destroy_waits_for_the_join_that_claimed_the_actor_first(
+    clock: object, store: CountingStore
+) -> None:
+    """04 §3.1 races / A04-26 (Join part): a destroy that arrives while a Join of the
+    Actor is pending waits for that Join's end (the Join claim came first), then applies
+    to the state it left: the Actor moved, so the destroy at the old owner ends
+    Unavailable (never re-targeted); destroying the same ref through the manager then
+    reaches the new owner (same generation): True."""
+    log = JoinLog()
+    async with open_cluster(3, store=store, app=make_join_app(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "doomed")
+        ref = await c.actors.find(actor)
+        assert ref is not None
+        target = await entry_id(b)
+        log.gate = trio.Event()
+        outcome: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def join() -> None:
+                await c.actors.request(actor, "join-block", target.value.encode()).timeout(30)
+
+            async def destroy() -> None:
+                try:
+                    outcome.append(await a.actors.destroy(ref))
+                except Unavailable as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(join)
+            await log.entered.wait()
+            nursery.start_soon(destroy)
+            await trio.testing.wait_all_tasks_blocked()
+            assert outcome == []  # waiting for the Join
+            log.gate.set()
+        assert len(outcome) == 1 and isinstance(outcome[0], Unavailable)
+        await log.wait_for(lambda: len(log.completions_of(actor)) == 1)
+        assert log.completions_of(actor)[0].outcome is JoinOutcome.ACCEPTED
+        assert await c.actors.destroy(ref) is True
+        assert await c.actors.find(actor) is None
