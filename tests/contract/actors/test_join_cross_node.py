@@ -6,6 +6,8 @@ operation replays under one OperationId and ends as the spec's deadline rules sa
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 import trio
 import trio.testing
@@ -137,7 +139,7 @@ async def test_a04_09_payloads_held_by_the_barrier_travel_in_order(
         await c.actors.find(actor)  # a fresh route (no Message Follow from the old owner)
         await c.actors.send(actor, "note", b"c4")
         await log.wait_for(lambda: len(log.handled) >= 7, timeout=10)
-        old, new = log.instances[actor]
+        _old, new = log.instances[actor]
         trace = log.trace
         assert trace[:2] == ["join-block:" + target.value, "complete:accepted"]
         rest = trace[2:]
@@ -282,7 +284,7 @@ async def test_a04_13_a_disable_relocation_type_does_not_move(
     app = make_join_app(log, disable=True)
     async with open_cluster(2, store=store, app=app, tap=tap) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        _a, b = cluster.servers
         actor = await create_on(b, cluster.servers, 0, "fixed")
         tap.clear()
         await b.actors.request(actor, "join", (await entry_id(b)).value.encode()).timeout(10)
@@ -308,10 +310,8 @@ async def test_draining_blocks_new_membership(clock: object, store: CountingStor
         async with trio.open_nursery() as nursery:
 
             async def join() -> None:
-                try:
+                with contextlib.suppress(Unavailable):
                     await b.actors.request(actor, "join-block", target.value.encode()).timeout(30)
-                except Unavailable:
-                    pass
 
             nursery.start_soon(join)
             await log.entered.wait()

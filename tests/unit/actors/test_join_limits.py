@@ -26,8 +26,8 @@ MIB = 1024 * 1024
 @attrs.define
 class _Context:
     actor_id: ActorId
-    object_generation: ObjectGeneration = ObjectGeneration(7)
-    spot_id: SpotId | None = SpotId("lobby")
+    object_generation: ObjectGeneration = attrs.field(factory=lambda: ObjectGeneration(7))
+    spot_id: SpotId | None = attrs.field(factory=lambda: SpotId("lobby"))
     retired: bool = False
 
 
