@@ -128,12 +128,20 @@ from .spots.approval import (
     CreateDecision as CreateDecision,
     Reject as Reject,
 )
+from .spots.context import SpotContext as SpotContext
 from .spots.execution import (
     ExecutionMode as ExecutionMode,
     PerActor as PerActor,
     SpotWide as SpotWide,
 )
 from .spots.lifecycle import SpotCallback as SpotCallback, on_lifecycle as on_lifecycle
+from .spots.manager import SpotInfo as SpotInfo, SpotPage as SpotPage
+from .spots.results import (
+    SpotCreated as SpotCreated,
+    SpotCreateResult as SpotCreateResult,
+    SpotExisting as SpotExisting,
+    SpotRejected as SpotRejected,
+)
 from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
 
@@ -196,9 +204,16 @@ __all__ = [
     "SessionNotBound",
     "ShuttingDown",
     "SpotCallback",
+    "SpotContext",
+    "SpotCreateResult",
+    "SpotCreated",
+    "SpotExisting",
     "SpotId",
+    "SpotInfo",
     "SpotKind",
+    "SpotPage",
     "SpotRef",
+    "SpotRejected",
     "SpotRelocationAdapter",
     "SpotWide",
     "StableType",

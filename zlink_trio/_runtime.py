@@ -8,6 +8,8 @@ above it, and only then lets the node bind, register and accept::
     open_runtime                                  the node nursery
     ├─ engine + roles nursery
     │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  │                      └─ serve_spot_runtime  User/Instance Spots: hosting, 47/48,
+    │  │                                             server.spots (with a Store + Object mesh)
     │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
     │  │                      (later: the session owner, the relocation coordinator and the
     │  │                       STREAM listener start here, each given the handles below it)
@@ -50,6 +52,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any, Final, cast, final
 
 import trio
@@ -150,7 +153,18 @@ class _Roles:
         """Spot owner, Actor owner, extra services (before the node serves)."""
         on_create = app.on_create_actor if app is not None else None
         self.spots = await nursery.start(
-            serve_spots, engine, _entry_ids(config, app, node), on_create, name="zlink_trio.spots"
+            partial(
+                serve_spots,
+                config=config,
+                spot_types=app.spot_types if app is not None else None,
+                store=store,
+                node=node,
+                flow=flow,
+            ),
+            engine,
+            _entry_ids(config, app, node),
+            on_create,
+            name="zlink_trio.spots",
         )
         if app is not None and app.actor_dispatch:
             if store is None:  # check_startup refuses this configuration
@@ -232,7 +246,9 @@ async def open_runtime(
                                 config, app, store, engine, node, roles.spots, roles.actors, flow
                             )
                         finally:
-                            await _drain_live(config, node, engine, roles.actors)  # steps 1-3
+                            await _drain_live(
+                                config, node, engine, roles.actors, roles.spots
+                            )  # steps 1-3
                             nursery.cancel_scope.cancel(reason="zlink_trio server closed")
                 except BaseExceptionGroup as group:
                     raise_single_error(group)  # one error leaves as itself
@@ -242,7 +258,11 @@ async def open_runtime(
 
 
 async def _drain_live(
-    config: ServerConfig, node: MeshNode, engine: Engine, actors: ActorRuntime | None
+    config: ServerConfig,
+    node: MeshNode,
+    engine: Engine,
+    actors: ActorRuntime | None,
+    spots: SpotOwner | None = None,
 ) -> None:
     """Drain steps 1-3 (the module docstring), shielded; 2-3 until the drain deadline.
     Step 4 follows: the caller cancels the roles and the engine closes."""
@@ -251,19 +271,24 @@ async def _drain_live(
         await trio.lowlevel.cancel_shielded_checkpoint()
         return  # a crash or a fail-stopped node: nothing is let finish
     with trio.CancelScope(shield=True, deadline=trio.current_time() + config.drain_timeout):
-        await _settle(engine, actors)  # 2.
+        await _settle(engine, actors, spots)  # 2.
         await _relocate_out(node, actors)  # 3.
 
 
-async def _settle(engine: Engine, actors: ActorRuntime | None) -> None:
+async def _settle(
+    engine: Engine, actors: ActorRuntime | None, spots: SpotOwner | None = None
+) -> None:
     """Drain step 2: wait until no turn runs or is queued and no control transaction is
-    in progress (a transaction may queue turns and a turn may start one: both at once)."""
-    transactions = None if actors is None else actors.transactions
+    in progress (a transaction may queue turns and a turn may start one: both at once).
+    Transactions: the Actor runtime's and the Spot runtime's (creates, destroys, closes)."""
+    activities = [] if actors is None else [actors.transactions]
+    if spots is not None and spots.runtime is not None:
+        activities.append(spots.runtime.transactions)
     while True:
         await engine.wait_idle()
-        if transactions is not None:
+        for transactions in activities:
             await transactions.wait_idle()
-        if engine.idle and (transactions is None or not transactions.busy):
+        if engine.idle and not any(t.busy for t in activities):
             return
 
 

@@ -56,6 +56,8 @@ from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
 from .observe import FlowEvent
+from .spots.manager import SpotManager
+from .spots.stats import SpotRuntimeStatistics
 from .store.api import Endpoint, LocationStore
 
 __all__ = [
@@ -79,6 +81,8 @@ class ServerStatistics:
     flow: Mapping[FlowEvent, int]
     """How often each logged-and-counted runtime outcome (:class:`FlowEvent`) happened in
     this lifecycle (every event present, zero included)."""
+    spots: SpotRuntimeStatistics | None = None
+    """None when the node runs no User/Instance Spot runtime (no Store or Object mesh)."""
 
 
 @final
@@ -119,6 +123,20 @@ class Server(metaclass=NoPublicConstructor):
         return actors.manager
 
     @property
+    def spots(self) -> SpotManager:
+        """The Spot manager: create, get_or_create, find, query, close (User Spots).
+
+        Raises:
+            NotConfigured: the node has no Location Store or no Object Client/Server mesh.
+        """
+        runtime = self._runtime.spots.runtime
+        if runtime is None:
+            raise NotConfigured(
+                "Spots need a Location Store and a mesh with an Object Client or Server role"
+            )
+        return runtime.manager
+
+    @property
     def endpoint(self) -> Endpoint | None:
         """Advertised host and bound port of the mesh listener (None without meshes)."""
         return self._runtime.node.endpoint
@@ -130,6 +148,7 @@ class Server(metaclass=NoPublicConstructor):
             engine=runtime.engine.statistics(),
             actors=None if runtime.actors is None else runtime.actors.statistics(),
             flow=runtime.flow.snapshot(),
+            spots=None if runtime.spots.runtime is None else runtime.spots.runtime.statistics(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:

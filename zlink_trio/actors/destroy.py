@@ -51,7 +51,9 @@ class ActorDestroyKind:
         current = self._host.get(object_id)
         return current is not None and current.lane is not None and current.lane.in_turn()
 
-    async def destroy(self, hosted: HostedActor, release: Release) -> ZLinkError | None:
+    async def destroy(
+        self, hosted: HostedActor, release: Release, fence: object = None
+    ) -> ZLinkError | None:
         host = self._host
         actor_id = hosted.actor_id
         # A membership transition claimed the Actor first (registered or running): the
