@@ -170,7 +170,7 @@ class _Roles:
             if store is None:  # check_startup refuses this configuration
                 raise ConfigurationError("Actor dispatch needs a Location Store")
             self.actors = await nursery.start(
-                serve_actors,
+                partial(serve_actors, spots=self.spots.runtime),
                 config,
                 app.actor_types,
                 app.payloads,

@@ -53,6 +53,7 @@ class ActorContext:
         "_joins",
         "_mesh_name",
         "_retired",
+        "_spot",
         "_spot_id",
     )
 
@@ -72,6 +73,7 @@ class ActorContext:
         self._client = client
         self._joins = joins
         self._retired = False
+        self._spot: object = None
 
     @property
     def actor_id(self) -> ActorId:
@@ -90,6 +92,14 @@ class ActorContext:
     def spot_id(self) -> SpotId | None:
         """The Actor's current Spot (its Entry Spot or a User Spot), None while moving."""
         return self._spot_id
+
+    @property
+    def spot(self) -> object:
+        """The containing Spot's application object when that Spot is SpotWide (the
+        Actor's turns share its gate, so the Spot's state may be used inside them); None
+        in an Entry Spot or a PerActor Spot, where Spot state is reached only through an
+        explicit Spot send/request (04 §3.1)."""
+        return self._spot
 
     @property
     def session(self) -> BoundSession:
@@ -129,9 +139,11 @@ class ActorContext:
         there). Then ``.defer()`` as for :meth:`join_spot`."""
         return JoinCall.to_entry(self._joins, self, entry_spot_id, request)
 
-    def _move_to(self, spot_id: SpotId) -> None:
-        """The membership commit of a same-node Join (the framework only)."""
+    def _move_to(self, spot_id: SpotId, spot: object = None) -> None:
+        """The membership commit of a same-node Join (the framework only): the SpotId,
+        and the SpotWide Spot's object (None otherwise)."""
         self._spot_id = spot_id
+        self._spot = spot
 
     def _retire(self) -> None:
         """The Actor moved to another node (the framework only)."""

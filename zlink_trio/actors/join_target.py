@@ -46,7 +46,10 @@ from ..mesh.api import MeshNodeApi, PeerIdentity
 from ..objects.activity import Activity
 from ..objects.sinks import RemoteSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
 from ..routing.deliver import NEVER
+from ..spots.approval import Reject
 from ..spots.entry import EntrySpot
+from ..spots.hosted import HostedSpot
+from ..spots.runtime import SpotRuntime
 from ..store.api import (
     Applied,
     AuthorityRow,
@@ -58,13 +61,14 @@ from ..store.api import (
 from ..wire.enums import JoinResult, MessageKind
 from ..wire.records import ActorJoin, ActorJournal, ActorJournalEnd, TerminalReply
 from ..wire.tails import JoinTail
+from . import spot_side
 from .authority import Authority, actor_key
 from .client import ActorClient
 from .context import ActorContext
 from .host import ActorHost
 from .hosted import JOINING, Deliver, HostedActor, JoinDone, fail_parked
 from .join import HeldJoin, JoinRegistrar
-from .membership import JoinCompletion, JoinOutcome
+from .membership import JoinCompletion, JoinEvent, JoinOutcome
 from .registry import ActorType
 from .stats import DispatchStats
 
@@ -78,14 +82,24 @@ _SETTLE_MAX_DELAY = 1.0
 
 @final
 class _Arrived:
-    """What the attempt published: the new activation, its Spot's gate, its completion."""
+    """What the attempt published: the new activation, its completion, its Spot (a User
+    Spot: its gate and the JOINED event to run)."""
 
-    __slots__ = ("completion", "held", "hosted")
+    __slots__ = ("completion", "event", "held", "hosted", "spot")
 
-    def __init__(self, hosted: HostedActor, held: HeldJoin, completion: JoinCompletion) -> None:
+    def __init__(
+        self,
+        hosted: HostedActor,
+        held: HeldJoin,
+        completion: JoinCompletion,
+        spot: HostedSpot | None,
+        event: JoinEvent | None,
+    ) -> None:
         self.hosted = hosted
         self.held = held
         self.completion = completion
+        self.spot = spot
+        self.event = event
 
 
 @final
@@ -107,7 +121,9 @@ class JoinTarget:
         stats_for: Callable[[StableType], DispatchStats],
         nursery: trio.Nursery,
         activity: Activity,
+        spots: SpotRuntime | None = None,
     ) -> None:
+        self._spots = spots
         self._config = config
         self._node = node
         self._store = store
@@ -156,15 +172,23 @@ class JoinTarget:
             self._activity.end()
 
     async def _open(self, arrived: _Arrived) -> None:
-        """Wait for the journal (or the hold's bound), then open the new activation's lane:
-        the completion callback first, the journal, what arrived meanwhile."""
+        """JOINED (a User Spot), then wait for the journal (or the hold's bound), then open
+        the new activation's lane — under the SpotWide Spot's gate — with the completion
+        callback first, the journal, what arrived meanwhile."""
         held = arrived.held
+        spot = arrived.spot
+        if spot is not None and arrived.event is not None:
+            try:
+                await spot_side.joined(spot, arrived.event)
+            except Exception:
+                logger.exception("the JOINED callback of %r failed", spot)
         with trio.move_on_after(self._config.join_timeout):
             await held.end.wait()
         hosted = arrived.hosted
         if hosted.join is held:
             hosted.join = None
-        await self._host.unpark(hosted, JoinDone(arrived.completion), gate=None)
+        gate = spot.gate if spot is not None else None
+        await self._host.unpark(hosted, JoinDone(arrived.completion), gate=gate)
         held.done.set()
 
     async def _attempt(
@@ -203,10 +227,15 @@ class JoinTarget:
                 failure(NotFound(f"actor type {row.stable_type.value!r} is not registered here")),
                 None,
             )
-        spot = self._entry_spot(record.spot_id)
+        spot: EntrySpot | HostedSpot | None = self._entry_spot(record.spot_id)
+        if spot is None and self._spots is not None:
+            user = self._spots.host.get(record.spot_id)
+            if user is not None and user.generation == record.spot_object_generation:
+                spot = user
         if spot is None:
             return failure(NotFound(f"spot {record.spot_id.value!r} is not hosted here")), None
-        if spot.mesh_name != owner.mesh_name:
+        spot_mesh = spot.mesh_name if isinstance(spot, EntrySpot) else spot.context.mesh_name
+        if spot_mesh != owner.mesh_name:
             return failure(InvalidOperation("the Spot is in another mesh than the Actor")), None
         terminal, arrived = await self._arrive(record, key, row, actor_type, spot, deadline)
         retain_for = max(0.0, deadline - trio.current_time())
@@ -232,10 +261,11 @@ class JoinTarget:
         key: OperationKey,
         row: AuthorityRow,
         actor_type: ActorType,
-        spot: EntrySpot,
+        spot: EntrySpot | HostedSpot,
         deadline: float,
     ) -> tuple[TerminalReply, _Arrived | None]:
-        """Steps 4–5: the factory in the Spot's lifecycle turn, then the one CAS."""
+        """Steps 4–5: the factory (and a User Spot's JOIN decision) in one lifecycle turn
+        of the Spot, then the one CAS."""
         actor_id = record.actor_id
         mesh = row.owner.mesh_name
         context = ActorContext(
@@ -252,14 +282,50 @@ class JoinTarget:
                 )
             return instance
 
+        user = spot if isinstance(spot, HostedSpot) else None
+        event: JoinEvent | None = None
+        reply: bytes | None = None
+
+        def make_event(instance: Any) -> JoinEvent:
+            nonlocal event
+            event = JoinEvent(
+                actor_id=actor_id,
+                object_generation=row.object_generation,
+                stable_type=row.stable_type,
+                from_spot_id=row.membership,
+                request=record.request or b"",
+                operation_id=record.operation_id,
+                actor=instance,
+            )
+            return event
+
         try:
-            instance = await spot.run_lifecycle(build, deadline)
+            if user is None:
+                assert isinstance(spot, EntrySpot)
+                instance = await spot.run_lifecycle(build, deadline)
+            else:
+                with trio.fail_after(max(0.0, deadline - trio.current_time())):
+                    decision, instance = await spot_side.admit(user, make_event, before=build)
+                if isinstance(decision, Reject):
+                    tail = JoinTail(
+                        result=JoinResult.REJECTED,
+                        current_spot_id=row.membership,
+                        reply=decision.reply,
+                    )
+                    return ok(tail), None
+                reply = decision.reply
+                if user.spot_wide:
+                    context._move_to(record.spot_id, user.instance)
+        except trio.TooSlowError:
+            return failure(DeadlineExceeded("the Spot did not decide before the deadline")), None
         except ZLinkError as exc:
             return failure(exc), None
         except Exception as exc:
             logger.info("join of %r: the factory failed: %r", actor_id, exc)
             return failure(ApplicationError(f"{type(exc).__name__}: {exc}")), None
         if trio.current_time() >= deadline:
+            if user is not None:
+                await spot_side.unadmit(user, actor_id)
             return failure(DeadlineExceeded("the join did not finish before its deadline")), None
         host = self._host
         host.begin_staging(actor_id)
@@ -267,6 +333,8 @@ class JoinTarget:
         try:
             committed = await self._commit(row, record.spot_id)
             if isinstance(committed, ZLinkError):
+                if user is not None:
+                    await spot_side.unadmit(user, actor_id)
                 return failure(committed), None
             kind = host.kind(
                 actor_type,
@@ -290,9 +358,10 @@ class JoinTarget:
             target=record.spot_id,
             outcome=JoinOutcome.ACCEPTED,
             spot_id=record.spot_id,
+            reply=reply,
         )
-        tail = JoinTail(result=JoinResult.ACCEPTED, current_spot_id=record.spot_id)
-        return ok(tail), _Arrived(published, held, completion)
+        tail = JoinTail(result=JoinResult.ACCEPTED, current_spot_id=record.spot_id, reply=reply)
+        return ok(tail), _Arrived(published, held, completion, user, event)
 
     async def _commit(self, row: AuthorityRow, spot_id: SpotId) -> AuthorityRow | ZLinkError:
         """The one CAS of the move; an unknown outcome is settled by reading the row."""

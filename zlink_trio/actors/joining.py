@@ -31,6 +31,7 @@ from ..config import ServerConfig
 from ..engine.gate import Gate
 from ..engine.oneshot import OneShot
 from ..errors import (
+    DeadlineExceeded,
     InvalidOperation,
     NotFound,
     ShuttingDown,
@@ -45,7 +46,10 @@ from ..objects.durable import remaining_ms, run_durable
 from ..objects.policy import DisableRelocation
 from ..objects.sinks import raise_for_failure
 from ..observe import FlowTrace
+from ..spots.approval import Reject
 from ..spots.entry import EntrySpot
+from ..spots.hosted import HostedSpot
+from ..spots.runtime import SpotRuntime
 from ..store.api import (
     Applied,
     AuthorityRow,
@@ -58,11 +62,12 @@ from ..wire.enums import JoinResult, MessageKind, TerminalResult
 from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJoin, ActorJournal, ActorJournalEnd, TerminalReply
 from ..wire.tails import JoinTail, ReplyPayloadTail
+from . import spot_side
 from .authority import Authority, actor_key
 from .host import ActorHost
 from .hosted import READY, ActorItem, Deliver, HostedActor, JoinDone, fail_sink
 from .join import JoinIntent, JoinRegistrar, PendingJoin
-from .membership import JoinCompletion, JoinOutcome
+from .membership import JoinCompletion, JoinEvent, JoinOutcome, LeaveEvent
 
 __all__ = ["JoinRunner", "JoinStatistics"]
 
@@ -70,6 +75,24 @@ logger = logging.getLogger("zlink_trio.actors")
 
 _SETTLE_FIRST_DELAY = 0.05
 _SETTLE_MAX_DELAY = 1.0
+
+
+@final
+class _Here:
+    """The target Spot is hosted on this node (``spot`` None: an Entry Spot)."""
+
+    __slots__ = ("spot",)
+
+    def __init__(self, spot: HostedSpot | None) -> None:
+        self.spot = spot
+
+
+def _same_mesh(target: SpotId, spot_mesh: MeshName, actor_mesh: MeshName) -> None:
+    if spot_mesh != actor_mesh:
+        raise InvalidOperation(
+            f"spot {target.value!r} is in mesh {spot_mesh.value!r}, the Actor in mesh "
+            f"{actor_mesh.value!r}: a Join does not change the Actor's mesh"
+        )
 
 
 @final
@@ -115,7 +138,9 @@ class JoinRunner:
         nursery: trio.Nursery,
         activity: Activity,
         flow: FlowTrace,
+        spots: SpotRuntime | None = None,
     ) -> None:
+        self._spots = spots
         self._config = config
         self._node = node
         self._store = store
@@ -224,13 +249,13 @@ class JoinRunner:
         if target == context.spot_id:
             # Already there: Accepted, no Store access, no callback (04 §3.1).
             return self._stay(hosted, intent, target, JoinOutcome.ACCEPTED)
-        row: AuthorityRow | None = None
+        where: _Here | AuthorityRow | None = None
         try:
             with trio.move_on_at(intent.deadline):
-                row = await self._target_row(mesh, target, entry=intent.entry)
+                where = await self._locate(mesh, target, entry=intent.entry)
         except ZLinkError as exc:
             return self._stay(hosted, intent, target, JoinOutcome.FAILED, error=exc)
-        if row is None:
+        if where is None:
             return self._stay(
                 hosted,
                 intent,
@@ -238,16 +263,8 @@ class JoinRunner:
                 JoinOutcome.FAILED,
                 error=Unavailable("the join could not start before its deadline"),
             )
-        me = self._node.identity
-        owner = row.owner
-        if owner.node_rid == me.node_rid and owner.node_generation == me.node_generation:
-            return self._stay(
-                hosted,
-                intent,
-                target,
-                JoinOutcome.FAILED,
-                error=NotFound(f"spot {target.value!r} cannot be joined on this node yet"),
-            )
+        if isinstance(where, _Here):
+            return await self._same_node(hosted, intent, target, where.spot)
         if isinstance(hosted.actor_type.relocation, DisableRelocation):
             return self._stay(
                 hosted,
@@ -259,18 +276,16 @@ class JoinRunner:
                     f"it cannot join spot {target.value!r} on another node"
                 ),
             )
-        return await self._cross_node(hosted, intent, target, row)
+        return await self._cross_node(hosted, intent, target, where)
 
-    async def _target_row(self, mesh: MeshName, target: SpotId, *, entry: bool) -> AuthorityRow:
-        """The authority row of the Spot ``target`` (raises the typed refusal)."""
-        for spot in self._entry_spots.values():
-            if spot.spot_id == target:
-                if spot.mesh_name != mesh:
-                    raise InvalidOperation(
-                        f"entry spot {target.value!r} is in mesh {spot.mesh_name.value!r}, "
-                        f"the Actor in mesh {mesh.value!r}: a Join does not change its mesh"
-                    )
-                raise NotFound(f"entry spot {target.value!r} of this node cannot be joined yet")
+    async def _locate(self, mesh: MeshName, target: SpotId, *, entry: bool) -> _Here | AuthorityRow:
+        """Where the Spot ``target`` is: here (one of this node's Entry Spots, or a User
+        Spot it hosts), or the authority row naming its owner (raises the typed
+        refusal)."""
+        for entry_spot in self._entry_spots.values():
+            if entry_spot.spot_id == target:
+                _same_mesh(target, entry_spot.mesh_name, mesh)
+                return _Here(None)
         row = await self._store.read(ObjectKey.spot(target.value))
         if row is None or row.state is not AuthorityState.READY:
             raise NotFound(f"spot {target.value!r} does not exist (no Ready authority)")
@@ -278,12 +293,139 @@ class JoinRunner:
             raise InvalidOperation(f"spot {target.value!r} is an Instance Spot: it has no members")
         if entry is not (row.kind is ObjectKind.ENTRY_SPOT):
             raise InvalidOperation(f"spot {target.value!r} is a {row.kind.value}")
-        if row.owner.mesh_name != mesh:
-            raise InvalidOperation(
-                f"spot {target.value!r} is in mesh {row.owner.mesh_name.value!r}, the Actor "
-                f"in mesh {mesh.value!r}: a Join does not change the Actor's mesh"
-            )
+        _same_mesh(target, row.owner.mesh_name, mesh)
+        me = self._node.identity
+        owner = row.owner
+        if owner.node_rid == me.node_rid and owner.node_generation == me.node_generation:
+            spot = None if self._spots is None else self._spots.host.get(target)
+            if spot is None or spot.generation != row.object_generation:
+                raise Unavailable(f"spot {target.value!r} is not hosted on its owner right now")
+            return _Here(spot)
         return row
+
+    async def _same_node(
+        self, hosted: HostedActor, intent: JoinIntent, target: SpotId, spot: HostedSpot | None
+    ) -> _Stay:
+        """The Spot is hosted here: the instance and the Context stay, only the SpotId
+        changes at the membership commit (``spot`` None: this node's Entry Spot)."""
+        context = hosted.context
+        old = context.spot_id
+        event = self._join_event(hosted, intent, old, hosted.instance)
+        reply: bytes | None = None
+        if spot is not None:
+            try:
+                with trio.fail_after(max(0.0, intent.deadline - trio.current_time())):
+                    decision, _ = await spot_side.admit(spot, lambda _built: event)
+            except trio.TooSlowError:
+                return self._stay(
+                    hosted,
+                    intent,
+                    target,
+                    JoinOutcome.FAILED,
+                    error=DeadlineExceeded("the Spot did not decide before the join's deadline"),
+                )
+            except ZLinkError as exc:
+                return self._stay(hosted, intent, target, JoinOutcome.FAILED, error=exc)
+            if isinstance(decision, Reject):
+                return self._stay(
+                    hosted, intent, target, JoinOutcome.REJECTED, reply=decision.reply
+                )
+            reply = decision.reply
+        failed = await self._commit_membership(hosted, target, intent.deadline)
+        if failed is not None:
+            if spot is not None:
+                await spot_side.unadmit(spot, context.actor_id)
+            return self._stay(hosted, intent, target, JoinOutcome.FAILED, error=failed)
+        context._move_to(target, spot.instance if spot is not None and spot.spot_wide else None)
+        await self._leave(old, hosted, intent, target)
+        if spot is not None:
+            try:
+                await spot_side.joined(spot, event)
+            except Exception:
+                logger.exception("the JOINED callback of %r failed", spot)
+        completion = JoinCompletion(
+            operation_id=intent.operation_id,
+            target=target,
+            outcome=JoinOutcome.ACCEPTED,
+            spot_id=target,
+            reply=reply,
+        )
+        return _Stay(completion, spot.gate if spot is not None else None)
+
+    def _join_event(
+        self, hosted: HostedActor, intent: JoinIntent, old: SpotId | None, actor: object
+    ) -> JoinEvent:
+        context = hosted.context
+        return JoinEvent(
+            actor_id=context.actor_id,
+            object_generation=context.object_generation,
+            stable_type=hosted.actor_type.stable_type,
+            from_spot_id=old,
+            request=intent.request,
+            operation_id=intent.operation_id,
+            actor=actor,
+        )
+
+    async def _commit_membership(
+        self, hosted: HostedActor, target: SpotId, deadline: float
+    ) -> ZLinkError | None:
+        """The same-node membership commit: one ``set_membership`` CAS on the Actor's row
+        read fresh (same generation, owned by this lifecycle, Ready); a lost CAS is read
+        again, an unknown outcome is settled by the next read."""
+        me = self._node.identity
+        context = hosted.context
+        key = actor_key(context.actor_id)
+        delay = _SETTLE_FIRST_DELAY
+        unsure = False
+        while True:
+            try:
+                row = await self._authority.read(context.actor_id)
+                if unsure and row is not None and row.membership == target:
+                    return None  # the unknown CAS applied
+                unsure = False
+                if (
+                    row is None
+                    or row.object_generation != context.object_generation
+                    or row.state is not AuthorityState.READY
+                    or row.owner.node_rid != me.node_rid
+                    or row.owner.node_generation != me.node_generation
+                ):
+                    return Unavailable("the Actor's authority changed: no membership commit")
+                result = await self._store.set_membership(key, row.store_version, target)
+                if isinstance(result, Applied):
+                    return None
+                continue  # lost to another writer: read again
+            except StoreOutcomeUnknown as exc:
+                unsure = True
+                logger.info("membership commit of %r: %r; reading again", context, exc)
+            except Unavailable as exc:
+                if not unsure and trio.current_time() >= deadline:
+                    return exc
+                logger.info("membership commit of %r: %r; retrying", context, exc)
+            await trio.sleep(delay)
+            delay = min(delay * 2, _SETTLE_MAX_DELAY)
+
+    async def _leave(
+        self, old: SpotId | None, hosted: HostedActor, intent: JoinIntent, to: SpotId
+    ) -> None:
+        """The User Spot the Actor left (if any, hosted here) removes it and runs LEAVE."""
+        if old is None or old.is_reserved_entry_shape or self._spots is None:
+            return
+        spot = self._spots.host.get(old)
+        if spot is None:
+            return
+        context = hosted.context
+        event = LeaveEvent(
+            actor_id=context.actor_id,
+            object_generation=context.object_generation,
+            stable_type=hosted.actor_type.stable_type,
+            to_spot_id=to,
+            operation_id=intent.operation_id,
+        )
+        try:
+            await spot_side.leave(spot, event)
+        except Exception:
+            logger.exception("the LEAVE callback of %r failed", spot)
 
     async def _cross_node(
         self, hosted: HostedActor, intent: JoinIntent, target: SpotId, row: AuthorityRow
@@ -319,7 +461,7 @@ class JoinRunner:
             # ended, this node stopping): did it move? The fencing CAS decides for good.
             moved, to = await self._settle(hosted)
             if moved:
-                self._moved(hosted, intent, to)
+                self._moved(hosted, intent, target, to)
                 return None
             return self._stay(hosted, intent, target, JoinOutcome.FAILED, error=exc)
         if reply.terminal_result is not TerminalResult.OK:
@@ -331,7 +473,7 @@ class JoinRunner:
         if not isinstance(tail, JoinTail):
             moved, to = await self._settle(hosted)
             if moved:
-                self._moved(hosted, intent, to)
+                self._moved(hosted, intent, target, to)
                 return None
             return self._stay(
                 hosted,
@@ -342,7 +484,7 @@ class JoinRunner:
             )
         if tail.result is JoinResult.REJECTED:
             return self._stay(hosted, intent, target, JoinOutcome.REJECTED, reply=tail.reply)
-        self._moved(hosted, intent, peer)
+        self._moved(hosted, intent, target, peer)
         return None
 
     async def _settle(self, hosted: HostedActor) -> tuple[bool, PeerAddress | None]:
@@ -369,23 +511,34 @@ class JoinRunner:
                 await trio.sleep(delay)
                 delay = min(delay * 2, _SETTLE_MAX_DELAY)
 
-    def _moved(self, hosted: HostedActor, intent: JoinIntent, peer: PeerAddress | None) -> None:
+    def _moved(
+        self, hosted: HostedActor, intent: JoinIntent, to: SpotId, peer: PeerAddress | None
+    ) -> None:
         """The Actor's row names another owner now: unpublish this activation, retire its
         Context, and send what it parked to the new owner."""
+        old = hosted.context.spot_id
         items = self._host.unpublish_moved(hosted)
         self._authority.forget(hosted.actor_id)
         self.stats.moved_out += 1
         self._activity.begin()
         self._nursery.start_soon(
-            self._relay, peer, intent, items, name="zlink_trio.actor.join.journal"
+            self._relay, peer, hosted, intent, old, to, items, name="zlink_trio.actor.join.journal"
         )
 
     async def _relay(
-        self, peer: PeerAddress | None, intent: JoinIntent, items: list[ActorItem]
+        self,
+        peer: PeerAddress | None,
+        hosted: HostedActor,
+        intent: JoinIntent,
+        old: SpotId | None,
+        to: SpotId,
+        items: list[ActorItem],
     ) -> None:
-        """The journal: the parked payloads, in acceptance order, to the new owner (113),
-        then 114; requests' replies are relayed to their callers."""
+        """The source's leave callback, then the journal: the parked payloads, in
+        acceptance order, to the new owner (113), then 114; requests' replies are relayed
+        to their callers."""
         try:
+            await self._leave(old, hosted, intent, to)
             deliveries = [item for item in items if type(item) is Deliver]
             if peer is None:
                 await _fail_all(deliveries, Unavailable("the Actor is gone"))

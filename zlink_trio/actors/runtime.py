@@ -29,6 +29,7 @@ from ..objects.sinks import RemoteSink, failure, ok
 from ..observe import FlowEvent, FlowTrace
 from ..routing.route_cache import RouteCache
 from ..spots.entry import EntrySpot
+from ..spots.runtime import SpotRuntime
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
@@ -80,6 +81,7 @@ class ActorRuntime:
         engine: Engine,
         flow: FlowTrace,
         nursery: trio.Nursery,
+        spots: SpotRuntime | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -181,6 +183,7 @@ class ActorRuntime:
             nursery=nursery,
             activity=self.transactions,
             flow=flow,
+            spots=spots,
         )
         self.join_target = JoinTarget(
             config=config,
@@ -195,6 +198,7 @@ class ActorRuntime:
             stats_for=self._stats_for,
             nursery=nursery,
             activity=self.transactions,
+            spots=spots,
         )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
@@ -395,6 +399,7 @@ async def serve_actors(
     engine: Engine,
     flow: FlowTrace,
     *,
+    spots: SpotRuntime | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The Actor owner role: run until cancelled (start it before ``node`` serves)."""
@@ -409,6 +414,7 @@ async def serve_actors(
             engine=engine,
             flow=flow,
             nursery=nursery,
+            spots=spots,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

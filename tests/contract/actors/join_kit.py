@@ -12,14 +12,24 @@ import trio
 
 from zlink_trio import (
     App,
+    Approve,
     DisableRelocation,
     JoinCompletion,
+    JoinEvent,
+    LeaveEvent,
     MeshName,
+    PerActor,
     RecreateOnRelocation,
+    Reject,
     Server,
+    SpotCallback,
+    SpotContext,
     SpotId,
+    SpotKind,
+    SpotWide,
     ZLinkError,
     on_join_complete,
+    on_lifecycle,
     on_request,
     on_send,
 )
@@ -49,6 +59,11 @@ class JoinLog:
     outside: trio.Nursery | None = None
     """A nursery that outlives handlers (for the detached-task test)."""
     defer_in_factory: bool = False
+    spot_events: list[tuple[str, str, object]] = attrs.field(factory=list)
+    """(spot id, callback name, event) of the Spots' membership callbacks, in order."""
+    spot_gate: trio.Event | None = None
+    """When set, the Spot handler "hold" waits on it."""
+    spot_entered: trio.Event = attrs.field(factory=trio.Event)
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     def _bump(self) -> None:
@@ -78,9 +93,64 @@ def attempt(log: JoinLog, name: str, fn: Callable[[], object]) -> object:
     return result
 
 
-def make_join_app(log: JoinLog, *, stable_type: str = "mover", disable: bool = False) -> App:
+def spot_events(log: JoinLog, spot_id: str) -> list[str]:
+    return [name for s, name, _ in log.spot_events if s == spot_id]
+
+
+def add_spot_types(app: App, log: JoinLog) -> None:
+    """User Spots "hall" (SpotWide) and "lobby" (PerActor) whose JOIN rejects the request
+    ``b"no"`` (reply ``b"refused"``) and approves others (reply ``b"welcome"``); an
+    Instance Spot "cart"."""
+
+    class Room:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+            self.counter = 0
+
+        def _record(self, name: str, event: object) -> None:
+            log.spot_events.append((self.context.spot_id.value, name, event))
+            log.trace.append(f"{name}@{self.context.stable_type.value}")
+            log._bump()
+
+        @on_lifecycle(SpotCallback.JOIN)
+        async def join(self, event: JoinEvent) -> Approve | Reject:
+            self._record("join", event)
+            if event.request == b"no":
+                return Reject(reply=b"refused")
+            return Approve(reply=b"welcome")
+
+        @on_lifecycle(SpotCallback.JOINED)
+        async def joined(self, event: JoinEvent) -> None:
+            self._record("joined", event)
+
+        @on_lifecycle(SpotCallback.LEAVE)
+        async def left(self, event: LeaveEvent) -> None:
+            self._record("leave", event)
+
+        @on_request("hold")
+        async def hold(self, payload: bytes) -> bytes:
+            log.spot_entered.set()
+            if log.spot_gate is not None:
+                await log.spot_gate.wait()
+            self.counter += 1
+            return str(self.counter).encode()
+
+    class Cart:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+    app.register_spot("hall", Room, execution=SpotWide(), relocation=DisableRelocation())
+    app.register_spot("lobby", Room, execution=PerActor(), relocation=RecreateOnRelocation())
+    app.register_spot("cart", Cart, kind=SpotKind.INSTANCE, relocation=DisableRelocation())
+
+
+def make_join_app(
+    log: JoinLog, *, stable_type: str = "mover", disable: bool = False, spots: bool = False
+) -> App:
     app = App()
     app.enable_actor_dispatch()
+    if spots:
+        add_spot_types(app, log)
 
     class Mover:
         def __init__(self, context: Any) -> None:
@@ -219,6 +289,32 @@ def make_join_app(log: JoinLog, *, stable_type: str = "mover", disable: bool = F
             self.later = self.context.join_entry_spot()
             return b""
 
+        @on_request("join-spot")
+        async def join_spot(self, payload: bytes) -> bytes:
+            """``<spot id>|<request>``: a Join of the User Spot."""
+            spot, _, request = payload.partition(b"|")
+            self._log("join-spot", payload)
+            op = self.context.join_spot(spot.decode(), request).defer()
+            log.times[f"defer:{op.value}"] = trio.current_time()
+            return str(op.value).encode()
+
+        @on_request("block")
+        async def block(self, payload: bytes) -> bytes:
+            self._log("block", payload)
+            log.entered.set()
+            if log.gate is not None:
+                await log.gate.wait()
+            return b"unblocked"
+
+        @on_request("spot-state")
+        async def spot_state(self, payload: bytes) -> bytes:
+            """SpotWide: the containing Spot's state, used inside the shared gate."""
+            spot = self.context.spot
+            if spot is None:
+                return b"none"
+            spot.counter += 100
+            return str(spot.counter).encode()
+
         @on_request("echo")
         async def echo(self, payload: bytes) -> bytes:
             self._log("echo", payload)
@@ -268,4 +364,18 @@ async def create_on(
         if ref.node_rid == wanted:
             return actor_id
         await server.actors.destroy(ref)
+    raise AssertionError("placement never chose the wanted node")
+
+
+async def spot_on(server: Server, servers: list[Server], index: int, stable_type: str) -> str:
+    """Create a Spot of ``stable_type`` (through ``server``) that placement put on
+    ``servers[index]``; the ones placed elsewhere are closed again. Returns its id."""
+    wanted = servers[index].identity.node_rid
+    for _ in range(64):
+        result = await server.spots.create(stable_type).timeout(30)
+        ref = result.ref
+        assert ref is not None
+        if ref.node_rid == wanted:
+            return ref.spot_id.value
+        assert await server.spots.close(ref)
     raise AssertionError("placement never chose the wanted node")
