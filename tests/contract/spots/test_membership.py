@@ -152,7 +152,7 @@ async def test_a04_13_cross_node_join_to_a_user_spot_and_back(
     log = JoinLog()
     async with open_cluster(3, store=store, app=make_join_app(log, spots=True)) as cluster:
         await cluster.wait_all_admitted()
-        a, b, c = cluster.servers
+        _a, b, c = cluster.servers
         actor = await create_on(c, cluster.servers, 0, "traveller")
         lobby = await spot_on(c, cluster.servers, 1, "lobby")
         hall = await spot_on(c, cluster.servers, 2, "hall")
