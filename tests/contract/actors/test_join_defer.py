@@ -4,10 +4,12 @@ the completion runs once, every forbidden context is refused."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 
 import pytest
 import trio
+import trio.testing
 from join_kit import JoinLog, attempt, create_on, entry_id, make_join_app
 
 from zlink_trio import (
@@ -21,6 +23,7 @@ from zlink_trio import (
     OperationId,
     Unavailable,
 )
+from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
 from zlink_trio.wire.commands import Command
 
@@ -242,3 +245,36 @@ def test_a04_12_sub_millisecond_timeouts_round_up() -> None:
     call.timeout(1)
     with pytest.raises(InvalidOperation):
         call.timeout(1)
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # a simulated crash of one node
+async def test_a04_11_a_process_dying_before_the_commit_replays_nothing(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-11: barriers and scopes live in process memory only: the Actor's node dies
+    while the handler that registered a cross-node Join still runs (its turn is
+    cancelled, the registration discarded); nothing is replayed — the target never runs
+    a factory for it and the Store keeps the source authority and membership."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "doomed")
+        home = await entry_id(a)
+        target = await entry_id(b)
+        before = await store.read(ObjectKey.actor(actor))
+        log.gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def join() -> None:
+                with contextlib.suppress(Unavailable, DeadlineExceeded):
+                    await b.actors.request(actor, "join-block", target.value.encode()).timeout(5)
+
+            nursery.start_soon(join)
+            await log.entered.wait()
+            await cluster.kill(0)
+        log.gate.set()
+        await trio.testing.wait_all_tasks_blocked()
+        assert log.completions == [] and log.factory_runs[actor] == 1
+        row = await store.read(ObjectKey.actor(actor))
+        assert row == before and row is not None and row.membership == home

@@ -104,6 +104,8 @@ async def test_a04_13_same_node_join_keeps_the_instance_and_moves_only_the_spot(
         hall_ref = await b.spots.find(hall)
         assert hall_ref is not None
         assert await b.spots.close(hall_ref) is False
+        # S06-20 with a joined Actor: the refused close left it where it was
+        assert await b.actors.request(actor, "whoami") == hall.encode()
         # leave: back to the node's Entry Spot
         await b.actors.request(actor, "join").timeout(10)
         await log.wait_for(lambda: len(log.completions_of(actor)) == 3)
