@@ -216,6 +216,38 @@ class JoinRegistrar:
             )
         return self.register_in(scope, hosted, call)
 
+    def open_scope(self) -> JoinScope:
+        """A registration scope for the handler running in the calling task (for a Spot
+        host: open one around a User/Entry Spot packet, request or timer handler, pass it
+        to :meth:`member_call`, and :meth:`close` it when the handler ended)."""
+        return JoinScope(trio.lowlevel.current_task())
+
+    def member_call(
+        self,
+        scope: JoinScope,
+        spot_id: SpotId,
+        actor_id: ActorId,
+        target: SpotId | None,
+        *,
+        entry: bool,
+        request: object = b"",
+    ) -> JoinCall:
+        """A Join of the member ``actor_id`` of the Spot ``spot_id``, registered (at
+        ``defer()``) in a Spot handler's ``scope``."""
+        call = JoinCall(self, None, target, entry=entry, request=request)
+        call.member = (scope, spot_id, actor_id)
+        return call
+
+    def register_member(
+        self, scope: JoinScope, spot_id: SpotId, actor_id: ActorId, call: JoinCall
+    ) -> OperationId:
+        hosted = self._host.get(actor_id)
+        if hosted is None or hosted.context.spot_id != spot_id:
+            raise InvalidOperation(
+                f"actor {actor_id.value!r} is not a local member of spot {spot_id.value!r}"
+            )
+        return self.register_in(scope, hosted, call)
+
     def register_in(self, scope: JoinScope, hosted: HostedActor, call: JoinCall) -> OperationId:
         """Record ``call`` for ``hosted`` (a local Actor) in ``scope`` — for a Spot
         handler's scope too (its host checks that ``hosted`` is a member)."""
@@ -292,12 +324,21 @@ class JoinCall:
     """``context.join_spot(...)`` / ``join_entry_spot(...)``: ``.timeout(s)`` at most once,
     then the synchronous terminal :meth:`defer` (once). There is no awaitable Join."""
 
-    __slots__ = ("_context", "_deferred", "_registrar", "entry", "request", "target", "timeout_ms")
+    __slots__ = (
+        "_context",
+        "_deferred",
+        "_registrar",
+        "entry",
+        "member",
+        "request",
+        "target",
+        "timeout_ms",
+    )
 
     def __init__(
         self,
         registrar: JoinRegistrar | None,
-        context: ActorContext,
+        context: ActorContext | None,
         target: SpotId | None,
         *,
         entry: bool,
@@ -309,6 +350,8 @@ class JoinCall:
         self.entry = entry
         self.request = request
         self.timeout_ms: int | None = None
+        self.member: tuple[JoinScope, SpotId, ActorId] | None = None
+        """A Spot handler's Join of one of its members: (scope, Spot, Actor)."""
         self._deferred = False
 
     @classmethod
@@ -367,7 +410,12 @@ class JoinCall:
         registrar = self._registrar
         if registrar is None:
             raise InvalidOperation("this Actor runtime has no Spot membership")
-        operation_id = registrar.register(self._context, self)
+        if self.member is not None:
+            scope, spot_id, actor_id = self.member
+            operation_id = registrar.register_member(scope, spot_id, actor_id, self)
+        else:
+            assert self._context is not None
+            operation_id = registrar.register(self._context, self)
         self._deferred = True
         return operation_id
 

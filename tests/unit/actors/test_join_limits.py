@@ -10,7 +10,7 @@ import attrs
 import pytest
 import trio
 
-from zlink_trio import ConfigurationError, OperationId, Unavailable
+from zlink_trio import ConfigurationError, InvalidOperation, OperationId, Unavailable
 from zlink_trio.actors.join import (
     MAX_JOIN_REQUESTS_PER_SCOPE,
     MAX_JOINS_PER_SCOPE,
@@ -110,3 +110,34 @@ async def test_a04_12_registration_fixes_the_deadline_on_the_monotonic_clock(
     assert other.join.intent.deadline == trio.current_time() + 0.001
     registrar.close(scope, ok=False)  # discarded: no transition left pending
     assert member.join is None and other.join is None and registrar.open == 0
+
+
+async def test_a_spot_handler_scope_registers_joins_of_its_members_only() -> None:
+    """04 §3.1: a Spot handler's scope (``open_scope`` / ``member_call``) registers Joins
+    of local members of that Spot; a non-member is InvalidOperation; closing the scope
+    normally activates them in registration order."""
+    members = {f"m{i}": _member(i) for i in range(3)}
+    for i, hosted in enumerate(members.values()):
+        hosted.context.actor_id = ActorId(f"m{i}")
+    members["m2"].context.spot_id = SpotId("elsewhere")
+
+    class _Host:
+        def get(self, actor_id: ActorId) -> Any:
+            return members.get(actor_id.value)
+
+    registrar = JoinRegistrar(_Host(), default_timeout=5.0)  # type: ignore[arg-type]
+    activated: list[Any] = []
+    registrar.bind(activated.append)
+    scope = registrar.open_scope()
+    lobby = SpotId("lobby")
+    for name in ("m0", "m1"):
+        call = registrar.member_call(scope, lobby, ActorId(name), SpotId("room"), entry=False)
+        assert isinstance(call.defer(), OperationId)
+    with pytest.raises(InvalidOperation):
+        registrar.member_call(scope, lobby, ActorId("m2"), SpotId("room"), entry=False).defer()
+    with pytest.raises(InvalidOperation):
+        registrar.member_call(scope, lobby, ActorId("gone"), None, entry=True).defer()
+    registrar.close(scope, ok=True)
+    assert [p.hosted for p in activated] == [members["m0"], members["m1"]]
+    with pytest.raises(InvalidOperation):  # the scope is closed
+        registrar.member_call(scope, lobby, ActorId("m0"), None, entry=True).defer()
