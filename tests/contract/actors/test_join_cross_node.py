@@ -297,7 +297,7 @@ async def test_a04_13_a_disable_relocation_type_does_not_move(
 
 @pytest.mark.parametrize("backend", ["memory"])
 async def test_draining_blocks_new_membership(clock: object, store: CountingStore) -> None:
-    """04 §8.1 / §3.1 races: once the node's shutdown admission seal is in, a Join whose
+    """A04-10 (its race rule; 04 §8.1 draining): once the node's shutdown admission seal is in, a Join whose
     handler ends then is not started: FAILED ShuttingDown (its completion still runs,
     in the drain), and the Actor never moved."""
     log = JoinLog()
@@ -364,7 +364,7 @@ async def test_a04_22_a_join_whose_terminal_never_comes_is_settled_by_the_store(
 async def test_a_destroy_waits_for_the_join_that_claimed_the_actor_first(
     clock: object, store: CountingStore
 ) -> None:
-    """04 §3.1 races / A04-26 (Join part): a destroy that arrives while a Join of the
+    """A04-26 (Join part; 04 §3.1 races): a destroy that arrives while a Join of the
     Actor is pending waits for that Join's end (the Join claim came first), then applies
     to the state it left: the Actor moved, so the destroy at the old owner ends
     Unavailable (never re-targeted); destroying the same ref through the manager then
@@ -401,3 +401,38 @@ async def test_a_destroy_waits_for_the_join_that_claimed_the_actor_first(
         assert log.completions_of(actor)[0].outcome is JoinOutcome.ACCEPTED
         assert await c.actors.destroy(ref) is True
         assert await c.actors.find(actor) is None
+
+
+async def test_a04_17_after_a_move_messages_by_actor_id_reach_the_new_owner(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-17 (Join part): messaging names only the ActorId. After a cross-node Join a
+    caller whose cached route names the old owner gets a stale route with exactly ONE
+    command 24 on the wire (no automatic resend to the new owner); its next call
+    resolves afresh from the Store and is handled by the new activation."""
+    log = JoinLog()
+    tap = WireTap()
+    async with open_cluster(3, store=store, app=make_join_app(log), tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "followed")
+        assert await c.actors.request(actor, "echo", b"cached") == b"cached"
+        await a.actors.request(actor, "join", (await entry_id(b)).value.encode()).timeout(10)
+        await log.wait_for(lambda: len(log.completions_of(actor)) == 1)
+        tap.clear()
+        store.reset()
+        with pytest.raises(Unavailable):
+            await c.actors.request(actor, "echo", b"stale").timeout(10)
+        sent = [
+            e
+            for e in tap.select(node=c.identity.node_rid, command=Command.ACTOR_SEND)
+            if e.direction.name == "SENT"
+        ]
+        assert len(sent) == 1 and sent[0].peer is not None
+        assert sent[0].peer.node_rid == a.identity.node_rid
+        assert store.count("read") == 0  # the stale call used the cache, read nothing
+        assert await c.actors.request(actor, "echo", b"fresh").timeout(10) == b"fresh"
+        assert store.count("read") >= 1  # a fresh resolve
+        _, new = log.instances[actor]
+        assert [i for a_, p, d, i in log.handled if d == b"fresh"] == [new]
+        assert not any(d == b"stale" for _, _, d, _ in log.handled)
