@@ -270,15 +270,17 @@ class ActorHost:
         hosted.context._retire()
         return parked
 
-    def park_journal(self, hosted: HostedActor, index: int, item: Deliver) -> None:
-        """A cross-node Join's journal payload ``index`` (from the source, in acceptance
-        order) goes in front of what arrived here since the commit, behind the journal
-        payloads before it. Raises CapacityExceeded when the parking is full."""
+    def park_journal(self, hosted: HostedActor, items: list[Deliver]) -> None:
+        """A cross-node Join's journal (the source's accepted payloads, in acceptance
+        order) goes in front of what arrived here since the commit."""
         parked = hosted.parked
         assert parked is not None
-        if len(parked) >= self._engine.limits.capacity:
-            raise CapacityExceeded(f"actor {hosted.actor_id.value!r}: its queue is full")
-        parked.insert(min(index, len(parked)), item)
+        parked[:0] = items
+
+    def journal_room(self, hosted: HostedActor, journal: int) -> bool:
+        """Whether one more journal payload fits beside what is parked."""
+        parked = hosted.parked
+        return parked is not None and len(parked) + journal < self._engine.limits.capacity
 
     def publish_held(self, hosted: HostedActor) -> None:
         """A cross-node Join's new activation (after its commit): reachable, but Joining

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Final, Self, final
+from typing import TYPE_CHECKING, Any, Final, Self, final
 
 import attrs
 import trio
@@ -141,10 +141,11 @@ class PendingJoin:
 @final
 class HeldJoin:
     """A cross-node Join's new activation on its target, Joining until the source's
-    journal arrived (``end``) or the hold's bound passed. ``inserted`` counts the journal
-    payloads put in front of what arrived here since the commit."""
+    journal is complete (``end``) or the hold's bound passed. ``items``: the journal
+    payloads by index (one copy each); ``released``: they went into the lane (a late
+    repeat of a known index is then dropped)."""
 
-    __slots__ = ("done", "end", "inserted", "operation_id", "scope", "source")
+    __slots__ = ("done", "end", "items", "operation_id", "released", "scope", "source")
 
     def __init__(self, operation_id: OperationId, source: tuple[object, object]) -> None:
         self.operation_id = operation_id
@@ -152,8 +153,16 @@ class HeldJoin:
         """(NodeRid, NodeGeneration) of the Actor's previous owner."""
         self.end = trio.Event()
         self.done = trio.Event()
-        self.inserted = 0
+        self.items: dict[int, Any] = {}
+        self.released = False
         self.scope: JoinScope | None = None
+
+    def first_missing(self, count: int) -> int | None:
+        """The first index below ``count`` not received yet (None: all there)."""
+        for index in range(count):
+            if index not in self.items:
+                return index
+        return None
 
 
 Activate = Callable[[PendingJoin], None]

@@ -24,7 +24,7 @@ from __future__ import annotations
 import inspect
 import logging
 from collections.abc import Callable, Mapping
-from typing import Any, final
+from typing import Any, Final, final
 
 import trio
 
@@ -41,7 +41,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorId, MeshName, NodeRid, SpotId, StableType
+from ..ids import ActorId, MeshName, NodeRid, OperationId, SpotId, StableType
 from ..mesh.api import MeshNodeApi, PeerIdentity
 from ..objects.activity import Activity
 from ..objects.sinks import RemoteSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
@@ -60,7 +60,7 @@ from ..store.api import (
 )
 from ..wire.enums import JoinResult, MessageKind
 from ..wire.records import ActorJoin, ActorJournal, ActorJournalEnd, TerminalReply
-from ..wire.tails import JoinTail
+from ..wire.tails import JoinTail, ReplyPayloadTail
 from . import spot_side
 from .authority import Authority, actor_key
 from .client import ActorClient
@@ -75,6 +75,9 @@ from .stats import DispatchStats
 __all__ = ["JoinTarget"]
 
 logger = logging.getLogger("zlink_trio.actors")
+
+_RELEASED_KEPT: Final = 1024
+"""Released journals remembered (their indices), oldest forgotten first."""
 
 _SETTLE_FIRST_DELAY = 0.05
 _SETTLE_MAX_DELAY = 1.0
@@ -137,6 +140,7 @@ class JoinTarget:
         self._nursery = nursery
         self._activity = activity
         self._inflight: dict[OperationKey, list[TerminalSink]] = {}
+        self._released: dict[tuple[ActorId, OperationId], HeldJoin] = {}
         self.arrived = 0
 
     # --- 112 ------------------------------------------------------------------------------
@@ -185,6 +189,10 @@ class JoinTarget:
         with trio.move_on_after(self._config.join_timeout):
             await held.end.wait()
         hosted = arrived.hosted
+        held.released = True
+        if hosted.parked is not None:
+            self._host.park_journal(hosted, [held.items[i] for i in sorted(held.items)])
+        self._remember(hosted.actor_id, held)
         if hosted.join is held:
             hosted.join = None
         gate = spot.gate if spot is not None else None
@@ -408,18 +416,26 @@ class JoinTarget:
             return Unavailable("the move did not commit")
 
     # --- 113 / 114 -----------------------------------------------------------------------------
-    def _held(self, peer: PeerIdentity, actor_id: ActorId, operation: object) -> HostedActor | None:
+    def _remember(self, actor_id: ActorId, held: HeldJoin) -> None:
+        """Keep a released journal's indices a while (a late repeat is then dropped)."""
+        released = self._released
+        released[(actor_id, held.operation_id)] = held
+        while len(released) > _RELEASED_KEPT:
+            del released[next(iter(released))]
+
+    def _journal(
+        self, peer: PeerIdentity, actor_id: ActorId, operation: OperationId
+    ) -> tuple[HostedActor | None, HeldJoin | None]:
+        """The activation holding this journal (None when released), and the journal."""
+        source = (peer.node_rid, peer.node_generation)
         hosted = self._host.get(actor_id)
-        if hosted is None or hosted.state is not JOINING:
-            return None
-        held = hosted.join
-        if (
-            not isinstance(held, HeldJoin)
-            or held.operation_id != operation
-            or held.source != (peer.node_rid, peer.node_generation)
-        ):
-            return None
-        return hosted
+        held = None if hosted is None else hosted.join
+        if isinstance(held, HeldJoin) and held.operation_id == operation and held.source == source:
+            return (hosted if hosted is not None and hosted.state is JOINING else None), held
+        held = self._released.get((actor_id, operation))
+        if held is not None and held.source == source:
+            return None, held
+        return None, None
 
     async def on_journal(self, peer: PeerIdentity, record: ActorJournal) -> None:
         sink = (
@@ -427,19 +443,27 @@ class JoinTarget:
             if record.message_kind is MessageKind.REQUEST
             else None
         )
+        hosted, held = self._journal(peer, record.actor_id, record.operation_id)
+        index = record.index
+        if held is not None and index in held.items:
+            if not held.released and sink is not None:
+                held.items[index].sink = sink  # the reply goes to the newer correlation
+            elif sink is not None:
+                await sink.fail_nowait(Unavailable("this journal payload was relayed already"))
+            return
         run_by = NEVER
         if sink is not None and record.timeout_ms is not None:
             run_by = trio.current_time() + record.timeout_ms / 1000
         item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
-        hosted = self._held(peer, record.actor_id, record.operation_id)
         try:
-            if hosted is not None:
-                held = hosted.join
-                assert isinstance(held, HeldJoin)
-                self._host.park_journal(hosted, held.inserted, item)
-                held.inserted += 1
+            if hosted is not None and held is not None and not held.released:
+                if not self._host.journal_room(hosted, len(held.items)):
+                    raise CapacityExceeded(f"actor {record.actor_id.value!r}: its queue is full")
+                held.items[index] = item
             else:
                 # The hold ended (its bound passed): admitted as an ordinary payload.
+                if held is not None:
+                    held.items[index] = item
                 self._host.admit_nowait(record.actor_id, item)
         except ZLinkError as exc:
             if sink is not None:
@@ -453,16 +477,14 @@ class JoinTarget:
                 )
 
     async def on_journal_end(self, peer: PeerIdentity, record: ActorJournalEnd) -> None:
-        hosted = self._held(peer, record.actor_id, record.operation_id)
-        if hosted is None:
+        sink = RemoteSink(self._node, peer.address, record.correlation)
+        _hosted, held = self._journal(peer, record.actor_id, record.operation_id)
+        if held is None:
+            await sink.deliver(failure(Unavailable("no journal of that Join is held here")))
             return
-        held = hosted.join
-        assert isinstance(held, HeldJoin)
-        if held.inserted != record.count:
-            logger.info(
-                "journal of %r: %d of %d payloads arrived",
-                record.actor_id,
-                held.inserted,
-                record.count,
-            )
+        missing = held.first_missing(record.count)
+        if missing is not None and not held.released:
+            await sink.deliver(ok(ReplyPayloadTail(payload=str(missing).encode())))
+            return
         held.end.set()
+        await sink.deliver(ok())

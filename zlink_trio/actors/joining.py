@@ -22,7 +22,7 @@ When the Actor stays here its lane comes back with the completion callback first
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import final
 
 import trio
@@ -40,7 +40,15 @@ from ..errors import (
     ZLinkError,
 )
 from ..ids import MeshName, SpotId
-from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PendingReply
+from ..mesh.api import (
+    LinkLost,
+    MeshNodeApi,
+    PeerAddress,
+    PeerGone,
+    PeerNotAdmitted,
+    PeerState,
+    PendingReply,
+)
 from ..objects.activity import Activity
 from ..objects.durable import remaining_ms, run_durable
 from ..objects.policy import DisableRelocation
@@ -550,14 +558,16 @@ class JoinRunner:
     async def _send_journal(
         self, peer: PeerAddress, intent: JoinIntent, items: list[Deliver]
     ) -> None:
+        """Send the journal until the new owner has every item (or ``join_timeout``):
+        the items (113) in order, then 114 as a request whose answer names the first
+        index the new owner lacks (frames lost with a broken connection); from there on
+        everything is sent again (the new owner keeps one copy per index)."""
         node = self._node
         me = node.identity
         actor_id = intent.actor_id
-        waiting: list[tuple[Deliver, PendingReply]] = []
-        index = 0
+        entries: list[tuple[Deliver, bytes]] = []
         now = trio.current_time()
         for item in items:
-            sink = item.sink
             if item.deadline <= now:
                 continue  # its caller was answered already (deadline) or went away
             payload = item.payload
@@ -565,57 +575,133 @@ class JoinRunner:
                 try:
                     payload = payload.encode()
                 except ZLinkError as exc:
-                    if sink is not None:
-                        await fail_sink(sink, exc)
+                    if item.sink is not None:
+                        await fail_sink(item.sink, exc)
                     continue
             assert type(payload) is bytes
-            number = index
+            entries.append((item, payload))
+        pendings: dict[int, PendingReply] = {}
 
-            def build(
-                correlation: int,
-                item: Deliver = item,
-                payload: bytes = payload,
-                number: int = number,
-            ) -> ActorJournal:
-                request = item.sink is not None
+        def journal(index: int) -> Callable[[int], ActorJournal]:
+            item, payload = entries[index]
+            request = item.sink is not None
+
+            def build(correlation: int) -> ActorJournal:
                 return ActorJournal(
                     correlation=correlation,
                     operation_id=intent.operation_id,
                     source_rid=me.node_rid,
                     source_generation=me.node_generation,
                     actor_id=actor_id,
-                    index=number,
+                    index=index,
                     message_kind=MessageKind.REQUEST if request else MessageKind.SEND,
                     packet_name=item.packet,
                     payload=payload,
                     timeout_ms=remaining_ms(item.deadline) if request else None,
                 )
 
-            try:
-                if sink is None:
-                    await node.send(peer, build(0))
-                else:
-                    waiting.append((item, await node.request_with(peer, build)))
-            except ZLinkError as exc:
-                if sink is not None:
-                    await fail_sink(sink, Unavailable(f"the Actor moved; relay failed: {exc}"))
-                continue
-            index += 1
-        try:
-            await node.send(
-                peer,
-                ActorJournalEnd(
-                    operation_id=intent.operation_id,
-                    source_rid=me.node_rid,
-                    source_generation=me.node_generation,
-                    actor_id=actor_id,
-                    count=index,
-                ),
+            return build
+
+        def end(correlation: int) -> ActorJournalEnd:
+            return ActorJournalEnd(
+                correlation=correlation,
+                operation_id=intent.operation_id,
+                source_rid=me.node_rid,
+                source_generation=me.node_generation,
+                actor_id=actor_id,
+                count=len(entries),
             )
-        except ZLinkError as exc:
-            logger.info("journal end of %r not sent: %r", actor_id, exc)
-        for item, pending in waiting:
-            await _relay_reply(item, pending)
+
+        complete = False
+        with trio.move_on_after(self._config.join_timeout):
+            try:
+                start = 0
+                while True:
+                    for index in range(start, len(entries)):
+                        await self._send_entry(peer, journal(index), index, entries, pendings)
+                    missing = await self._ask_end(peer, end)
+                    if missing is None:
+                        complete = True
+                        break
+                    start = missing
+            except _PeerGone:
+                pass
+        if not complete:
+            logger.info("the journal of %r was not confirmed by its new owner", actor_id)
+        for index, (item, _) in enumerate(entries):
+            sink = item.sink
+            if sink is None:
+                continue
+            pending = pendings.get(index)
+            if pending is None:
+                await fail_sink(sink, Unavailable("the Actor moved; its new owner was not reached"))
+            else:
+                await _relay_reply(item, pending)
+
+    async def _admitted(self, peer: PeerAddress) -> None:
+        """Wait until ``peer`` has an admitted connection (raises _PeerGone)."""
+        node = self._node
+        while True:
+            state = node.peer_state(peer)
+            if state is PeerState.ADMITTED:
+                return
+            if state is PeerState.GONE:
+                raise _PeerGone
+            await node.wait_peer_change(peer)
+
+    async def _send_entry(
+        self,
+        peer: PeerAddress,
+        build: Callable[[int], ActorJournal],
+        index: int,
+        entries: list[tuple[Deliver, bytes]],
+        pendings: dict[int, PendingReply],
+    ) -> None:
+        node = self._node
+        request = entries[index][0].sink is not None
+        while True:
+            await self._admitted(peer)
+            try:
+                if request:
+                    pending = await node.request_with(peer, build)
+                    old = pendings.pop(index, None)
+                    if old is not None:
+                        old.discard()
+                    pendings[index] = pending
+                else:
+                    await node.send(peer, build(0))
+                return
+            except (PeerNotAdmitted, DeadlineExceeded):
+                await trio.lowlevel.checkpoint()  # the link went away: wait and send again
+
+    async def _ask_end(
+        self, peer: PeerAddress, build: Callable[[int], ActorJournalEnd]
+    ) -> int | None:
+        """114: None when the new owner has every item, else the first index it lacks."""
+        node = self._node
+        while True:
+            await self._admitted(peer)
+            try:
+                pending = await node.request_with(peer, build)
+            except (PeerNotAdmitted, DeadlineExceeded):
+                await trio.lowlevel.checkpoint()
+                continue
+            try:
+                reply: TerminalReply = await pending.wait()
+            except PeerGone:
+                raise _PeerGone from None
+            except LinkLost:
+                pending.discard()
+                continue  # ask again once the link is back
+            raise_for_failure(reply)
+            tail = reply.tail
+            if isinstance(tail, ReplyPayloadTail) and tail.payload:
+                return int(tail.payload)
+            return None
+
+
+class _PeerGone(Exception):
+    """The new owner's lifecycle ended while its journal was being sent."""
 
 
 async def _relay_reply(item: Deliver, pending: PendingReply) -> None:

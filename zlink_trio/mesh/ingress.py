@@ -15,6 +15,7 @@ from ..wire import (
     ActorDestroy,
     ActorJoin,
     ActorJournal,
+    ActorJournalEnd,
     ActorSend,
     BoundSessionBind,
     BoundSessionReplaced,
@@ -55,6 +56,7 @@ ANSWERED_BY_20: Final[frozenset[type[Any]]] = frozenset(
         ActorDestroy,
         ActorJoin,
         ActorJournal,
+        ActorJournalEnd,
         RelocationPrepare,
     }
 )

@@ -114,7 +114,8 @@ class ActorJournal(WireRecord):
     after the ACCEPTED terminal of 112 ``operation_id``. A request (non-zero
     correlation) gets its reply as a command 20, which the source relays to the original
     caller; a send (correlation 0) has none. ``timeout_ms``: a request's remaining
-    deadline (None for a send)."""
+    deadline (None for a send). An index sent again (see 114) is kept once; a request's
+    repeat moves its reply to the newer correlation."""
 
     COMMAND: ClassVar[Command] = Command.ACTOR_JOURNAL
     correlation: int = attrs.field(metadata=wire(U64))
@@ -135,11 +136,15 @@ class ActorJournal(WireRecord):
 
 @attrs.frozen(slots=True, kw_only=True)
 class ActorJournalEnd(WireRecord):
-    """114: the end of a cross-node Join's journal (``count`` commands 113 were sent),
-    source → the new owner, one-way: the new activation opens its lane (completion
-    callback, journal, then what arrived at it meanwhile)."""
+    """114: the end of a cross-node Join's journal (``count`` commands 113, indices
+    0..count-1), source → the new owner, request. The terminal 20 is OK with no tail when
+    the new owner has every item (its activation then opens its lane: completion
+    callback, journal, what arrived at it meanwhile), or OK with a ReplyPayloadTail
+    holding the first missing index (ASCII decimal): the source sends again from there
+    (items lost with a broken connection), then 114 again."""
 
     COMMAND: ClassVar[Command] = Command.ACTOR_JOURNAL_END
+    correlation: int = attrs.field(metadata=wire(CORRELATION))
     operation_id: OperationId = attrs.field(metadata=wire(OPERATION_ID))
     source_rid: NodeRid = attrs.field(metadata=wire(RID))
     source_generation: NodeGeneration = attrs.field(metadata=wire(NODE_GENERATION))

@@ -436,3 +436,48 @@ async def test_a04_17_after_a_move_messages_by_actor_id_reach_the_new_owner(
         _, new = log.instances[actor]
         assert [i for a_, p, d, i in log.handled if d == b"fresh"] == [new]
         assert not any(d == b"stale" for _, _, d, _ in log.handled)
+
+
+async def test_a04_09_a_journal_frame_lost_on_the_wire_is_sent_again(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-09 (Join part; nothing accepted is lost or run twice): one journal frame (113)
+    is lost on the wire (its connection is cut): the end-of-journal (114) answer names the
+    first missing index, the source sends from there again, and every payload the barrier
+    held runs exactly once, in order, on the new activation."""
+    log = JoinLog()
+    plan = FaultPlan(seed=9)
+    async with open_cluster(2, store=store, app=make_join_app(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "lossy")
+        target = await entry_id(b)
+        log.gate = trio.Event()
+        replies: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def join() -> None:
+                await b.actors.request(actor, "join-block", target.value.encode()).timeout(30)
+
+            async def ask() -> None:
+                replies.append(await a.actors.request(actor, "echo", b"q").timeout(30))
+
+            nursery.start_soon(join)
+            await log.entered.wait()
+            for n in range(3):
+                await a.actors.send(actor, "note", str(n).encode())
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            for n in range(3, 6):
+                await a.actors.send(actor, "note", str(n).encode())
+            lost = plan.drop(command=Command.ACTOR_JOURNAL, sender=a.identity.node_rid, count=1)
+            log.gate.set()
+        await log.wait_for(lambda: len(log.handled) >= 8, timeout=30)
+        assert lost.fired == 1
+        assert replies == [b"q"]
+        assert log.trace[:2] == ["join-block:" + target.value, "complete:accepted"]
+        assert log.trace[2:] == [
+            "note:0", "note:1", "note:2", "echo:q", "note:3", "note:4", "note:5",
+        ]  # fmt: skip
+        _, new = log.instances[actor]
+        assert all(i is new for _, p, _, i in log.handled if p in ("note", "echo"))

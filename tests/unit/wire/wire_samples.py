@@ -419,6 +419,7 @@ ALL_SAMPLES: Final[tuple[WireRecord, ...]] = (
         timeout_ms=140,
     ),
     ActorJournalEnd(
+        correlation=142,
         operation_id=OP,
         source_rid=RID_A,
         source_generation=gen(141),
