@@ -54,6 +54,14 @@ from .actors.handlers import (
     on_send as on_send,
     on_timer as on_timer,
 )
+from .actors.join import JoinCall as JoinCall
+from .actors.membership import (
+    JoinCompletion as JoinCompletion,
+    JoinEvent as JoinEvent,
+    JoinOutcome as JoinOutcome,
+    LeaveEvent as LeaveEvent,
+    on_join_complete as on_join_complete,
+)
 from .actors.policy import (
     ActorRelocationAdapter as ActorRelocationAdapter,
     DisableRelocation as DisableRelocation,
@@ -171,6 +179,11 @@ __all__ = [
     "InvalidArgument",
     "InvalidId",
     "InvalidOperation",
+    "JoinCall",
+    "JoinCompletion",
+    "JoinEvent",
+    "JoinOutcome",
+    "LeaveEvent",
     "MemoryLocationStore",
     "MemoryStoreConfig",
     "MeshConfig",
@@ -220,6 +233,7 @@ __all__ = [
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
+    "on_join_complete",
     "on_lifecycle",
     "on_request",
     "on_send",

@@ -186,6 +186,7 @@ class _Roles:
                     serve_actors,
                     timers=self.timers,
                     spot_client=None if spot_runtime is None else spot_runtime.messaging.client,
+                    spots=self.spots.runtime,
                 ),
                 config,
                 app.actor_types,

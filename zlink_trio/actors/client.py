@@ -20,6 +20,7 @@ from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, Typed
 
 if TYPE_CHECKING:
     from ..spots.client import SpotClient
+    from .join import JoinRegistrar
     from .messenger import Messenger
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
@@ -135,6 +136,7 @@ class ActorClient:
         "_messenger",
         "_packets",
         "_payloads",
+        "barriers",
         "spots",
     )
 
@@ -155,6 +157,8 @@ class ActorClient:
         self._default_timeout = default_timeout
         self._ids: dict[str, ActorId] = {}
         self._packets: set[str] = set()
+        self.barriers: JoinRegistrar | None = None
+        """Refuses a request that would wait behind its own handler's Join barrier."""
 
     def _target(self, actor_id: object) -> ActorId:
         if type(actor_id) is not str:
@@ -196,10 +200,16 @@ class ActorClient:
         self, actor_id: str | ActorId, packet: str, payload: object = b""
     ) -> RequestCall[bytes | None]:
         """Request ``packet`` of the Actor ``actor_id``; the reply bytes (or None), or with
-        ``.reply_type(cls)`` an instance of ``cls``."""
+        ``.reply_type(cls)`` an instance of ``cls``. InvalidOperation, before anything is
+        sent, when this handler registered a deferred Join of that Actor (the request
+        would wait behind its barrier for ever)."""
+        target = self._target(actor_id)
+        barriers = self.barriers
+        if barriers is not None and barriers.open:
+            barriers.check_request(target)
         return RequestCall(
             self._messenger,
-            self._target(actor_id),
+            target,
             self._packet(packet),
             self._payload(payload),
             self._default_timeout,

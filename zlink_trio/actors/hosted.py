@@ -29,8 +29,11 @@ from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
 from .context import ActorContext
 from .handlers import TypedHandler
+from .join import JoinScope, task_within
 
 if TYPE_CHECKING:
+    from .join import HeldJoin, JoinRegistrar, PendingJoin
+    from .membership import JoinCompletion
     from .registry import ActorHandler, ActorType
     from .stats import DispatchStats
 
@@ -43,8 +46,12 @@ __all__ = [
     "Fenced",
     "HostedActor",
     "HostedKind",
+    "JoinDone",
+    "Joining",
+    "Moved",
     "Ready",
     "fail_parked",
+    "fail_sink",
 ]
 
 logger = logging.getLogger("zlink_trio.actors")
@@ -66,10 +73,25 @@ class Fenced:
     (its row is reclaimed by a live node; docs/decisions.md, "Owner loss: fencing")."""
 
 
-ActorState: TypeAlias = Ready | Destroying | Fenced
+@attrs.frozen
+class Joining:
+    """A deferred Join's barrier is active: the lane is retired and every payload accepted
+    (queued before, arriving now) is parked in order until the Join ends (on a cross-node
+    Join's target: the new activation waiting for the source's journal)."""
+
+
+@attrs.frozen
+class Moved:
+    """A cross-node Join moved the Actor away: this activation is unpublished and its
+    Context retired."""
+
+
+ActorState: TypeAlias = Ready | Destroying | Fenced | Joining | Moved
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
 FENCED: Final = Fenced()
+JOINING: Final = Joining()
+MOVED: Final = Moved()
 ACTOR_LANE: Final = ActorDeliveryLane()
 """The policy value of every Actor lane (it carries no state, so one instance serves all)."""
 
@@ -125,9 +147,20 @@ class Barrier:
             self.resumed.set()
 
 
-ActorItem: TypeAlias = Deliver | Barrier | TimerTick
+@final
+class JoinDone:
+    """The Actor's Join completion callback: a lifecycle item, the first one its lane runs
+    when a Join ends (before any payload the barrier held)."""
+
+    __slots__ = ("completion",)
+
+    def __init__(self, completion: JoinCompletion) -> None:
+        self.completion = completion
+
+
+ActorItem: TypeAlias = Deliver | Barrier | TimerTick | JoinDone
 """What an Actor lane holds: application payloads and timer ticks (the application queue,
-one acceptance order) and destroy barriers (the lifecycle queue)."""
+one acceptance order), destroy barriers and Join completions (the lifecycle queue)."""
 
 
 @final
@@ -138,6 +171,7 @@ class HostedKind:
         "actor_type",
         "flow",
         "handlers",
+        "joins",
         "lease",
         "lease_live",
         "max_reply",
@@ -176,6 +210,8 @@ class HostedKind:
         start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
         self.lease_live = lease_live
         """True while the lease is held and locally live (expires it on the spot)."""
+        self.joins: JoinRegistrar | None = None
+        """Where a handler's registration scope is closed (set by the Actor runtime)."""
 
 
 def lease_lost_error() -> Unavailable:
@@ -184,6 +220,11 @@ def lease_lost_error() -> Unavailable:
 
 def _stopped_error() -> ShuttingDown:
     return ShuttingDown("the server stopped during the turn")
+
+
+async def fail_sink(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
+    """Fail one terminal (a local slot gets the public form of ``error``)."""
+    await _fail(sink, error)
 
 
 async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
@@ -213,11 +254,15 @@ class HostedActor:
 
     __slots__ = (
         "context",
+        "handling",
         "instance",
+        "join",
         "kind",
         "lane",
         "orphans",
         "owner_generation",
+        "parked",
+        "scope",
         "state",
         "timers",
     )
@@ -239,6 +284,38 @@ class HostedActor:
         self.timers: TimerTable | None = None
         """Its timers, from its first registration on (``context.timers``)."""
         context._hosted = self
+        self.handling = False
+        """True while an application handler of this Actor runs (its registration scope)."""
+        self.scope: JoinScope | None = None
+        """The running handler's registration scope, made at its first Defer."""
+        self.join: PendingJoin | HeldJoin | None = None
+        """The pending membership transition (registered or running)."""
+        self.parked: list[ActorItem] | None = None
+        """Joining: what the barrier holds, in acceptance order."""
+
+    @property
+    def admitting(self) -> bool:
+        return self.state is READY
+
+    def open_scope(self) -> JoinScope | None:
+        """The registration scope of the handler running now, if the caller runs in it
+        (its own task or one it awaits); None otherwise."""
+        lane = self.lane
+        runner = None if lane is None else lane.runner
+        if not self.handling or runner is None or not task_within(runner):
+            return None
+        scope = self.scope
+        if scope is None:
+            scope = self.scope = JoinScope(runner)
+        return scope
+
+    def _end_scope(self, *, ok: bool) -> None:
+        scope = self.scope
+        if scope is not None:
+            self.scope = None
+            joins = self.kind.joins
+            if joins is not None:
+                joins.close(scope, ok=ok)
 
     @property
     def actor_type(self) -> ActorType:
@@ -256,11 +333,7 @@ class HostedActor:
     def mesh_name(self) -> MeshName:
         return self.context.mesh_name
 
-    # --- the timer owner (objects.timers.TimerOwner) -----------------------------------------
-
-    @property
-    def admitting(self) -> bool:
-        return self.state is READY
+    # --- the timer owner (objects.timers.TimerOwner; ``admitting`` above) ---------------------
 
     @property
     def timer_service(self) -> TimerService | None:
@@ -303,6 +376,9 @@ class HostedActor:
         if type(item) is not Deliver:
             if type(item) is TimerTick:
                 await self._tick(item)
+                return
+            if type(item) is JoinDone:
+                await self._join_done(item.completion)
                 return
             assert type(item) is Barrier
             item.reached.set()
@@ -374,17 +450,24 @@ class HostedActor:
                 if sink is not None:
                     await _fail(sink, exc)
                 return
+        self.handling = True
         try:
             result: object = await handler(self.instance, payload)
         except trio.Cancelled:
             # The engine stopped running turns (the owner lease was lost, or the server
             # closes): a local caller learns it now rather than at its deadline (a remote
             # caller's link closes with the node).
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             if type(sink) is OneShot:
                 sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
             raise
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             stats.failed += 1
             what = "send" if sink is None else "request"
             kind.flow.emit(
@@ -398,7 +481,12 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, exc)
             return
-        except Exception as exc:
+        except BaseException as exc:
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
+            if not isinstance(exc, Exception):
+                raise
             stats.failed += 1
             key = (item.kind, item.packet)
             if key in kind.traced:
@@ -422,8 +510,11 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
             return
+        self.handling = False
         stats.ok += 1
         if sink is None:
+            if self.scope is not None:
+                self._end_scope(ok=True)
             return
         if result is not None:
             if type(result) is TypedPayload:
@@ -431,10 +522,14 @@ class HostedActor:
                     try:
                         result = result.encode()
                     except ZLinkError as exc:  # checked by its TypedHandler: not expected
+                        if self.scope is not None:
+                            self._end_scope(ok=False)  # a reply-encode failure
                         await _fail(sink, ApplicationError(exc.message))
                         return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
+                    if self.scope is not None:
+                        self._end_scope(ok=False)
                     await _fail(
                         sink,
                         ApplicationError(
@@ -444,11 +539,17 @@ class HostedActor:
                     return
                 result = bytes(result)
             if type(result) is bytes and len(result) > kind.max_reply:
+                if self.scope is not None:
+                    self._end_scope(ok=False)
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
                 return
+        if self.scope is not None:
+            # The reply is shaped (and encoded for a remote caller): the barriers this
+            # handler registered activate now, whatever becomes of the reply's delivery.
+            self._end_scope(ok=True)
         if type(sink) is OneShot:
             sink.set(result)
         else:
@@ -509,8 +610,21 @@ class HostedActor:
             return
         stats.ok += 1
 
+    async def _join_done(self, completion: JoinCompletion) -> None:
+        """Run the type's ``@on_join_complete`` method (a lifecycle callback)."""
+        fn = self.kind.actor_type.join_complete
+        if fn is None:
+            logger.info("join of %r ended %s (no @on_join_complete)", self.context, completion)
+            return
+        try:
+            await fn(self.instance, completion)
+        except Exception:
+            logger.exception("the join completion callback of %r raised", self.context)
+
     def _orphan(
-        self, items: tuple[ActorItem, ...], event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY
+        self,
+        items: tuple[ActorItem, ...] | list[ActorItem],
+        event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY,
     ) -> None:
         """Accepted items the lane will not run (the Actor is being destroyed, or fenced):
         kept in ``orphans`` so the destroyer (or the fence) can fail each one's terminal
@@ -526,6 +640,8 @@ class HostedActor:
                 if self.timers is not None:
                     self.timers.discard(item)
                 continue
+            if type(item) is JoinDone:
+                continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1
             self.kind.flow.emit(event, "%r to %r", item.packet, self.context)
@@ -538,6 +654,9 @@ class HostedActor:
         ``event``)."""
         if self.lane is not None:
             self._orphan(self.lane.retire(), event)
+        if self.parked:
+            parked, self.parked = self.parked, None
+            self._orphan(parked, event)
 
     async def fail_orphans(self, error: ZLinkError | None = None) -> None:
         """Fail the terminal of every orphan (default error: destroyed before it ran)."""

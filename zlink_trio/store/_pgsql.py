@@ -93,7 +93,7 @@ class Statements:
             reserve=call("reserve", 18),
             commit_ready=call("commit_ready", 8),
             abort_creation=call("abort_creation", 8),
-            change_owner=call("change_owner", 7),
+            change_owner=call("change_owner", 9),
             set_membership=field_cas("membership = $4"),
             set_recovery=field_cas(
                 "recovery_sha256 = $4, recovery_size = $5, recovery_cursor = $6"

@@ -36,6 +36,7 @@ from ..ids import (
 )
 from .api import (
     ENTRY_SPOT_TYPE,
+    UNCHANGED,
     Applied,
     AuthorityRow,
     AuthorityState,
@@ -55,6 +56,7 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    Unchanged,
 )
 from .validate import (
     check_clock_advance,
@@ -406,7 +408,12 @@ class MemoryLocationStore:
         )
 
     async def change_owner(
-        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        new_owner: OwnerFence,
+        *,
+        membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _READY)
@@ -419,9 +426,12 @@ class MemoryLocationStore:
             self._adjust(old_rid, active=-1)
             self._adjust(new_rid, active=1)
         owner_generation = row.owner_generation.next()
-        return self._put(
-            attrs.evolve(row, owner=new_owner, owner_generation=owner_generation, relocation=None)
+        moved = attrs.evolve(
+            row, owner=new_owner, owner_generation=owner_generation, relocation=None
         )
+        if membership is not UNCHANGED:
+            moved = attrs.evolve(moved, membership=membership)
+        return self._put(moved)
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
