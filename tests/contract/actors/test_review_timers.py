@@ -887,3 +887,71 @@ async def test_spot_timers_after_the_close(
             timers.once("a", 1)
         stats = _timers(cluster)
         assert (stats.registered, stats.owners, stats.backlog) == (0, 0, 0)
+
+
+@memory_only
+async def test_ticks_held_by_a_destroy_that_keeps_the_actor_run_afterwards(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """docs/api.md Timers ("A destroy stops them when admission closes (ticks due
+    meanwhile wait; they run if the destroy ends with the Actor still Ready)"): the
+    destroy waits for a turn in progress while three due times pass, then finds the
+    owner's Store cut and ends Unavailable with the Actor still Ready: the one tick held
+    meanwhile then runs once (the other due times coalesced into it) and the timer goes
+    on on its grid."""
+    from zlink_trio import Unavailable
+    from zlink_trio.testing import CutOffStore
+
+    ctl = Ctl()
+    cut = CutOffStore(store)
+    apps = [probe_app(ctl), client_app()]
+
+    def config(index: int) -> ServerConfig:
+        return ServerConfig(
+            location_store=cut if index == 0 else store,
+            owner_lease_ttl=60.0,
+            owner_lease_renew_interval=5.0,
+            drain_timeout=2.0,
+        )
+
+    async with open_cluster(2, app=lambda i: apps[i], config=config) as cluster:
+        await cluster.wait_all_admitted()
+        ref = await _probe(cluster)
+
+        async def arm(actor: Any) -> float:
+            actor.context.timers.every("b", 1)
+            return trio.current_time()
+
+        start = float(await _run(cluster, ctl, arm))
+        await trio.sleep(2.5)
+        assert ctl.times("b") == [start + 1, start + 2]
+        caller = cluster.servers[1].actors
+        outcome: list[BaseException] = []
+
+        async def destroy() -> None:
+            try:
+                await caller.destroy(ref)
+            except Unavailable as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_request, caller, "block", b"")
+            await ctl.entered.wait()
+            nursery.start_soon(destroy)
+            await trio.sleep(3)  # due at 3, 4, 5 while the destroy holds admission
+            cut.cut()
+            kept = trio.current_time()
+            ctl.gate.set()
+        assert len(outcome) == 1
+        cut.heal()
+        await trio.sleep_until(start + 10.5)
+        times = ctl.times("b")
+        assert times[:2] == [start + 1, start + 2]
+        assert times[2] == kept  # the one held tick, at once
+        grid = [t for t in times[3:]]
+        assert grid == [start + k for k in range(int(kept - start) + 1, 11)]
+        assert await _run(cluster, ctl, _names) == b"['b']"
+
+
+async def _names(actor: Any) -> list[str]:
+    return [r.name for r in actor.context.timers.registrations()]

@@ -1346,3 +1346,275 @@ async def test_s06_03_two_creates_drawing_one_uuid_at_once(
             else:
                 assert kinds == ["SpotCreated", "SpotRejected"]
                 assert probe.requests[taken] == [b"gate-reject", b"second"]
+
+
+# --- §3.3 / §7.1 under transport faults ----------------------------------------------------
+
+
+async def test_s06_08_a_lost_or_duplicated_create_terminal(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-08 (§3.3 "Target은 같은 reservation을 commit한 결과를 command 20 reply로 한 번만
+    반환한다"): the owner's 20 for a 47 is lost once (the link breaks): the source replays
+    the 47 under the same OperationId and gets the original Created -- one factory run,
+    one reservation. A 47 written twice on the wire also runs the factory once."""
+    from zlink_trio.testing import FaultPlan, TapDirection, WireTap
+    from zlink_trio.wire.commands import Command
+
+    probe = Probe()
+    plan = FaultPlan(seed=47)
+    tap = WireTap()
+    async with open_cluster(2, store=store, app=host0(probe), fault_plan=plan, tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        host, caller = cluster.servers
+        lost = plan.drop(command=Command.TERMINAL_REPLY, sender=host.identity.node_rid, count=1)
+        store.reset()
+        created = await caller.spots.get_or_create("lost", "room").request(b"x").timeout(LONG)
+        assert isinstance(created, SpotCreated) and created.reply == b"ok:x"
+        assert lost.fired == 1
+        sent = tap.select(
+            node=caller.identity.node_rid,
+            direction=TapDirection.SENT,
+            command=Command.USER_SPOT_CREATE,
+        )
+        assert len(sent) == 2 and len({e.record.operation_id for e in sent}) == 1
+        assert probe.runs("lost") == 1 and store.count("reserve") == 1
+        plan.clear()
+        await cluster.wait_all_admitted()
+        plan.duplicate(command=Command.USER_SPOT_CREATE, sender=caller.identity.node_rid, count=1)
+        twice = await caller.spots.get_or_create("twice", "room").timeout(LONG)
+        assert isinstance(twice, SpotCreated)
+        assert probe.runs("twice") == 1
+        assert await caller.spots.find("twice") == twice.spot
+
+
+async def test_s06_21_a_lost_close_terminal(clock: object, store: CountingStore) -> None:
+    """S06-21 (§7.1; docs/api.md close: "owner unreachable → Unavailable"): the owner's
+    20 for a 48 is lost (the link breaks): the close ends Unavailable (its outcome
+    unknown, never re-sent: no second 48), the close did run once on the owner, and a
+    retried close of that ref is False (already gone)."""
+    from zlink_trio import Unavailable
+    from zlink_trio.testing import FaultPlan, TapDirection, WireTap
+    from zlink_trio.wire.commands import Command
+
+    probe = Probe()
+    plan = FaultPlan(seed=48)
+    tap = WireTap()
+    async with open_cluster(2, store=store, app=host0(probe), fault_plan=plan, tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        host, caller = cluster.servers
+        created = await caller.spots.get_or_create("lc", "room").timeout(LONG)
+        assert isinstance(created, SpotCreated)
+        tap.clear()
+        plan.drop(command=Command.TERMINAL_REPLY, sender=host.identity.node_rid, count=1)
+        with trio.fail_after(LONG), pytest.raises(Unavailable):
+            await caller.spots.close(created.spot)
+        sent = tap.select(
+            node=caller.identity.node_rid,
+            direction=TapDirection.SENT,
+            command=Command.USER_SPOT_CLOSE,
+        )
+        assert len(sent) == 1
+        plan.clear()
+        await cluster.wait_all_admitted()
+        assert await caller.spots.close(created.spot) is False
+        assert probe.closes == ["lc"] and await caller.spots.find("lc") is None
+
+
+async def test_s06_01_stable_type_edges(clock: object, store: CountingStore) -> None:
+    """S06-01 (§2 "User·Instance Spot type은 UTF-8 1..255 bytes의 case-sensitive stable
+    name"): a 255-byte type and a type holding U+0000 are registered, published, created
+    and listed as themselves on both stores; the type differing only in case is another
+    (unhosted: NotFound)."""
+    long_type = "é" * 127 + "x"
+    nul_type = "ro\x00om"
+
+    def app(index: int) -> App:
+        a = App()
+        if index == 0:
+            for st in (long_type, nul_type):
+                a.register_spot(st, _Plain, **_user())
+        return a
+
+    async with open_cluster(2, store=store, app=app) as cluster:
+        await cluster.wait_all_admitted()
+        spots = cluster.servers[1].spots
+        for spot_id, st in (("long", long_type), ("nul", nul_type)):
+            created = await spots.get_or_create(spot_id, st).timeout(LONG)
+            assert isinstance(created, SpotCreated)
+        page = await spots.query(limit=1000)
+        assert {(i.spot.spot_id.value, i.stable_type.value) for i in page.spots} == {
+            ("long", long_type),
+            ("nul", nul_type),
+        }
+        with pytest.raises(NotFound):
+            await spots.get_or_create("upper", "RO\x00OM").timeout(LONG)
+
+
+async def test_s06_19_a_failing_close_callback_still_closes(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-19 (§7 step 3 "Handler scope, timer와 local activation resource를 한 번
+    정리한다"; step 4 release): a CLOSE callback that raises does not stop the close: it
+    is True, the authority is released, the callback ran once, and the id can be created
+    again on the same node."""
+    calls: list[str] = []
+
+    class Fails:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+        @on_lifecycle(SpotCallback.CLOSE)
+        async def closing(self, event: object) -> None:
+            calls.append(self.context.spot_id.value)
+            raise RuntimeError("the close callback fails on purpose")
+
+    def app(index: int) -> App:
+        a = App()
+        if index == 0:
+            a.register_spot("fails", Fails, **_user())
+        return a
+
+    async with open_cluster(2, store=store, app=app) as cluster:
+        await cluster.wait_all_admitted()
+        spots = cluster.servers[1].spots
+        created = await spots.get_or_create("cf", "fails").timeout(LONG)
+        assert isinstance(created, SpotCreated)
+        assert await spots.close(created.spot) is True
+        assert calls == ["cf"] and await _spot_rows(store) == []
+        again = await spots.get_or_create("cf", "fails").timeout(LONG)
+        assert isinstance(again, SpotCreated)
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # virtual time: MockClock only
+async def test_s06_19_a_hung_close_callback_is_bounded_by_the_nodes_stop(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """§7 / docs/api.md ("close ... Takes no timeout of its own"; a clean stop "lets
+    creates and closes in progress finish, then releases every Spot row it owns"): a
+    CLOSE callback that never returns leaves the caller to its own scope (TooSlowError
+    under ``fail_after``); a get_or_create of the id meanwhile ends DeadlineExceeded
+    (never Existing of the closing incarnation); the owner's clean stop still ends
+    within ``drain_timeout`` and releases the row, so the id can be created again."""
+
+    class Hangs:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+        @on_lifecycle(SpotCallback.CLOSE)
+        async def closing(self, event: object) -> None:
+            await trio.sleep_forever()
+
+    def app(index: int) -> App:
+        a = App()
+        a.register_spot("hangs", Hangs, **_user())
+        return a
+
+    def config(index: int) -> ServerConfig:
+        return ServerConfig(drain_timeout=4.0)
+
+    async with open_cluster(2, store=store, app=app, config=config) as cluster:
+        await cluster.wait_all_admitted()
+        created = await cluster.servers[0].spots.get_or_create("hc", "hangs").timeout(LONG)
+        assert isinstance(created, SpotCreated)
+        (owner_index,) = [
+            i for i, s in enumerate(cluster.servers) if s.identity.node_rid == created.spot.node_rid
+        ]
+        caller = cluster.servers[1 - owner_index]
+        with pytest.raises(trio.TooSlowError), trio.fail_after(2):
+            await caller.spots.close(created.spot)
+        with pytest.raises(DeadlineExceeded):
+            await caller.spots.get_or_create("hc", "hangs").timeout(3)
+        began = trio.current_time()
+        with trio.fail_after(LONG):
+            await cluster.stop(owner_index)
+        assert trio.current_time() - began <= 4.0 + 1.0
+        assert await _spot_rows(store) == []
+        again = await caller.spots.get_or_create("hc", "hangs").timeout(LONG)
+        assert isinstance(again, SpotCreated)
+        assert again.spot.node_rid == caller.identity.node_rid
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: a retained create terminal is matched to a re-submission by the bare id "
+        "TEXT only (not its kind/namespace): an OperationId used for Actor 'same' and "
+        "then for User Spot 'same' returns the Actor's terminal as a SpotCreated for a "
+        "Spot that was never created (and vice versa)"
+    ),
+)
+@pytest.mark.parametrize("first", ["actor", "spot"])
+async def test_s06_07_an_operation_id_of_another_kinds_create_is_not_this_ones_terminal(
+    clock: object, store: CountingStore, first: str
+) -> None:
+    """S06-07 (§3.2 "동일한 operation ID가 재전달된 경우에만 retained terminal result를
+    재전송한다"; docs/api.md: "An OperationId is one operation ... on one id: re-using it
+    for another id while its terminal is retained raises InvalidOperation"): an
+    OperationId that created Actor "same" re-used for a get_or_create of User Spot
+    "same" (Actors and Spots are separate namespaces) is not a redelivery of that
+    operation: InvalidOperation -- never a Created of an object that does not exist."""
+
+    def app(index: int) -> App:
+        a = App()
+        a.enable_actor_dispatch()
+        if index == 0:
+            a.register_spot("room", _Plain, **_user())
+            a.register_actor("player", _Plain, relocation=RecreateOnRelocation())
+        return a
+
+    async with open_cluster(2, store=store, app=app) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[1]
+        op = OperationId.new()
+
+        def actor_call() -> Any:
+            return caller.actors.get_or_create("same", "player").operation_id(op).timeout(LONG)
+
+        def spot_call() -> Any:
+            return caller.spots.get_or_create("same", "room").operation_id(op).timeout(LONG)
+
+        calls = [actor_call, spot_call] if first == "actor" else [spot_call, actor_call]
+        original = await calls[0]()
+        assert type(original).__name__ in ("Created", "SpotCreated")
+        outcome: object
+        try:
+            outcome = await calls[1]()
+        except InvalidOperation as exc:
+            outcome = exc
+        found = (
+            await caller.spots.find("same")
+            if first == "actor"
+            else await caller.actors.find("same")
+        )
+        # Either refused, or the other object really exists now -- never a phantom.
+        assert isinstance(outcome, InvalidOperation) or found is not None, outcome
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_s06_08_a_47_that_arrives_after_the_deadline_runs_no_factory(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """S06-08 (§3 "end-to-end deadline 하나"; docs/api.md "An owner never starts work whose
+    deadline has passed"): the command 47 is held in transit longer than the call's
+    timeout: the call ends DeadlineExceeded at exactly submit + timeout; when the 47
+    finally arrives, the owner runs no factory and publishes nothing (the reservation
+    the caller gave back fences it), and the id is free for the next create."""
+    from zlink_trio.testing import FaultPlan
+    from zlink_trio.wire.commands import Command
+
+    probe = Probe()
+    plan = FaultPlan(seed=8)
+    async with open_cluster(2, store=store, app=host0(probe), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        caller = cluster.servers[1]
+        plan.delay(5.0, command=Command.USER_SPOT_CREATE, sender=caller.identity.node_rid, count=1)
+        start = trio.current_time()
+        with pytest.raises(DeadlineExceeded):
+            await caller.spots.get_or_create("late", "room").timeout(2)
+        assert trio.current_time() == start + 2
+        await trio.sleep(10)  # the 47 arrived at start + 5
+        assert probe.runs("late") == 0 and hosted_spots(cluster.servers[0]) == ()
+        assert await _spot_rows(store) == []
+        created = await caller.spots.get_or_create("late", "room").timeout(LONG)
+        assert isinstance(created, SpotCreated) and probe.runs("late") == 1
