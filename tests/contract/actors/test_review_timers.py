@@ -955,3 +955,79 @@ async def test_ticks_held_by_a_destroy_that_keeps_the_actor_run_afterwards(
 
 async def _names(actor: Any) -> list[str]:
     return [r.name for r in actor.context.timers.registrations()]
+
+
+@memory_only
+async def test_a_spot_whose_owner_lost_its_lease_runs_no_tick(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """docs/api.md Timers ("a node whose owner lease was lost runs no tick"; spec 06 §9
+    "Owner가 expired다 → 신규 message·timer admission ... 수행할 수 없다"): node 0 hosting a
+    User Spot with a 0.5 s periodic timer is cut off from the Store: no tick of it runs at
+    or after its local lease deadline, and once the lease is lost its timers are cleaned
+    up (nothing registered, the service sealed)."""
+    from zlink_trio.mesh.lease import LeaseHeld
+    from zlink_trio.testing import CutOffStore, node_of
+
+    ctl = SpotCtl()
+    cut = CutOffStore(store)
+    apps = [spot_timer_app(ctl), App()]
+
+    def config(index: int) -> ServerConfig:
+        return ServerConfig(
+            owner_lease_ttl=1.0,
+            owner_lease_renew_interval=0.3,
+            descriptor_poll_interval=0.2,
+            reclaim_sweep_interval=0.2,
+            location_store=cut if index == 0 else store,
+        )
+
+    async with open_cluster(2, app=lambda i: apps[i], config=config) as cluster:
+        await cluster.wait_all_admitted()
+        created = await cluster.servers[1].spots.get_or_create("t-l", "tower").timeout(LONG)
+        assert isinstance(created, SpotCreated)
+        await trio.sleep(1.2)
+        assert len(ctl.times("b")) >= 2
+        lease = node_of(cluster.servers[0]).lease
+        assert isinstance(lease, LeaseHeld)
+        deadline = lease.local_deadline
+        cut.cut()
+        await cluster.servers[0].wait_lease_lost()
+        await trio.sleep(5)
+        assert [t for t in ctl.times("b") if t >= deadline] == []
+        stats = _timers(cluster)
+        assert (stats.registered, stats.owners, stats.sealed) == (0, 0, True)
+
+
+@memory_only
+async def test_a_spot_cannot_use_another_spots_timers(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """docs/api.md Timers ("only inside the [owner's] own turns ...; from another task or
+    another [owner] it is InvalidOperation", the same API for Spots): Spot t-1's timer
+    handler registering and cancelling on Spot t-2's timers is InvalidOperation each
+    time and changes nothing: t-2's own timers go on ticking."""
+    ctl = SpotCtl()
+    seen: list[str] = []
+
+    async def meddle(spot: Any) -> None:
+        if spot.context.spot_id.value != "t-1":
+            return
+        other = ctl.instances["t-2"].context.timers
+        for call in (lambda: other.once("c", 0), lambda: other.cancel("b")):
+            try:
+                call()
+                seen.append("accepted")
+            except InvalidOperation:
+                seen.append("refused")
+
+    ctl.on_tick["a"] = meddle
+    async with open_cluster(2, store=store, app=_spot_apps(ctl)) as cluster:
+        await cluster.wait_all_admitted()
+        for spot_id in ("t-1", "t-2"):
+            created = await cluster.servers[1].spots.get_or_create(spot_id, "tower").timeout(LONG)
+            assert isinstance(created, SpotCreated)
+        await trio.sleep(2.2)
+        assert seen == ["refused", "refused"]
+        assert ctl.times("c") == []
+        assert len(ctl.times("b", "t-2")) == 4

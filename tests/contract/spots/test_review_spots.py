@@ -438,7 +438,6 @@ async def test_s06_07_every_node_hosts_and_calls_one_factory_run(
         assert len(created) == 1
         assert all(r == SpotExisting(created[0].spot) for r in results if r is not created[0])
         assert probe.runs("race") == 1 and probe.callbacks["race"] == 1
-        assert store.count("reserve") >= 1
         assert sum(spot_statistics(s).creates for s in cluster.servers) == 1
 
 
@@ -1618,3 +1617,51 @@ async def test_s06_08_a_47_that_arrives_after_the_deadline_runs_no_factory(
         assert await _spot_rows(store) == []
         created = await caller.spots.get_or_create("late", "room").timeout(LONG)
         assert isinstance(created, SpotCreated) and probe.runs("late") == 1
+
+
+@pytest.mark.parametrize("backend", ["memory"])  # exact virtual times: MockClock only
+async def test_s06_07_waiters_on_a_creating_attempt_reserve_nothing(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """S06-07 (§3.2 "진행 중인 Creating attempt를 관찰한 서로 다른 operation은 새
+    reservation이나 factory를 시작하지 않고 authority 변경을 기다린다"): once the first
+    attempt is Creating, six get_or_create calls from three nodes (each with its own 1 MiB
+    request) make no reserve and write no creation content; a waiter whose timeout is
+    shorter ends DeadlineExceeded at exactly its submit + timeout; the others end
+    Existing of the one incarnation."""
+    probe = Probe()
+    async with open_cluster(3, store=store, app=host0(probe)) as cluster:
+        await cluster.wait_all_admitted()
+        results: list[object] = []
+
+        async def creator() -> None:
+            call = cluster.servers[1].spots.get_or_create("w", "room").request(b"gate")
+            results.append(await call.timeout(LONG))
+
+        async def waiter(index: int) -> None:
+            call = cluster.servers[index % 3].spots.get_or_create("w", "room")
+            results.append(await call.request(b"w" * MIB).timeout(LONG))
+
+        async def impatient() -> None:
+            start = trio.current_time()
+            with pytest.raises(DeadlineExceeded):
+                await cluster.servers[2].spots.get_or_create("w", "room").timeout(1.5)
+            results.append(trio.current_time() - start)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(creator)
+            await probe.entered.wait()
+            store.reset()
+            for index in range(6):
+                nursery.start_soon(waiter, index)
+            nursery.start_soon(impatient)
+            await trio.sleep(3)
+            probe.gate.set()
+        assert store.count("reserve") == 0 and store.count("put_root") == 0
+        created = [r for r in results if isinstance(r, SpotCreated)]
+        assert len(created) == 1
+        assert [r for r in results if isinstance(r, SpotExisting)] == [
+            SpotExisting(created[0].spot)
+        ] * 6
+        assert 1.5 in results
+        assert probe.runs("w") == 1
