@@ -649,7 +649,7 @@ async def test_a_stop_while_a_tick_waits_for_a_full_queue(
     strict=True,
     reason=(
         "BUG: the timer handler's signature is never checked: an @on_timer method that "
-        "takes no payload (or an extra one) starts fine and raises TypeError at every "
+        "takes no payload parameter starts fine and raises TypeError at every "
         "tick (handler_crashed), instead of a startup ConfigurationError"
     ),
 )
