@@ -1665,3 +1665,30 @@ async def test_s06_07_waiters_on_a_creating_attempt_reserve_nothing(
         ] * 6
         assert 1.5 in results
         assert probe.runs("w") == 1
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "BUG: a plain-def FUNCTION handler given to App.register_spot_handler is accepted "
+        "at startup (HandlerRegistrations.validate checks only marked class methods); it "
+        "would fail every call later with TypeError ('can't be used in await')"
+    ),
+)
+async def test_s06_a_plain_def_function_handler_is_refused_at_startup() -> None:
+    """SPOTS_API.md §1 ("handler/callback for an unregistered type, twice the same key, a
+    non-``async def`` → error", checked at startup) / docs/api.md ("Handlers are async
+    def"): ``register_spot_handler(type, REQUEST, "x", plain_def)`` is a startup
+    ConfigurationError."""
+    from zlink_trio import MessageKind
+
+    def plain(spot: object, payload: bytes) -> bytes:
+        return payload
+
+    app = App()
+    app.register_spot("t", _Plain, **_user())
+    app.register_spot_handler("t", MessageKind.REQUEST, "x", plain)  # type: ignore[arg-type]
+    config = ServerConfig(meshes=[MeshConfig(name="m")], cluster_secret=b"k" * 32)
+    with pytest.raises(ConfigurationError, match="async def"):
+        async with open_server(config, app):
+            raise AssertionError("the server must not start")  # pragma: no cover
