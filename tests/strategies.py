@@ -29,6 +29,7 @@ from zlink_trio.ids import (
 )
 from zlink_trio.wire import (
     ALL_RECORDS,
+    ActorJournal,
     ActorSend,
     CreateState,
     CreateTail,
@@ -220,6 +221,7 @@ def _fix_follow(d: Fields) -> Fields:
 FIXUPS: dict[type[Any], Callable[[Fields], Fields]] = {
     TerminalReply: _fix_terminal,
     ActorSend: _fix_send,
+    ActorJournal: _fix_send,
     SpotDirectRoute: _fix_spot_route,
     SessionRelocationSealed: _fix_result_code(SealResult.REJECTED),
     RelocationRelayReady: _fix_result_code(RelayReadyResult.REJECTED),

@@ -52,6 +52,15 @@ from .actors.handlers import (
     MessageKind as MessageKind,
     on_request as on_request,
     on_send as on_send,
+    on_timer as on_timer,
+)
+from .actors.join import JoinCall as JoinCall
+from .actors.membership import (
+    JoinCompletion as JoinCompletion,
+    JoinEvent as JoinEvent,
+    JoinOutcome as JoinOutcome,
+    LeaveEvent as LeaveEvent,
+    on_join_complete as on_join_complete,
 )
 from .actors.policy import (
     ActorRelocationAdapter as ActorRelocationAdapter,
@@ -111,6 +120,13 @@ from .ids import (
     SpotRef as SpotRef,
     StableType as StableType,
 )
+from .objects.policy import SpotRelocationAdapter as SpotRelocationAdapter
+from .objects.timers import (
+    TimerKind as TimerKind,
+    TimerRegistration as TimerRegistration,
+    Timers as Timers,
+    TimerStatistics as TimerStatistics,
+)
 from .observe import FlowEvent as FlowEvent
 from .server import Server as Server, open_server as open_server, serve_server as serve_server
 from .spots.approval import (
@@ -119,6 +135,21 @@ from .spots.approval import (
     CreateDecision as CreateDecision,
     Reject as Reject,
 )
+from .spots.context import SpotContext as SpotContext
+from .spots.execution import (
+    ExecutionMode as ExecutionMode,
+    PerActor as PerActor,
+    SpotWide as SpotWide,
+)
+from .spots.lifecycle import SpotCallback as SpotCallback, on_lifecycle as on_lifecycle
+from .spots.manager import SpotInfo as SpotInfo, SpotPage as SpotPage
+from .spots.results import (
+    SpotCreated as SpotCreated,
+    SpotCreateResult as SpotCreateResult,
+    SpotExisting as SpotExisting,
+    SpotRejected as SpotRejected,
+)
+from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
 
 __all__ = [
@@ -142,11 +173,17 @@ __all__ = [
     "DescriptorConflict",
     "DisableRelocation",
     "ErrorKind",
+    "ExecutionMode",
     "Existing",
     "FlowEvent",
     "InvalidArgument",
     "InvalidId",
     "InvalidOperation",
+    "JoinCall",
+    "JoinCompletion",
+    "JoinEvent",
+    "JoinOutcome",
+    "LeaveEvent",
     "MemoryLocationStore",
     "MemoryStoreConfig",
     "MeshConfig",
@@ -161,6 +198,7 @@ __all__ = [
     "OperationId",
     "OwnerLeaseExpired",
     "OwnerLeaseGeneration",
+    "PerActor",
     "PostgresStoreConfig",
     "PreserveStateWith",
     "ProtocolError",
@@ -172,16 +210,34 @@ __all__ = [
     "ServerConfig",
     "SessionNotBound",
     "ShuttingDown",
+    "SpotCallback",
+    "SpotContext",
+    "SpotCreateResult",
+    "SpotCreated",
+    "SpotExisting",
     "SpotId",
+    "SpotInfo",
+    "SpotKind",
+    "SpotPage",
     "SpotRef",
+    "SpotRejected",
+    "SpotRelocationAdapter",
+    "SpotWide",
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
+    "TimerKind",
+    "TimerRegistration",
+    "TimerStatistics",
+    "Timers",
     "TypeMismatch",
     "Unavailable",
     "ZLinkError",
+    "on_join_complete",
+    "on_lifecycle",
     "on_request",
     "on_send",
+    "on_timer",
     "open_server",
     "serve_server",
 ]

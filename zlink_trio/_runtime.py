@@ -7,7 +7,10 @@ above it, and only then lets the node bind, register and accept::
 
     open_runtime                                  the node nursery
     ├─ engine + roles nursery
+    │  ├─ zlink_trio.timers   serve_timers         the node's one timer service  -> TimerService
     │  ├─ zlink_trio.spots    serve_spots          Spot owner: Entry Spot lanes  -> SpotOwner
+    │  │                      └─ serve_spot_runtime  User/Instance Spots: hosting, 47/48,
+    │  │                                             server.spots (with a Store + Object mesh)
     │  ├─ zlink_trio.actors   serve_actors(spots)  Actor owner + manager         -> ActorRuntime
     │  │                      (later: the session owner, the relocation coordinator and the
     │  │                       STREAM listener start here, each given the handles below it)
@@ -25,15 +28,15 @@ Exit (also when the body raises or is cancelled) is the drain of a clean stop, t
 "Graceful drain on a clean stop"):
 
 1. **stop admission** -- the node admits nothing more: new calls end ShuttingDown, peers'
-   commands are refused (Unavailable), new hellos too; connections, replies and the
-   lease go on;
+   commands are refused (Unavailable), new hellos too, and no timer fires (ticks already
+   queued still run in 2); connections, replies and the lease go on;
 2. **settle** -- the accepted turns (everything already queued to a lane) and the control
    transactions in progress here (creation attempts, destroys) run to their end, until
    the drain deadline (stop + ``drain_timeout``);
 3. **relocate out** -- the hook of the relocation issue: relocatable objects will move to
    peers here, before their rows are released (nothing is relocatable yet);
 4. **stop the roles** -- what still runs is cancelled and the engine closes: no turn runs
-   from here on;
+   from here on; the timer service ends and cleans up every registration;
 5. **release** -- every authority row this lifecycle owns is given back in the Store
    (Ready/Closing → release, Creating → abort_creation, each a CAS on the version read),
    bounded by ``drain_timeout``, so peers see the ids Missing at once;
@@ -50,6 +53,7 @@ import importlib
 import logging
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from functools import partial
 from typing import Any, Final, cast, final
 
 import trio
@@ -67,6 +71,7 @@ from .mesh.services import RuntimeService, ServiceContext
 from .mesh.tap import WireTap
 from .objects.owner_loss import serve_reclaim_sweep
 from .objects.release_owned import release_owned
+from .objects.timers import TimerService, serve_timers
 from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
@@ -93,7 +98,7 @@ DRAIN_STEPS: Final = (
 class Runtime:
     """The parts of one running node (private: ``Server`` exposes only its surface)."""
 
-    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store")
+    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store", "timers")
 
     def __init__(
         self,
@@ -105,8 +110,11 @@ class Runtime:
         spots: SpotOwner,
         actors: ActorRuntime | None,
         flow: FlowTrace,
+        timers: TimerService | None = None,
     ) -> None:
         self.config = config
+        self.timers = timers
+        """The node's one timer service (Actor and Spot timers)."""
         self.flow = flow
         self.app = app
         self.store = store
@@ -130,9 +138,10 @@ class _Roles:
     """The roles of one node, started in order in the roles nursery (what started is kept
     even when a later one fails: the drain needs it)."""
 
-    __slots__ = ("actors", "spots")
+    __slots__ = ("actors", "spots", "timers")
 
     def __init__(self) -> None:
+        self.timers: TimerService | None = None
         self.spots: SpotOwner | None = None
         self.actors: ActorRuntime | None = None
 
@@ -147,16 +156,38 @@ class _Roles:
         flow: FlowTrace,
         services: Sequence[RuntimeService],
     ) -> None:
-        """Spot owner, Actor owner, extra services (before the node serves)."""
+        """Timer service, Spot owner, Actor owner, extra services (before the node
+        serves)."""
+        self.timers = await nursery.start(serve_timers, name="zlink_trio.timers")
+        node.on_lease_lost(self.timers.seal)  # a fail-stopped node fires no tick either
         on_create = app.on_create_actor if app is not None else None
         self.spots = await nursery.start(
-            serve_spots, engine, _entry_ids(config, app, node), on_create, name="zlink_trio.spots"
+            partial(
+                serve_spots,
+                config=config,
+                spot_types=app.spot_types if app is not None else None,
+                payloads=app.payloads if app is not None else None,
+                store=store,
+                node=node,
+                flow=flow,
+                timers=self.timers,
+            ),
+            engine,
+            _entry_ids(config, app, node),
+            on_create,
+            name="zlink_trio.spots",
         )
         if app is not None and app.actor_dispatch:
             if store is None:  # check_startup refuses this configuration
                 raise ConfigurationError("Actor dispatch needs a Location Store")
+            spot_runtime = self.spots.runtime
             self.actors = await nursery.start(
-                serve_actors,
+                partial(
+                    serve_actors,
+                    timers=self.timers,
+                    spot_client=None if spot_runtime is None else spot_runtime.messaging.client,
+                    spots=self.spots.runtime,
+                ),
                 config,
                 app.actor_types,
                 app.payloads,
@@ -188,7 +219,15 @@ async def open_runtime(
     connections, which the release (5) and the deregistration (6) need."""
     async with _store_for(config) as store, trio.open_nursery() as outer:
         actor_types = app.hosted_actor_types if app is not None else frozenset()
-        node = MeshNode(config, store, actor_types=actor_types, fault_plan=fault_plan, tap=tap)
+        node = MeshNode(
+            config,
+            store,
+            actor_types=actor_types,
+            spot_types=app.hosted_user_spot_types if app is not None else frozenset(),
+            instance_types=app.hosted_instance_spot_types if app is not None else frozenset(),
+            fault_plan=fault_plan,
+            tap=tap,
+        )
         flow = FlowTrace()  # the node's one place that counts and logs flow events
         try:
             async with open_engine(
@@ -211,20 +250,38 @@ async def open_runtime(
                                 # Reclaims what dead lifecycles left; its first round runs
                                 # before the server is handed out (a restart cleans up
                                 # after its previous lifecycles).
+                                spot_runtime = roles.spots.runtime if roles.spots else None
                                 await nursery.start(
                                     serve_reclaim_sweep,
                                     config,
                                     store,
                                     flow,
                                     node,
+                                    # Instance Spots whose first message did not complete
+                                    # are resumed, not reclaimed (spec 06 §4.1.1).
+                                    None
+                                    if spot_runtime is None
+                                    else spot_runtime.messaging.recovery.recover,
                                     name="zlink_trio.objects.sweep",
                                 )
                             assert roles.spots is not None
                             yield Runtime(
-                                config, app, store, engine, node, roles.spots, roles.actors, flow
+                                config,
+                                app,
+                                store,
+                                engine,
+                                node,
+                                roles.spots,
+                                roles.actors,
+                                flow,
+                                roles.timers,
                             )
                         finally:
-                            await _drain_live(config, node, engine, roles.actors)  # steps 1-3
+                            if roles.timers is not None:
+                                roles.timers.seal()  # step 1 for timers: no tick fires
+                            await _drain_live(
+                                config, node, engine, roles.actors, roles.spots
+                            )  # steps 1-3
                             nursery.cancel_scope.cancel(reason="zlink_trio server closed")
                 except BaseExceptionGroup as group:
                     raise_single_error(group)  # one error leaves as itself
@@ -234,7 +291,11 @@ async def open_runtime(
 
 
 async def _drain_live(
-    config: ServerConfig, node: MeshNode, engine: Engine, actors: ActorRuntime | None
+    config: ServerConfig,
+    node: MeshNode,
+    engine: Engine,
+    actors: ActorRuntime | None,
+    spots: SpotOwner | None = None,
 ) -> None:
     """Drain steps 1-3 (the module docstring), shielded; 2-3 until the drain deadline.
     Step 4 follows: the caller cancels the roles and the engine closes."""
@@ -243,19 +304,24 @@ async def _drain_live(
         await trio.lowlevel.cancel_shielded_checkpoint()
         return  # a crash or a fail-stopped node: nothing is let finish
     with trio.CancelScope(shield=True, deadline=trio.current_time() + config.drain_timeout):
-        await _settle(engine, actors)  # 2.
+        await _settle(engine, actors, spots)  # 2.
         await _relocate_out(node, actors)  # 3.
 
 
-async def _settle(engine: Engine, actors: ActorRuntime | None) -> None:
+async def _settle(
+    engine: Engine, actors: ActorRuntime | None, spots: SpotOwner | None = None
+) -> None:
     """Drain step 2: wait until no turn runs or is queued and no control transaction is
-    in progress (a transaction may queue turns and a turn may start one: both at once)."""
-    transactions = None if actors is None else actors.transactions
+    in progress (a transaction may queue turns and a turn may start one: both at once).
+    Transactions: the Actor runtime's and the Spot runtime's (creates, destroys, closes)."""
+    activities = [] if actors is None else [actors.transactions]
+    if spots is not None and spots.runtime is not None:
+        activities.append(spots.runtime.transactions)
     while True:
         await engine.wait_idle()
-        if transactions is not None:
+        for transactions in activities:
             await transactions.wait_idle()
-        if engine.idle and (transactions is None or not transactions.busy):
+        if engine.idle and not any(t.busy for t in activities):
             return
 
 

@@ -17,7 +17,12 @@ from .actors.policy import RelocationPolicy
 from .actors.registry import ActorHandler, ActorRegistry, ActorType, ActorTypes
 from .errors import ConfigurationError
 from .ids import StableType
+from .objects.registry import Handler
 from .spots.approval import OnCreateActor
+from .spots.execution import ExecutionMode
+from .spots.lifecycle import SpotCallback, SpotCallbackFn
+from .spots.registry import SpotRegistry, SpotTypes
+from .spots.spot_kind import SpotKind
 from .wire.payloads import PayloadRegistry, build_registry
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
@@ -33,23 +38,38 @@ class ValidatedApp:
     packet_handlers: Mapping[str, PacketHandler]
     payloads: PayloadRegistry = attrs.field(factory=PayloadRegistry)
     """The payload codecs (``App.register_codec``): one registry for every message kind."""
+    spot_types: SpotTypes = attrs.field(factory=dict)
+    """The registered User and Instance Spot types (``App.register_spot``)."""
 
     @property
     def hosted_actor_types(self) -> frozenset[StableType]:
         """The stable types a SERVER mesh descriptor of this node publishes."""
         return frozenset(self.actor_types)
 
+    @property
+    def hosted_user_spot_types(self) -> frozenset[StableType]:
+        """The User Spot types a SERVER mesh descriptor publishes (``spot_types``)."""
+        return frozenset(st for st, t in self.spot_types.items() if t.kind is SpotKind.USER)
+
+    @property
+    def hosted_instance_spot_types(self) -> frozenset[StableType]:
+        """The Instance Spot types a SERVER mesh descriptor publishes (``instance_types``)."""
+        return frozenset(st for st, t in self.spot_types.items() if t.kind is SpotKind.INSTANCE)
+
 
 @final
 class App:
-    """Registrations of one server: Actor types, handlers, Entry Spot callbacks, packets.
+    """Registrations of one server: Actor types, handlers, Entry Spot callbacks, packets,
+    User and Instance Spot types.
 
-    The Actor part is an :class:`~zlink_trio.actors.registry.ActorRegistry`; this object
-    composes it with the Entry Spot callback and the STREAM packet handlers."""
+    The Actor part is an :class:`~zlink_trio.actors.registry.ActorRegistry`, the Spot part
+    a :class:`~zlink_trio.spots.registry.SpotRegistry`; this object composes them with the
+    Entry Spot callback and the STREAM packet handlers."""
 
     def __init__(self) -> None:
         self._actor_dispatch = False
         self._actors = ActorRegistry()
+        self._spots = SpotRegistry()
         self._packet_handlers: list[tuple[object, PacketHandler]] = []
         self._on_create_actor: list[OnCreateActor] = []
         self._codecs: list[tuple[object, str | None]] = []
@@ -72,7 +92,8 @@ class App:
 
         ``factory(context)`` receives only the Actor Context and must return an Actor whose
         ``context`` attribute is that very object. When ``factory`` is a class, its methods
-        marked with ``@on_send`` / ``@on_request`` become the type's handlers.
+        marked with ``@on_send`` / ``@on_request`` become the type's handlers (and its
+        ``@on_timer`` methods the handlers of its timers).
         """
         self._actors.register_actor(stable_type, factory, relocation=relocation)
 
@@ -81,6 +102,54 @@ class App:
     ) -> None:
         """Register a function handler ``async def handler(actor, payload)``."""
         self._actors.register_handler(stable_type, kind, packet, handler)
+
+    def register_actor_timer_handler(
+        self, stable_type: str, name: str, handler: ActorHandler
+    ) -> None:
+        """Register a function handler ``async def handler(actor, payload: bytes)`` for the
+        Actor timer ``name`` (the function form of ``@on_timer(name)``)."""
+        self._actors.register_timer_handler(stable_type, name, handler)
+
+    def register_spot(
+        self,
+        stable_type: str,
+        factory: Callable[[Any], Any],
+        *,
+        kind: SpotKind = SpotKind.USER,
+        execution: ExecutionMode | None = None,
+        relocation: RelocationPolicy,
+    ) -> None:
+        """Register a User or Instance Spot stable type with its factory, execution mode
+        and REQUIRED relocation policy.
+
+        ``factory(context)`` receives only the :class:`~zlink_trio.SpotContext` and must
+        return a Spot whose ``context`` attribute is that very object. When ``factory`` is
+        a class, its ``@on_send`` / ``@on_request`` methods become the type's handlers and
+        its ``@on_lifecycle(SpotCallback.X)`` methods its lifecycle callbacks.
+        ``execution`` (PerActor() or SpotWide()) is required for ``SpotKind.USER`` and
+        refused for ``SpotKind.INSTANCE``; a PerActor Spot allows RecreateOnRelocation only.
+        """
+        self._spots.register_spot(
+            stable_type, factory, kind=kind, execution=execution, relocation=relocation
+        )
+
+    def register_spot_handler(
+        self, stable_type: str, kind: MessageKind, packet: str, handler: Handler
+    ) -> None:
+        """Register a Spot function handler ``async def handler(spot, payload)``."""
+        self._spots.register_handler(stable_type, kind, packet, handler)
+
+    def register_spot_timer_handler(self, stable_type: str, name: str, handler: Handler) -> None:
+        """Register a function handler ``async def handler(spot, payload: bytes)`` for the
+        Spot timer ``name`` (the function form of ``@on_timer(name)``)."""
+        self._spots.register_timer_handler(stable_type, name, handler)
+
+    def register_spot_callback(
+        self, stable_type: str, callback: SpotCallback, fn: SpotCallbackFn
+    ) -> None:
+        """Register a Spot lifecycle callback ``async def fn(spot, argument)`` (see
+        :class:`~zlink_trio.SpotCallback` for the argument and the result of each)."""
+        self._spots.register_callback(stable_type, callback, fn)
 
     def register_codec(self, cls: type, *, name: str | None = None) -> None:
         """Register the frozen attrs class ``cls`` as a payload (and reply) type.
@@ -114,6 +183,7 @@ class App:
         """Check every registration; raise one ConfigurationError naming every problem."""
         payloads, problems = build_registry(self._codecs)
         actor_types = self._actors.validate(problems, payloads)
+        spot_types = self._spots.validate(problems, payloads)
         packets: dict[str, PacketHandler] = {}
         for packet_key, packet_fn in self._packet_handlers:
             if not isinstance(packet_key, str) or not packet_key:
@@ -132,4 +202,5 @@ class App:
             on_create_actor=self._on_create_actor[0] if self._on_create_actor else None,
             packet_handlers=packets,
             payloads=payloads,
+            spot_types=spot_types,
         )

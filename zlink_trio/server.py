@@ -55,7 +55,10 @@ from .mesh.lease import LeaseExpired
 from .mesh.services import RuntimeService
 from .mesh.stats import MeshNodeStatistics
 from .mesh.tap import WireTap
+from .objects.timers import TimerStatistics
 from .observe import FlowEvent
+from .spots.manager import SpotManager
+from .spots.stats import SpotRuntimeStatistics
 from .store.api import Endpoint, LocationStore
 
 __all__ = [
@@ -79,6 +82,10 @@ class ServerStatistics:
     flow: Mapping[FlowEvent, int]
     """How often each logged-and-counted runtime outcome (:class:`FlowEvent`) happened in
     this lifecycle (every event present, zero included)."""
+    spots: SpotRuntimeStatistics | None = None
+    """None when the node runs no User/Instance Spot runtime (no Store or Object mesh)."""
+    timers: TimerStatistics | None = None
+    """The node's framework timers (Actor and Spot timers together; no owner id)."""
 
 
 @final
@@ -119,6 +126,20 @@ class Server(metaclass=NoPublicConstructor):
         return actors.manager
 
     @property
+    def spots(self) -> SpotManager:
+        """The Spot manager: create, get_or_create, find, query, close (User Spots).
+
+        Raises:
+            NotConfigured: the node has no Location Store or no Object Client/Server mesh.
+        """
+        runtime = self._runtime.spots.runtime
+        if runtime is None:
+            raise NotConfigured(
+                "Spots need a Location Store and a mesh with an Object Client or Server role"
+            )
+        return runtime.manager
+
+    @property
     def endpoint(self) -> Endpoint | None:
         """Advertised host and bound port of the mesh listener (None without meshes)."""
         return self._runtime.node.endpoint
@@ -130,6 +151,8 @@ class Server(metaclass=NoPublicConstructor):
             engine=runtime.engine.statistics(),
             actors=None if runtime.actors is None else runtime.actors.statistics(),
             flow=runtime.flow.snapshot(),
+            spots=None if runtime.spots.runtime is None else runtime.spots.runtime.statistics(),
+            timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
 
     async def wait_lease_lost(self) -> LeaseExpired:
@@ -181,6 +204,14 @@ def check_startup(config: ServerConfig, app: App | None) -> ValidatedApp | None:
         raise ConfigurationError(
             f"registered Actor types ({names}) need an Object Server role in some mesh"
         )
+    if validated is not None and validated.spot_types:
+        names = ", ".join(sorted(t.value for t in validated.spot_types))
+        if not any(m.object_role.can_host for m in config.meshes):
+            raise ConfigurationError(
+                f"registered Spot types ({names}) need an Object Server role in some mesh"
+            )
+        if store is None:
+            raise ConfigurationError(f"registered Spot types ({names}) need a Location Store")
     if config.meshes:
         if store is None:
             raise ConfigurationError("meshes need a Location Store to publish descriptors")

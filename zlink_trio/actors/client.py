@@ -15,10 +15,12 @@ import trio
 
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
+from ..objects.calls import FluentCall, message_payload
 from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, TypedPayload
-from .calls import FluentCall
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
+    from .join import JoinRegistrar
     from .messenger import Messenger
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
@@ -134,6 +136,8 @@ class ActorClient:
         "_messenger",
         "_packets",
         "_payloads",
+        "barriers",
+        "spots",
     )
 
     def __init__(
@@ -143,13 +147,18 @@ class ActorClient:
         max_request: int,
         default_timeout: float,
         payloads: PayloadRegistry = EMPTY_REGISTRY,
+        spots: SpotClient | None = None,
     ) -> None:
+        self.spots = spots
+        """The Spot direct-call client Actor handlers use (``context.spots``)."""
         self._messenger = messenger
         self._payloads = payloads
         self._max_request = max_request
         self._default_timeout = default_timeout
         self._ids: dict[str, ActorId] = {}
         self._packets: set[str] = set()
+        self.barriers: JoinRegistrar | None = None
+        """Refuses a request that would wait behind its own handler's Join barrier."""
 
     def _target(self, actor_id: object) -> ActorId:
         if type(actor_id) is not str:
@@ -172,20 +181,9 @@ class ActorClient:
         return name
 
     def _payload(self, payload: object) -> bytes | TypedPayload:
-        if type(payload) is not bytes:
-            if not isinstance(payload, bytearray | memoryview):
-                codec = self._payloads.of(payload)
-                if codec is None:
-                    raise InvalidOperation(
-                        "payload must be bytes or an instance of a registered payload "
-                        f"class, got {type(payload).__name__}"
-                    )
-                codec.check(payload)  # an unencodable value fails here, local or remote
-                return TypedPayload(codec, payload)
-            payload = bytes(payload)
-        if len(payload) > self._max_request:
-            raise InvalidOperation(f"payload of {len(payload)} bytes exceeds {self._max_request}")
-        return payload
+        if type(payload) is bytes and len(payload) <= self._max_request:
+            return payload  # the common case, without a call
+        return message_payload(payload, self._payloads, self._max_request)
 
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an
@@ -202,10 +200,16 @@ class ActorClient:
         self, actor_id: str | ActorId, packet: str, payload: object = b""
     ) -> RequestCall[bytes | None]:
         """Request ``packet`` of the Actor ``actor_id``; the reply bytes (or None), or with
-        ``.reply_type(cls)`` an instance of ``cls``."""
+        ``.reply_type(cls)`` an instance of ``cls``. InvalidOperation, before anything is
+        sent, when this handler registered a deferred Join of that Actor (the request
+        would wait behind its barrier for ever)."""
+        target = self._target(actor_id)
+        barriers = self.barriers
+        if barriers is not None and barriers.open:
+            barriers.check_request(target)
         return RequestCall(
             self._messenger,
-            self._target(actor_id),
+            target,
             self._packet(packet),
             self._payload(payload),
             self._default_timeout,

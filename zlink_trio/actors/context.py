@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from ..errors import SessionNotBound
+from ..errors import NotConfigured, SessionNotBound, Unavailable
 from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
+from ..objects.timers import Timers
+from .join import JoinCall
 
 if TYPE_CHECKING:
+    from ..spots.client import SpotClient
     from .client import ActorClient
+    from .hosted import HostedActor
+    from .join import JoinRegistrar
 
 __all__ = ["ActorContext", "BoundSession"]
 
@@ -44,7 +49,17 @@ class ActorContext:
     Actor is never published Ready. The fields are read-only for the application.
     """
 
-    __slots__ = ("_actor_id", "_client", "_generation", "_mesh_name", "_spot_id")
+    __slots__ = (
+        "_actor_id",
+        "_client",
+        "_generation",
+        "_hosted",
+        "_joins",
+        "_mesh_name",
+        "_retired",
+        "_spot",
+        "_spot_id",
+    )
 
     def __init__(
         self,
@@ -53,12 +68,18 @@ class ActorContext:
         mesh_name: MeshName,
         spot_id: SpotId | None,
         client: ActorClient,
+        joins: JoinRegistrar | None = None,
     ) -> None:
         self._actor_id = actor_id
         self._generation = object_generation
         self._mesh_name = mesh_name
         self._spot_id = spot_id
         self._client = client
+        self._hosted: HostedActor | None = None
+        """The hosted activation, once published (set by the Actor owner)."""
+        self._joins = joins
+        self._retired = False
+        self._spot: object = None
 
     @property
     def actor_id(self) -> ActorId:
@@ -79,14 +100,80 @@ class ActorContext:
         return self._spot_id
 
     @property
+    def spot(self) -> object:
+        """The containing Spot's application object when that Spot is SpotWide (the
+        Actor's turns share its gate, so the Spot's state may be used inside them); None
+        in an Entry Spot or a PerActor Spot, where Spot state is reached only through an
+        explicit Spot send/request (04 §3.1)."""
+        return self._spot
+
+    @property
     def session(self) -> BoundSession:
         """The bound-session capability (push / close to the current binding)."""
         return _UNBOUND
 
     @property
     def actors(self) -> ActorClient:
-        """Send to / request other Actors by ActorId (Actor-to-Actor calls)."""
+        """Send to / request other Actors by ActorId (Actor-to-Actor calls). Unavailable
+        once the Context was retired (the Actor moved to another node by a Join)."""
+        if self._retired:
+            raise Unavailable(
+                f"actor {self._actor_id.value!r} moved to another node: its old Context "
+                "sends nothing (it is never forwarded to the new activation)"
+            )
         return self._client
+
+    @property
+    def timers(self) -> Timers:
+        """The Actor's framework timers: ``once`` / ``every`` / ``cancel`` from its own
+        handlers; each tick runs its ``@on_timer(name)`` handler as a turn of the Actor."""
+        return Timers(self._hosted)
+
+    @property
+    def spots(self) -> SpotClient:
+        """Send to / request Spots by SpotId (spec 04 §3.1: the explicit Spot call through
+        which an Actor reads or changes Spot-owned state; it runs on the target Spot's
+        turn, never on this Actor's).
+
+        Raises:
+            NotConfigured: this server makes no Spot direct calls.
+        """
+        spots = self._client.spots
+        if spots is None:
+            raise NotConfigured("this server makes no Spot direct calls")
+        return spots
+
+    @property
+    def retired(self) -> bool:
+        """True once the Actor moved to another node (a cross-node Join committed): this
+        Context's identity stays readable, every new call through it is Unavailable."""
+        return self._retired
+
+    def join_spot(self, spot_id: str | SpotId, request: object = b"") -> JoinCall:
+        """A Join of this Actor to the User Spot ``spot_id``: set ``.timeout(s)`` if
+        needed, then ``.defer()`` (synchronous: it runs after this handler ends normally;
+        the result comes to the type's ``@on_join_complete`` method). ``request`` (bytes
+        or a registered payload, at most 1 MiB) goes to the Spot's JOIN callback."""
+        return JoinCall.to_spot(self._joins, self, spot_id, request)
+
+    def join_entry_spot(
+        self, entry_spot_id: str | SpotId | None = None, request: object = b""
+    ) -> JoinCall:
+        """A Join of this Actor to an Entry Spot: by default the Entry Spot of its current
+        node (leaving its User Spot; in the Entry Spot already: Accepted, nothing
+        changes), or the Entry Spot ``entry_spot_id`` of another node (the Actor moves
+        there). Then ``.defer()`` as for :meth:`join_spot`."""
+        return JoinCall.to_entry(self._joins, self, entry_spot_id, request)
+
+    def _move_to(self, spot_id: SpotId, spot: object = None) -> None:
+        """The membership commit of a same-node Join (the framework only): the SpotId,
+        and the SpotWide Spot's object (None otherwise)."""
+        self._spot_id = spot_id
+        self._spot = spot
+
+    def _retire(self) -> None:
+        """The Actor moved to another node (the framework only)."""
+        self._retired = True
 
     def __repr__(self) -> str:
         return (

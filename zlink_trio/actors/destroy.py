@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import final
 
-from ..errors import Unavailable, ZLinkError
+from ..errors import InvalidOperation, Unavailable, ZLinkError
 from ..ids import ActorId, ObjectGeneration
 from ..objects.destroy import Release, ReleaseOutcome
 from .authority import Authority
@@ -51,9 +51,26 @@ class ActorDestroyKind:
         current = self._host.get(object_id)
         return current is not None and current.lane is not None and current.lane.in_turn()
 
-    async def destroy(self, hosted: HostedActor, release: Release) -> ZLinkError | None:
+    async def destroy(
+        self, hosted: HostedActor, release: Release, fence: object = None
+    ) -> ZLinkError | None:
         host = self._host
         actor_id = hosted.actor_id
+        # A membership transition claimed the Actor first (registered or running): the
+        # destroy waits for its end, then applies to the state it left (04 §3.1 races).
+        pending = hosted.join
+        while pending is not None:
+            await pending.done.wait()
+            pending = hosted.join
+        if host.get(actor_id) is not hosted:
+            return Unavailable(f"actor {actor_id.value!r} moved to another node during the destroy")
+        spot = hosted.context.spot_id
+        if hosted.state is READY and spot is not None and not spot.is_reserved_entry_shape:
+            # 04 §6.8: a destroy is not a membership move (no leave callback runs).
+            return InvalidOperation(
+                f"actor {actor_id.value!r} is a member of User Spot {spot.value!r}: it must "
+                "leave first (join_entry_spot()), then be destroyed"
+            )
         barrier: Barrier | None = None
         try:
             if hosted.state is READY:

@@ -13,25 +13,32 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..engine.engine import Engine
+from ..engine.gate import Gate
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
-from ..errors import CapacityExceeded, StaleRoute, Unavailable
+from ..errors import CapacityExceeded, ShuttingDown, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, NodeRid, StableType
 from ..mesh.lease import LeaseDeadline
+from ..objects.timers import TimerService, TimerTick
 from ..observe import FlowEvent, FlowTrace
 from .hosted import (
     ACTOR_LANE,
     DESTROYING,
     FENCED,
+    JOINING,
+    MOVED,
     READY,
     ActorItem,
     Deliver,
     HostedActor,
     HostedKind,
+    JoinDone,
+    fail_parked,
     lease_lost_error,
 )
 
 if TYPE_CHECKING:
+    from .join import JoinRegistrar
     from .registry import ActorType
     from .stats import DispatchStats
 
@@ -65,6 +72,8 @@ class ActorHost:
         "_lease",
         "_lease_live",
         "_staging",
+        "_timers",
+        "joins",
     )
 
     def __init__(
@@ -73,8 +82,10 @@ class ActorHost:
         flow: FlowTrace,
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
+        timers: TimerService | None = None,
     ) -> None:
         self._engine = engine
+        self._timers = timers
         self._flow = flow
         self._lease = lease
         self._lease_live = lease_live
@@ -82,6 +93,8 @@ class ActorHost:
         self._actors: dict[ActorId, HostedActor] = {}
         self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
+        self.joins: JoinRegistrar | None = None
+        """The node's Join registrar (closes the handlers' registration scopes)."""
 
     # --- registry ---------------------------------------------------------------------
     def get(self, actor_id: ActorId) -> HostedActor | None:
@@ -104,8 +117,16 @@ class ActorHost:
         kind = self._kinds.get(actor_type.stable_type)
         if kind is None or kind.actor_type is not actor_type or kind.node_rid != node_rid:
             kind = self._kinds[actor_type.stable_type] = HostedKind(
-                actor_type, node_rid, stats, max_reply, self._flow, self._lease, self._lease_live
+                actor_type,
+                node_rid,
+                stats,
+                max_reply,
+                self._flow,
+                self._lease,
+                self._lease_live,
+                self._timers,
             )
+            kind.joins = self.joins
         return kind
 
     def begin_staging(self, actor_id: ActorId) -> None:
@@ -165,13 +186,21 @@ class ActorHost:
             staging.event = trio.Event()
 
     def retire(self, hosted: HostedActor) -> None:
-        """Unpublish ``hosted`` (destroy: after its location ownership is gone)."""
+        """Unpublish ``hosted`` (destroy: after its location ownership is gone); its
+        timers are cleaned up (once)."""
         if self._actors.get(hosted.actor_id) is hosted:
             del self._actors[hosted.actor_id]
         hosted.retire_lane()
+        if hosted.timers is not None:
+            hosted.timers.close()
 
     def close_admission(self, hosted: HostedActor) -> None:
+        """Destroy step 1: no payload is admitted and no timer tick enters its queue
+        (ticks due meanwhile wait: :meth:`reopen` lets them in, :meth:`retire` drops
+        them)."""
         hosted.state = DESTROYING
+        if hosted.timers is not None:
+            hosted.timers.suspend()
 
     def reopen(self, hosted: HostedActor, *, new_lane: bool) -> None:
         """A destroy did not happen (the Store row is still Ready): admit again.
@@ -181,6 +210,8 @@ class ActorHost:
         if new_lane:
             hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         hosted.state = READY
+        if hosted.timers is not None:
+            hosted.timers.resume()
 
     def fence(self) -> list[HostedActor]:
         """This node's owner lease was lost: every hosted Actor becomes Fenced (admits
@@ -192,9 +223,108 @@ class ActorHost:
         for hosted in self._actors.values():
             hosted.state = FENCED
             hosted.retire_lane(FlowEvent.FENCED)
+            if hosted.timers is not None:
+                hosted.timers.close()
             if hosted.orphans:
                 orphaned.append(hosted)
         return orphaned
+
+    # --- the deferred Join barrier ------------------------------------------------------------
+    def park(self, hosted: HostedActor) -> None:
+        """Activate ``hosted``'s Join barrier (inside the turn that registered it, or any
+        time for a Spot handler's registration): its lane is retired — a turn in progress
+        finishes, nothing queued runs — and what it held is parked, in order, with every
+        payload admitted from now on, until :meth:`unpark`."""
+        lane = hosted.lane
+        hosted.parked = list(lane.retire()) if lane is not None else []
+        hosted.state = JOINING
+
+    def _park(self, hosted: HostedActor, item: Deliver) -> None:
+        parked = hosted.parked
+        assert parked is not None
+        capacity = self._engine.limits.capacity
+        if len(parked) >= capacity:
+            hosted.kind.stats.refused += 1
+            self._flow.emit(
+                FlowEvent.DISPATCH_REFUSED, "actor %r: joining, queue full", hosted.actor_id.value
+            )
+            raise CapacityExceeded(
+                f"actor {hosted.actor_id.value!r} is joining a Spot and {capacity} payloads "
+                "already wait for it"
+            )
+        parked.append(item)
+
+    async def unpark(
+        self,
+        hosted: HostedActor,
+        first: JoinDone | None,
+        *,
+        gate: Gate | None,
+    ) -> None:
+        """The Join ended here: a fresh lane (under ``gate``, the SpotWide Spot's, or its
+        own) runs ``first`` (the completion callback), then what was parked, in order (on
+        a cross-node Join's target the source's journal was put in front of what arrived
+        here meanwhile). A fenced (or otherwise no longer Joining) Actor is left as it
+        is."""
+        items, hosted.parked = hosted.parked or [], None
+        if hosted.state is not JOINING:
+            await _fail_items(items, _not_admitting(hosted))
+            return
+        try:
+            lane = self._engine.new_lane(ACTOR_LANE, hosted, gate=gate)
+        except ShuttingDown as exc:
+            hosted.state = DESTROYING
+            await _fail_items(items, exc)
+            return
+        hosted.lane = lane
+        hosted.state = READY
+        if first is not None:
+            lane.submit_nowait(first, lifecycle=True)
+        for item in items:
+            lane.submit_nowait(item, lifecycle=type(item) is not Deliver)
+
+    def unpublish_moved(self, hosted: HostedActor) -> list[ActorItem]:
+        """A cross-node Join moved ``hosted`` away: unpublish it (new ingress here is a
+        stale route), retire its Context and return what it had parked (the journal)."""
+        if self._actors.get(hosted.actor_id) is hosted:
+            del self._actors[hosted.actor_id]
+        parked, hosted.parked = hosted.parked or [], None
+        hosted.state = MOVED
+        hosted.context._retire()
+        if hosted.timers is not None:
+            # Timers do not travel with a cross-node Join (the relocation issue moves
+            # them): the source's table is cleaned up here, once; its parked ticks drop.
+            for item in parked:
+                if type(item) is TimerTick:
+                    hosted.timers.discard(item)
+            hosted.timers.close()
+        return parked
+
+    def park_journal(self, hosted: HostedActor, items: list[Deliver]) -> None:
+        """A cross-node Join's journal (the source's accepted payloads, in acceptance
+        order) goes in front of what arrived here since the commit."""
+        parked = hosted.parked
+        assert parked is not None
+        parked[:0] = items
+
+    def journal_room(self, hosted: HostedActor, journal: int) -> bool:
+        """Whether one more journal payload fits beside what is parked."""
+        parked = hosted.parked
+        return parked is not None and len(parked) + journal < self._engine.limits.capacity
+
+    def publish_held(self, hosted: HostedActor) -> None:
+        """A cross-node Join's new activation (after its commit): reachable, but Joining
+        (ingress parked) until the source's journal arrived (:meth:`unpark`). Payloads
+        parked while its commit was staged here go first."""
+        hosted.state = JOINING if not self._fenced else FENCED
+        hosted.parked = []
+        self._actors[hosted.actor_id] = hosted
+        staging = self._staging.get(hosted.actor_id)
+        if staging is not None:
+            if staging.parked:
+                hosted.parked, staging.parked = list(staging.parked), []
+            staging.event.set()
+            staging.event = trio.Event()
 
     # --- admission --------------------------------------------------------------------------
     def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:
@@ -225,6 +355,9 @@ class ActorHost:
             if hosted is None:
                 raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
         if hosted.state is not READY:
+            if hosted.state is JOINING:
+                self._park(hosted, item)
+                return hosted
             raise _not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None
@@ -263,6 +396,9 @@ class ActorHost:
             staging.parked.append(item)
             return
         if hosted.state is not READY:
+            if hosted.state is JOINING:
+                self._park(hosted, item)
+                return
             raise _not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None
@@ -279,7 +415,13 @@ class ActorHost:
             ) from None
 
 
+async def _fail_items(items: list[ActorItem], error: ZLinkError) -> None:
+    await fail_parked([item for item in items if type(item) is Deliver], error)
+
+
 def _not_admitting(hosted: HostedActor) -> Unavailable:
     if hosted.state is FENCED:
         return lease_lost_error()
+    if hosted.state is MOVED:
+        return StaleRoute(f"actor {hosted.actor_id.value!r} moved to another node")
     return Unavailable(f"actor {hosted.actor_id.value!r} is being destroyed")

@@ -23,13 +23,17 @@ from ..errors import ApplicationError, NotFound, ShuttingDown, Unavailable, ZLin
 from ..ids import ActorId, ActorRef, AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration
 from ..mesh.lease import LeaseDeadline
 from ..objects.sinks import LocalReply, ReplySink, public_error
+from ..objects.timers import TimerService, TimerTable, TimerTick
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import TypedPayload
 from .context import ActorContext
 from .handlers import TypedHandler
+from .join import JoinScope, task_within
 
 if TYPE_CHECKING:
+    from .join import HeldJoin, JoinRegistrar, PendingJoin
+    from .membership import JoinCompletion
     from .registry import ActorHandler, ActorType
     from .stats import DispatchStats
 
@@ -42,8 +46,12 @@ __all__ = [
     "Fenced",
     "HostedActor",
     "HostedKind",
+    "JoinDone",
+    "Joining",
+    "Moved",
     "Ready",
     "fail_parked",
+    "fail_sink",
 ]
 
 logger = logging.getLogger("zlink_trio.actors")
@@ -65,10 +73,25 @@ class Fenced:
     (its row is reclaimed by a live node; docs/decisions.md, "Owner loss: fencing")."""
 
 
-ActorState: TypeAlias = Ready | Destroying | Fenced
+@attrs.frozen
+class Joining:
+    """A deferred Join's barrier is active: the lane is retired and every payload accepted
+    (queued before, arriving now) is parked in order until the Join ends (on a cross-node
+    Join's target: the new activation waiting for the source's journal)."""
+
+
+@attrs.frozen
+class Moved:
+    """A cross-node Join moved the Actor away: this activation is unpublished and its
+    Context retired."""
+
+
+ActorState: TypeAlias = Ready | Destroying | Fenced | Joining | Moved
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
 FENCED: Final = Fenced()
+JOINING: Final = Joining()
+MOVED: Final = Moved()
 ACTOR_LANE: Final = ActorDeliveryLane()
 """The policy value of every Actor lane (it carries no state, so one instance serves all)."""
 
@@ -124,7 +147,20 @@ class Barrier:
             self.resumed.set()
 
 
-ActorItem: TypeAlias = Deliver | Barrier
+@final
+class JoinDone:
+    """The Actor's Join completion callback: a lifecycle item, the first one its lane runs
+    when a Join ends (before any payload the barrier held)."""
+
+    __slots__ = ("completion",)
+
+    def __init__(self, completion: JoinCompletion) -> None:
+        self.completion = completion
+
+
+ActorItem: TypeAlias = Deliver | Barrier | TimerTick | JoinDone
+"""What an Actor lane holds: application payloads and timer ticks (the application queue,
+one acceptance order), destroy barriers and Join completions (the lifecycle queue)."""
 
 
 @final
@@ -135,11 +171,14 @@ class HostedKind:
         "actor_type",
         "flow",
         "handlers",
+        "joins",
         "lease",
         "lease_live",
         "max_reply",
         "node_rid",
         "stats",
+        "timer_handlers",
+        "timer_service",
         "traced",
     )
 
@@ -152,20 +191,27 @@ class HostedKind:
         flow: FlowTrace,
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
+        timer_service: TimerService | None = None,
     ) -> None:
         self.actor_type = actor_type
         self.handlers: Mapping[tuple[MessageKind, str], ActorHandler] = actor_type.handlers
+        self.timer_handlers: Mapping[str, ActorHandler] = actor_type.timers
+        self.timer_service = timer_service
+        """The node's timer service (None: timers cannot be registered)."""
         self.node_rid = node_rid
         self.stats = stats
         self.max_reply = max_reply
         self.flow = flow
-        self.traced: set[tuple[MessageKind, str]] = set()
-        """Handler keys whose unexpected exception was already logged with a traceback."""
+        self.traced: set[tuple[MessageKind | None, str]] = set()
+        """Handler keys whose unexpected exception was already logged with a traceback
+        (``(None, name)`` for the timer ``name``)."""
         self.lease = lease
         """This node lifecycle's local lease deadline, compared with the clock at the
         start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
         self.lease_live = lease_live
         """True while the lease is held and locally live (expires it on the spot)."""
+        self.joins: JoinRegistrar | None = None
+        """Where a handler's registration scope is closed (set by the Actor runtime)."""
 
 
 def lease_lost_error() -> Unavailable:
@@ -174,6 +220,11 @@ def lease_lost_error() -> Unavailable:
 
 def _stopped_error() -> ShuttingDown:
     return ShuttingDown("the server stopped during the turn")
+
+
+async def fail_sink(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
+    """Fail one terminal (a local slot gets the public form of ``error``)."""
+    await _fail(sink, error)
 
 
 async def _fail(sink: LocalReply | ReplySink, error: ZLinkError) -> None:
@@ -201,7 +252,20 @@ async def fail_parked(items: list[Deliver], error: ZLinkError) -> None:
 class HostedActor:
     """A published Actor activation. Calling it runs one turn of its lane."""
 
-    __slots__ = ("context", "instance", "kind", "lane", "orphans", "owner_generation", "state")
+    __slots__ = (
+        "context",
+        "handling",
+        "instance",
+        "join",
+        "kind",
+        "lane",
+        "orphans",
+        "owner_generation",
+        "parked",
+        "scope",
+        "state",
+        "timers",
+    )
 
     def __init__(
         self,
@@ -217,6 +281,41 @@ class HostedActor:
         self.state: ActorState = READY
         self.lane: Lane[ActorDeliveryLane, ActorItem] | None = None
         self.orphans: list[Deliver] | None = None
+        self.timers: TimerTable | None = None
+        """Its timers, from its first registration on (``context.timers``)."""
+        context._hosted = self
+        self.handling = False
+        """True while an application handler of this Actor runs (its registration scope)."""
+        self.scope: JoinScope | None = None
+        """The running handler's registration scope, made at its first Defer."""
+        self.join: PendingJoin | HeldJoin | None = None
+        """The pending membership transition (registered or running)."""
+        self.parked: list[ActorItem] | None = None
+        """Joining: what the barrier holds, in acceptance order."""
+
+    @property
+    def admitting(self) -> bool:
+        return self.state is READY
+
+    def open_scope(self) -> JoinScope | None:
+        """The registration scope of the handler running now, if the caller runs in it
+        (its own task or one it awaits); None otherwise."""
+        lane = self.lane
+        runner = None if lane is None else lane.runner
+        if not self.handling or runner is None or not task_within(runner):
+            return None
+        scope = self.scope
+        if scope is None:
+            scope = self.scope = JoinScope(runner)
+        return scope
+
+    def _end_scope(self, *, ok: bool) -> None:
+        scope = self.scope
+        if scope is not None:
+            self.scope = None
+            joins = self.kind.joins
+            if joins is not None:
+                joins.close(scope, ok=ok)
 
     @property
     def actor_type(self) -> ActorType:
@@ -234,15 +333,53 @@ class HostedActor:
     def mesh_name(self) -> MeshName:
         return self.context.mesh_name
 
+    # --- the timer owner (objects.timers.TimerOwner; ``admitting`` above) ---------------------
+
+    @property
+    def timer_service(self) -> TimerService | None:
+        return self.kind.timer_service
+
+    @property
+    def timer_names(self) -> Mapping[str, ActorHandler]:
+        return self.kind.timer_handlers
+
+    @property
+    def timer_owner_noun(self) -> str:
+        return f"actor type {self.kind.actor_type.stable_type.value!r}"
+
+    def in_own_turn(self) -> bool:
+        lane = self.lane
+        return lane is not None and lane.in_turn()
+
     def ref(self) -> ActorRef:
         context = self.context
         return ActorRef(
             context.actor_id, context.object_generation, context.mesh_name, self.kind.node_rid
         )
 
+    # --- the timer target (objects.timers.TickTarget) ---------------------------------------
+
+    def submit_tick_nowait(self, tick: TimerTick) -> object:
+        lane = self.lane
+        if lane is None:
+            raise Unavailable("the Actor runs no turn any more")
+        return lane.submit_nowait(tick)
+
+    async def submit_tick(self, tick: TimerTick) -> object:
+        lane = self.lane
+        if lane is None:
+            raise Unavailable("the Actor runs no turn any more")
+        return await lane.submit(tick)
+
     async def __call__(self, item: ActorItem) -> None:
         """One turn of this Actor's lane."""
         if type(item) is not Deliver:
+            if type(item) is TimerTick:
+                await self._tick(item)
+                return
+            if type(item) is JoinDone:
+                await self._join_done(item.completion)
+                return
             assert type(item) is Barrier
             item.reached.set()
             try:
@@ -313,17 +450,24 @@ class HostedActor:
                 if sink is not None:
                     await _fail(sink, exc)
                 return
+        self.handling = True
         try:
             result: object = await handler(self.instance, payload)
         except trio.Cancelled:
             # The engine stopped running turns (the owner lease was lost, or the server
             # closes): a local caller learns it now rather than at its deadline (a remote
             # caller's link closes with the node).
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             if type(sink) is OneShot:
                 sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
             raise
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
             stats.failed += 1
             what = "send" if sink is None else "request"
             kind.flow.emit(
@@ -337,7 +481,12 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, exc)
             return
-        except Exception as exc:
+        except BaseException as exc:
+            self.handling = False
+            if self.scope is not None:
+                self._end_scope(ok=False)
+            if not isinstance(exc, Exception):
+                raise
             stats.failed += 1
             key = (item.kind, item.packet)
             if key in kind.traced:
@@ -361,8 +510,11 @@ class HostedActor:
             if sink is not None:
                 await _fail(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
             return
+        self.handling = False
         stats.ok += 1
         if sink is None:
+            if self.scope is not None:
+                self._end_scope(ok=True)
             return
         if result is not None:
             if type(result) is TypedPayload:
@@ -370,10 +522,14 @@ class HostedActor:
                     try:
                         result = result.encode()
                     except ZLinkError as exc:  # checked by its TypedHandler: not expected
+                        if self.scope is not None:
+                            self._end_scope(ok=False)  # a reply-encode failure
                         await _fail(sink, ApplicationError(exc.message))
                         return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
+                    if self.scope is not None:
+                        self._end_scope(ok=False)
                     await _fail(
                         sink,
                         ApplicationError(
@@ -383,11 +539,17 @@ class HostedActor:
                     return
                 result = bytes(result)
             if type(result) is bytes and len(result) > kind.max_reply:
+                if self.scope is not None:
+                    self._end_scope(ok=False)
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
                 return
+        if self.scope is not None:
+            # The reply is shaped (and encoded for a remote caller): the barriers this
+            # handler registered activate now, whatever becomes of the reply's delivery.
+            self._end_scope(ok=True)
         if type(sink) is OneShot:
             sink.set(result)
         else:
@@ -396,16 +558,89 @@ class HostedActor:
             lane = self.lane
             await sink.reply(result, flush=lane is None or lane.backlog == 0)
 
+    async def _tick(self, tick: TimerTick) -> None:
+        """The turn of a timer tick: its ``@on_timer`` handler, unless the registration
+        was cancelled or replaced meanwhile (then nothing runs)."""
+        kind = self.kind
+        stats = kind.stats
+        table = self.timers
+        if trio.current_time() >= kind.lease.at:
+            kind.lease_live()  # (see the payload path)
+            stats.dropped += 1
+            kind.flow.emit(FlowEvent.FENCED, "timer %r of %r not run", tick.name, self.context)
+            if table is not None:
+                table.discard(tick)
+            return
+        registration = None if table is None else table.accept(tick)
+        if registration is None:
+            return  # cancelled, replaced or cleaned up: counted by the timer service
+        handler = kind.timer_handlers.get(tick.name)
+        if handler is None:  # registration checks the handler: not expected
+            stats.no_handler += 1
+            kind.flow.emit(FlowEvent.NO_HANDLER, "timer %r of %r", tick.name, self.context)
+            return
+        try:
+            await handler(self.instance, registration.payload)
+        except trio.Cancelled:
+            raise
+        except ZLinkError as exc:
+            stats.failed += 1
+            kind.flow.emit(
+                FlowEvent.HANDLER_ERROR,
+                "timer handler %r of %r raised %r",
+                tick.name,
+                self.context,
+                exc,
+            )
+            return
+        except Exception as exc:
+            stats.failed += 1
+            key = (None, tick.name)
+            first = key not in kind.traced
+            kind.traced.add(key)
+            kind.flow.emit(
+                FlowEvent.HANDLER_CRASHED,
+                "timer handler %r of %r raised %r%s",
+                tick.name,
+                self.context,
+                exc,
+                " (later ones of this handler: one line each)" if first else "",
+                traceback=first,
+            )
+            return
+        stats.ok += 1
+
+    async def _join_done(self, completion: JoinCompletion) -> None:
+        """Run the type's ``@on_join_complete`` method (a lifecycle callback)."""
+        fn = self.kind.actor_type.join_complete
+        if fn is None:
+            logger.info("join of %r ended %s (no @on_join_complete)", self.context, completion)
+            return
+        try:
+            await fn(self.instance, completion)
+        except Exception:
+            logger.exception("the join completion callback of %r raised", self.context)
+
     def _orphan(
-        self, items: tuple[ActorItem, ...], event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY
+        self,
+        items: tuple[ActorItem, ...] | list[ActorItem],
+        event: FlowEvent = FlowEvent.DROPPED_BY_DESTROY,
     ) -> None:
         """Accepted items the lane will not run (the Actor is being destroyed, or fenced):
         kept in ``orphans`` so the destroyer (or the fence) can fail each one's terminal
-        (see :meth:`fail_orphans`)."""
+        (see :meth:`fail_orphans`); a timer tick has no terminal: its timer learns it."""
         for item in items:
             if type(item) is Barrier:
                 item.reached.set()
                 item.done.set()
+                continue
+            if type(item) is TimerTick:
+                self.kind.stats.dropped += 1
+                self.kind.flow.emit(event, "timer %r of %r", item.name, self.context)
+                if self.timers is not None:
+                    self.timers.discard(item)
+                continue
+            if type(item) is JoinDone:
                 continue
             assert type(item) is Deliver
             self.kind.stats.dropped += 1
@@ -419,6 +654,9 @@ class HostedActor:
         ``event``)."""
         if self.lane is not None:
             self._orphan(self.lane.retire(), event)
+        if self.parked:
+            parked, self.parked = self.parked, None
+            self._orphan(parked, event)
 
     async def fail_orphans(self, error: ZLinkError | None = None) -> None:
         """Fail the terminal of every orphan (default error: destroyed before it ran)."""

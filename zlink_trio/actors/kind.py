@@ -39,6 +39,7 @@ from .results import ActorCreateResult, Created, Existing, Rejected
 if TYPE_CHECKING:
     from ..spots.entry import EntrySpot
     from .client import ActorClient
+    from .join import JoinRegistrar
     from .stats import DispatchStats
 
 __all__ = ["ActorSourceKind", "ActorTargetKind", "actor_order"]
@@ -115,7 +116,9 @@ class ActorTargetKind:
         node_rid: Callable[[], NodeRid],
         nursery: trio.Nursery,
         activity: Activity | None = None,
+        joins: JoinRegistrar | None = None,
     ) -> None:
+        self._joins = joins
         self._config = config
         self._host = host
         self._types = types
@@ -140,7 +143,12 @@ class ActorTargetKind:
             return Unavailable("no Entry Spot for that mesh here")
         actor_id = order.object_id
         context = ActorContext(
-            actor_id, row.object_generation, row.owner.mesh_name, row.membership, self._client
+            actor_id,
+            row.object_generation,
+            row.owner.mesh_name,
+            row.membership,
+            self._client,
+            self._joins,
         )
         self._host.begin_staging(actor_id)
         self._activity.begin()

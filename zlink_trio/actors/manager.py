@@ -2,26 +2,26 @@
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import TYPE_CHECKING, Any, Final, Self, final
+from typing import TYPE_CHECKING, Final, final
 
 import trio
 
 from ..config import ServerConfig
-from ..errors import DeadlineExceeded, InvalidOperation, Unavailable
-from ..ids import ActorId, ActorRef, MeshName, OperationId, StableType
-from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerNotAdmitted
+from ..errors import InvalidOperation, Unavailable
+from ..ids import ActorId, ActorRef, OperationId, StableType
+from ..mesh.api import MeshNodeApi, PeerAddress
+from ..objects import create_call
+from ..objects.control import ask_owner
 from ..objects.create_source import CreateSource
 from ..objects.durable import remaining_ms
 from ..objects.owner_loss import Reclaim, owner_lost, reclaim_row, try_reclaim
 from ..objects.placement import choose_mesh
-from ..objects.sinks import raise_for_failure
 from ..observe import FlowTrace
 from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence
 from ..wire.records import ActorDestroy
 from ..wire.tails import DestroyTail
 from .authority import Authority
-from .calls import FluentCall, call_deadline, yield_to_caller
+from .calls import call_deadline, yield_to_caller
 from .client import ActorClient, RequestCall, SendCall
 from .results import ActorCreateResult
 
@@ -36,60 +36,8 @@ _RECLAIM_ROUNDS: Final = 3
 lost CAS means another reclaimer ended it (the next read shows it gone)."""
 
 
-@final
-class CreateCall(FluentCall[ActorCreateResult]):
-    """``create(...)`` / ``get_or_create(...)``: options ``in_mesh``, ``request``,
-    ``timeout`` and ``operation_id``, each at most once, then one ``submit()``."""
-
-    __slots__ = ("_actor_id", "_exclusive", "_manager", "_mesh", "_operation", "_request", "_type")
-
-    def __init__(
-        self,
-        manager: ActorManager,
-        actor_id: ActorId,
-        stable_type: StableType,
-        *,
-        exclusive: bool,
-        default_timeout: float,
-    ) -> None:
-        super().__init__(default_timeout)
-        self._manager = manager
-        self._actor_id = actor_id
-        self._type = stable_type
-        self._exclusive = exclusive
-        self._mesh: MeshName | None = None
-        self._request: bytes | None = None
-        self._operation: OperationId | None = None
-
-    def in_mesh(self, mesh_name: str | MeshName) -> Self:
-        """The mesh where the Actor is first placed (not part of its identity)."""
-        bit = self._option("in_mesh")
-        self._mesh = MeshName.parse(mesh_name)
-        self._options |= bit
-        return self
-
-    def request(self, request: bytes) -> Self:
-        """The encoded creation request (<= max_request_bytes, 1 MiB by default) given to
-        the Entry Spot's OnCreateActor."""
-        bit = self._option("request")
-        if not isinstance(request, bytes | bytearray | memoryview):
-            raise InvalidOperation(f"request must be bytes, got {type(request).__name__}")
-        self._request = bytes(request)
-        self._options |= bit
-        return self
-
-    def operation_id(self, operation_id: OperationId) -> Self:
-        """Re-submit an earlier operation: while its terminal record is retained (its
-        deadline + 5 min) the result is that terminal, and nothing runs again."""
-        bit = self._option("operation_id")
-        if not isinstance(operation_id, OperationId):
-            raise InvalidOperation("operation_id must be an OperationId")
-        self._operation = operation_id
-        self._options |= bit
-        return self
-
-    def _run(self, deadline: float) -> Coroutine[Any, Any, ActorCreateResult]:
-        return self._manager._run_create(self, deadline)
+CreateCall = create_call.CreateCall[ActorId, ActorCreateResult]
+"""``create(...)`` / ``get_or_create(...)`` of an Actor (the shared fluent create call)."""
 
 
 @final
@@ -132,7 +80,7 @@ class ActorManager:
         self, actor_id: str | ActorId, stable_type: str | StableType, *, exclusive: bool
     ) -> CreateCall:
         return CreateCall(
-            self,
+            self._run_create,
             ActorId.parse(actor_id),
             StableType.parse(stable_type),
             exclusive=exclusive,
@@ -150,20 +98,20 @@ class ActorManager:
     async def _run_create(self, call: CreateCall, deadline: float) -> ActorCreateResult:
         await self._refuse_unless_admitting()
         config = self._config
-        request = call._request
+        request = call.creation_request
         if request is not None and len(request) > config.max_request_bytes:
             raise InvalidOperation(
                 f"creation request of {len(request)} bytes exceeds {config.max_request_bytes}"
             )
-        mesh = choose_mesh(config, call._mesh)
+        mesh = choose_mesh(config, call.mesh)
         return await self._source.run(
-            call._actor_id,
-            call._type,
+            call.object_id,
+            call.stable_type,
             mesh,
             request,
             deadline,
-            exclusive=call._exclusive,
-            operation_id=call._operation,
+            exclusive=call.exclusive,
+            operation_id=call.operation,
         )
 
     async def find(self, actor_id: str | ActorId) -> ActorRef | None:
@@ -257,50 +205,28 @@ class ActorManager:
 
     async def _ask_owner(self, actor: ActorRef, owner: OwnerFence, deadline: float) -> bool:
         me = self._node.identity
-        name = actor.actor_id.value
-        with trio.move_on_at(deadline):
-            try:
-                pending = await self._node.request(
-                    PeerAddress(owner.mesh_name, owner.node_rid),
-                    ActorDestroy(
-                        correlation=0,
-                        operation_id=OperationId.new(),
-                        source_rid=me.node_rid,
-                        source_generation=me.node_generation,
-                        actor_id=actor.actor_id,
-                        object_generation=actor.object_generation,
-                        target_rid=owner.node_rid,
-                        target_generation=owner.node_generation,
-                        timeout_ms=remaining_ms(deadline),
-                    ),
-                )
-            except PeerNotAdmitted:
-                raise Unavailable(f"the owner of {name!r} is not connected now") from None
-            except DeadlineExceeded:
-                # The writer lane to the owner stayed full: nothing was sent.
-                raise Unavailable(
-                    f"the connection to the owner of {name!r} stayed congested; "
-                    "the destroy was not sent"
-                ) from None
-            try:
-                terminal = await pending.wait()
-            except LinkLost:
-                # Outcome unknown, never re-sent: forget the request (it stays registered
-                # otherwise). If this node is closing, that is why: say so.
-                pending.discard()
-                refused = self._node.admission_error()
-                if refused is not None:
-                    raise refused from None
-                raise Unavailable(
-                    f"the link to the owner of {name!r} broke before it answered the "
-                    "destroy (it may have run)"
-                ) from None
-            reply = raise_for_failure(terminal)
-            tail = reply.tail
-            if not isinstance(tail, DestroyTail):
-                raise Unavailable("the destroy terminal carries no destroy tail")
-            return tail.destroyed
-        raise Unavailable(f"the owner of {name!r} did not answer the destroy")
+        reply = await ask_owner(
+            self._node,
+            PeerAddress(owner.mesh_name, owner.node_rid),
+            ActorDestroy(
+                correlation=0,
+                operation_id=OperationId.new(),
+                source_rid=me.node_rid,
+                source_generation=me.node_generation,
+                actor_id=actor.actor_id,
+                object_generation=actor.object_generation,
+                target_rid=owner.node_rid,
+                target_generation=owner.node_generation,
+                timeout_ms=remaining_ms(deadline),
+            ),
+            deadline,
+            name=actor.actor_id.value,
+            what="destroy",
+        )
+        tail = reply.tail
+        if not isinstance(tail, DestroyTail):
+            raise Unavailable("the destroy terminal carries no destroy tail")
+        return tail.destroyed
 
     # --- messaging ----------------------------------------------------------------------
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:

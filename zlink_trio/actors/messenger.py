@@ -27,13 +27,13 @@ from ..objects.sinks import raise_for_failure
 from ..objects.unreachable import OwnerUnreachable
 from ..observe import FlowTrace
 from ..routing.deliver import NEVER, SEND_YIELD_EVERY, Delivery
+from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import Route
 from ..store.api import LocationStore, ObjectKind
 from ..wire.enums import MessageKind
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
 from .authority import Authority
-from .deadlines import ReplyDeadlines
 from .host import ActorHost
 from .hosted import ActorItem, Deliver
 

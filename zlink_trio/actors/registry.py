@@ -10,28 +10,24 @@ beside it), so the Actor runtime depends on this module and never on ``app``.
 from __future__ import annotations
 
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, cast, final
+from collections.abc import Callable, Mapping
+from typing import Any, final
 
 import attrs
 
-from ..ids import InvalidId, StableType, check_text_id
+from ..ids import StableType
+from ..objects.handlers import MessageKind
+from ..objects.policy import RelocationPolicy
+from ..objects.registry import Handler, HandlerRegistrations, check_policy, parse_type
+from ..objects.timers.handlers import TimerHandlerRegistrations, TimerHandlers
 from ..wire.payloads import PayloadRegistry
-from .handlers import HandlerKey, MessageKind, declared_handlers, typed_handler
-from .policy import (
-    DisableRelocation,
-    PreserveStateWith,
-    RecreateOnRelocation,
-    RelocationPolicy,
-)
+from .membership import declared_join_complete
 
 __all__ = ["ActorHandler", "ActorRegistry", "ActorType", "ActorTypes"]
 
-ActorHandler = Callable[[Any, Any], Awaitable[Any]]
+ActorHandler = Handler
 """``async def handler(actor, payload) -> reply | None`` (bound methods drop ``actor``):
 payload and reply are bytes, or registered payload classes (``App.register_codec``)."""
-
-_POLICIES = (DisableRelocation, RecreateOnRelocation, PreserveStateWith)
 
 
 @attrs.frozen
@@ -42,26 +38,15 @@ class ActorType:
     factory: Callable[[Any], Any]
     relocation: RelocationPolicy
     handlers: Mapping[tuple[MessageKind, str], ActorHandler]
+    timers: TimerHandlers = attrs.field(factory=dict)
+    """Timer handlers by timer name (``@on_timer``): ``handler(actor, payload: bytes)``."""
+    join_complete: ActorHandler | None = None
+    """The ``@on_join_complete`` method: ``fn(actor, JoinCompletion)`` (None: results are
+    logged)."""
 
 
 ActorTypes = Mapping[StableType, ActorType]
 """The validated Actor types of one server, by stable type."""
-
-
-def _method_handler(cls: type, name: str) -> ActorHandler:
-    """The handler for method ``name`` of Actor class ``cls``: the class's own function
-    when it is a plain function (called as ``fn(actor, payload)``, no extra frame per
-    message), else a wrapper that looks the method up on the Actor at call time."""
-    fn = inspect.getattr_static(cls, name, None)
-    if inspect.isfunction(fn) and inspect.iscoroutinefunction(fn):
-        return cast(ActorHandler, fn)
-
-    async def call(actor: Any, payload: bytes) -> bytes | None:
-        result: bytes | None = await getattr(actor, name)(payload)
-        return result
-
-    call.__qualname__ = f"method:{name}"
-    return call
 
 
 @final
@@ -70,77 +55,79 @@ class ActorRegistry:
 
     def __init__(self) -> None:
         self._types: list[tuple[object, object, object]] = []
-        self._handlers: list[tuple[object, MessageKind, object, ActorHandler]] = []
+        self._handlers = HandlerRegistrations("actor")
+        self._timers = TimerHandlerRegistrations("actor")
+        self._join_complete: dict[object, ActorHandler] = {}
         self._problems: list[str] = []
 
     def register_actor(
         self, stable_type: str, factory: Callable[[Any], Any], *, relocation: RelocationPolicy
     ) -> None:
         """Record a type; a class factory's ``@on_send`` / ``@on_request`` methods become
-        the type's handlers."""
+        the type's handlers (its ``@on_timer`` methods its timer handlers)."""
         self._types.append((stable_type, factory, relocation))
+        self._handlers.add_class(stable_type, factory)
+        self._timers.add_class(stable_type, factory)
         if isinstance(factory, type):
-            for kind, packet, name in declared_handlers(factory):
-                method = inspect.getattr_static(factory, name, None)
-                if inspect.isfunction(method) and not inspect.iscoroutinefunction(method):
-                    self._problems.append(
-                        f"actor type {stable_type!r}: handler {factory.__qualname__}.{name} "
-                        f"({kind.name.lower()} {packet!r}) must be an async def"
-                    )
-                    continue
-                self._handlers.append((stable_type, kind, packet, _method_handler(factory, name)))
+            self._add_join_complete(stable_type, factory)
+
+    def _add_join_complete(self, stable_type: object, cls: type) -> None:
+        names = declared_join_complete(cls)
+        if len(names) > 1:
+            self._problems.append(
+                f"actor type {stable_type!r}: more than one @on_join_complete method "
+                f"({', '.join(names)})"
+            )
+            return
+        for name in names:
+            method = inspect.getattr_static(cls, name, None)
+            if not inspect.iscoroutinefunction(method):
+                self._problems.append(
+                    f"actor type {stable_type!r}: @on_join_complete {cls.__qualname__}.{name} "
+                    "must be an async def"
+                )
+                continue
+            assert method is not None
+            self._join_complete[stable_type] = method
 
     def register_handler(
         self, stable_type: str, kind: MessageKind, packet: str, handler: ActorHandler
     ) -> None:
         """Record a function handler ``async def handler(actor, payload)``."""
-        self._handlers.append((stable_type, kind, packet, handler))
+        self._handlers.add(stable_type, kind, packet, handler)
+
+    def register_timer_handler(self, stable_type: str, name: str, handler: ActorHandler) -> None:
+        """Record a function timer handler ``async def handler(actor, payload: bytes)``."""
+        self._timers.add(stable_type, name, handler)
 
     def validate(self, problems: list[str], payloads: PayloadRegistry) -> ActorTypes:
         """The validated types (typed handlers wrapped with their ``payloads`` codecs);
         every problem found is appended to ``problems``."""
+        problems.extend(self._handlers.recorded_problems)
         problems.extend(self._problems)
         types: dict[StableType, tuple[Callable[[Any], Any], RelocationPolicy]] = {}
-        for raw, factory, policy in self._types:
-            try:
-                st = StableType.parse(raw)
-            except InvalidId as exc:
-                problems.append(f"actor type {raw!r}: {exc}")
+        for raw, factory, raw_policy in self._types:
+            st = parse_type(raw, "actor", problems)
+            if st is None:
                 continue
             if st in types:
                 problems.append(f"actor stable type {st.value!r} registered twice")
                 continue
-            if not isinstance(policy, _POLICIES):
-                problems.append(
-                    f"actor type {st.value!r}: relocation must be DisableRelocation, "
-                    f"RecreateOnRelocation or PreserveStateWith(adapter), got {policy!r}"
-                )
+            policy = check_policy(st, "actor", raw_policy, problems)
+            if policy is None:
                 continue
             if not callable(factory):
                 problems.append(f"actor type {st.value!r}: factory is not callable")
                 continue
             types[st] = (factory, policy)
-        handlers: dict[StableType, dict[tuple[MessageKind, str], ActorHandler]] = {
-            st: {} for st in types
+        handlers = self._handlers.validate(types, problems, payloads)
+        timers = self._timers.validate(types, problems, payloads)
+        completions = {
+            StableType.parse(raw): fn
+            for raw, fn in self._join_complete.items()
+            if parse_type(raw, "actor", []) is not None
         }
-        for raw, kind, packet, fn in self._handlers:
-            try:
-                st = StableType.parse(raw)
-                name = check_text_id(packet, "packet name")
-            except InvalidId as exc:
-                problems.append(f"handler {raw!r}/{packet!r}: {exc}")
-                continue
-            if st not in handlers:
-                problems.append(f"handler for unregistered actor type {st.value!r}")
-                continue
-            if (kind, name) in handlers[st]:
-                problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
-                continue
-            try:
-                handlers[st][(kind, name)] = typed_handler(fn, payloads)
-            except TypeError as exc:
-                problems.append(f"handler {HandlerKey(st, kind, name)!r}: {exc}")
         return {
-            st: ActorType(st, factory, policy, handlers[st])
+            st: ActorType(st, factory, policy, handlers[st], timers[st], completions.get(st))
             for st, (factory, policy) in types.items()
         }

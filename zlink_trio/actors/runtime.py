@@ -26,22 +26,33 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.sinks import RemoteSink, failure, ok
+from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
+from ..routing.dedupe import IngressDedupe
+from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import RouteCache
+from ..spots.client import SpotClient
 from ..spots.entry import EntrySpot
+from ..spots.runtime import SpotRuntime
 from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadRegistry
-from ..wire.records import ActorCreate, ActorDestroy, ActorSend
+from ..wire.records import (
+    ActorCreate,
+    ActorDestroy,
+    ActorJoin,
+    ActorSend,
+)
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .client import ActorClient
-from .deadlines import ReplyDeadlines
-from .dedupe import IngressDedupe
 from .destroy import ActorDestroyKind
 from .host import ActorHost
 from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
+from .join import JoinRegistrar
+from .join_target import JoinTarget
+from .joining import JoinRunner
 from .kind import ActorSourceKind, ActorTargetKind, actor_order
 from .manager import ActorManager
 from .messenger import NEVER, Messenger
@@ -72,6 +83,9 @@ class ActorRuntime:
         engine: Engine,
         flow: FlowTrace,
         nursery: trio.Nursery,
+        timers: TimerService | None = None,
+        spot_client: SpotClient | None = None,
+        spots: SpotRuntime | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -81,11 +95,16 @@ class ActorRuntime:
         self.transactions = Activity()
         """Control transactions in progress here: creation attempts (from their staging
         to its end) and destroys. A clean stop lets them finish (``_runtime``'s drain)."""
-        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live)
+        self.host = ActorHost(engine, flow, node.lease_deadline, node.lease_live, timers)
         cache: RouteCache[ActorId] = RouteCache(
             max_age=config.route_cache_max_age, lease_bound=config.owner_lease_ttl
         )
         authority = Authority(store, cache)
+        self.authority = authority
+        self.joins = JoinRegistrar(
+            self.host, default_timeout=config.join_timeout, payloads=payloads
+        )
+        self.host.joins = self.joins
         self.reclaimer = Reclaimer(store, nursery)
         self.deadlines = ReplyDeadlines()
         self.messenger = Messenger(
@@ -102,7 +121,9 @@ class ActorRuntime:
             max_request=config.max_request_bytes,
             default_timeout=config.default_request_timeout,
             payloads=payloads,
+            spots=spot_client,
         )
+        self.client.barriers = self.joins
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
                 config=config,
@@ -114,6 +135,7 @@ class ActorRuntime:
                 node_rid=lambda: node.identity.node_rid,
                 nursery=nursery,
                 activity=self.transactions,
+                joins=self.joins,
             ),
             config=config,
             node=node,
@@ -155,6 +177,34 @@ class ActorRuntime:
             authority=authority,
             flow=flow,
         )
+        self.joiner = JoinRunner(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            authority=authority,
+            entry_spots=entry_spots,
+            registrar=self.joins,
+            nursery=nursery,
+            activity=self.transactions,
+            flow=flow,
+            spots=spots,
+        )
+        self.join_target = JoinTarget(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            authority=authority,
+            types=types,
+            entry_spots=entry_spots,
+            client=self.client,
+            registrar=self.joins,
+            stats_for=self._stats_for,
+            nursery=nursery,
+            activity=self.transactions,
+            spots=spots,
+        )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
 
@@ -166,6 +216,9 @@ class ActorRuntime:
         node.on(Command.ACTOR_SEND, self._on_actor_send)
         node.on(Command.ACTOR_CREATE, self._on_actor_create)
         node.on(Command.ACTOR_DESTROY, self._on_actor_destroy)
+        node.on(Command.ACTOR_JOIN, self._on_actor_join)
+        node.on(Command.ACTOR_JOURNAL, self.join_target.on_journal)
+        node.on(Command.ACTOR_JOURNAL_END, self.join_target.on_journal_end)
 
     # --- inbound ------------------------------------------------------------------------
     def _for_me(self, rid: object, generation: object) -> bool:
@@ -230,6 +283,16 @@ class ActorRuntime:
             await sink.deliver(failure(Unavailable("this owner's lease expired")))
             return
         self.target.handle(actor_order(record), sink)
+
+    async def _on_actor_join(self, peer: PeerIdentity, record: ActorJoin) -> None:
+        sink = RemoteSink(self._node, peer.address, record.correlation)
+        if not self._for_me(record.target_rid, record.target_generation):
+            await sink.deliver(failure(StaleRoute("the join names another node lifecycle")))
+            return
+        if not self._node.admitting:
+            await sink.deliver(failure(Unavailable("this node does not admit new membership")))
+            return
+        self.join_target.handle(record, sink)
 
     async def _on_actor_destroy(self, peer: PeerIdentity, record: ActorDestroy) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)
@@ -341,9 +404,14 @@ async def serve_actors(
     engine: Engine,
     flow: FlowTrace,
     *,
+    timers: TimerService | None = None,
+    spot_client: SpotClient | None = None,
+    spots: SpotRuntime | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """The Actor owner role: run until cancelled (start it before ``node`` serves)."""
+    """The Actor owner role: run until cancelled (start it before ``node`` serves).
+    ``timers``: the node's timer service (without one, ``context.timers`` registrations
+    fail ShuttingDown)."""
     async with trio.open_nursery() as nursery:
         runtime = ActorRuntime(
             config=config,
@@ -355,6 +423,9 @@ async def serve_actors(
             engine=engine,
             flow=flow,
             nursery=nursery,
+            timers=timers,
+            spot_client=spot_client,
+            spots=spots,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

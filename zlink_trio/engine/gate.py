@@ -40,6 +40,12 @@ class Gate(metaclass=NoPublicConstructor):
         """Whether a lane is running a batch of turns under this gate now."""
         return self._holder is not None
 
+    def in_turn(self) -> bool:
+        """Whether the calling task runs a turn of the lane holding this gate now (then
+        waiting for another turn under the gate would wait for ever)."""
+        holder = self._holder
+        return holder is not None and holder.in_turn()
+
     @property
     def waiting(self) -> int:
         """How many ready lanes wait for this gate."""

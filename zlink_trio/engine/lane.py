@@ -135,6 +135,11 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         core = self._core  # its queues directly: this runs once per local request
         return self._runner is None and not core._life and not core._app
 
+    @property
+    def runner(self) -> trio.lowlevel.Task | None:
+        """The runner task draining this lane now (for the length of a batch), or None."""
+        return self._runner
+
     def in_turn(self) -> bool:
         """Whether the calling task is running one of this lane's turns (its handler, or
         code the handler awaits in the same task): waiting there for something that needs

@@ -34,10 +34,13 @@ def build_descriptors(
     generation: NodeGeneration,
     endpoint: Endpoint,
     entry_ids: Mapping[MeshName, SpotId],
+    spot_types: frozenset[StableType] = frozenset(),
+    instance_types: frozenset[StableType] = frozenset(),
 ) -> list[NodeDescriptor]:
-    """One descriptor per mesh. ``actor_types`` (the registered Actor types, given by the
-    composition root as plain values) are published only where the role is SERVER (the
-    Store's ``reserve`` checks them per mesh)."""
+    """One descriptor per mesh. ``actor_types``, ``spot_types`` (User Spot types) and
+    ``instance_types`` (Instance Spot types) -- the registered types, given by the
+    composition root as plain values -- are published only where the role is SERVER (the
+    Store's ``reserve`` checks them per mesh, placement reads them)."""
     return [
         NodeDescriptor(
             mesh_name=mesh.name,
@@ -46,8 +49,8 @@ def build_descriptors(
             endpoint=endpoint,
             object_role=mesh.object_role,
             actor_types=actor_types if mesh.object_role.can_host else frozenset(),
-            spot_types=frozenset(),
-            instance_types=frozenset(),
+            spot_types=spot_types if mesh.object_role.can_host else frozenset(),
+            instance_types=instance_types if mesh.object_role.can_host else frozenset(),
             placement_weight=config.placement_weight,
             entry_spot_id=entry_ids[mesh.name],
         )

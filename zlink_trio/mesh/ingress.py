@@ -14,6 +14,8 @@ from ..wire import (
     ActorCreate,
     ActorDestroy,
     ActorJoin,
+    ActorJournal,
+    ActorJournalEnd,
     ActorSend,
     BoundSessionBind,
     BoundSessionReplaced,
@@ -53,6 +55,8 @@ ANSWERED_BY_20: Final[frozenset[type[Any]]] = frozenset(
         ActorCreate,
         ActorDestroy,
         ActorJoin,
+        ActorJournal,
+        ActorJournalEnd,
         RelocationPrepare,
     }
 )

@@ -91,12 +91,16 @@ class MeshNode:
         store: LocationStore | None,
         *,
         actor_types: frozenset[StableType] = frozenset(),
+        spot_types: frozenset[StableType] = frozenset(),
+        instance_types: frozenset[StableType] = frozenset(),
         fault_plan: FaultPlan | None = None,
         tap: WireTap | None = None,
     ) -> None:
         self.config: Final = config
         self._store = store
         self._actor_types: Final = actor_types
+        self._spot_types: Final = spot_types
+        self._instance_types: Final = instance_types
         self._rid = NodeRid.new()
         self._identity: Final = NodeIdentity(self._rid, NodeGeneration.new())
         self._meshes: Final = frozenset(m.name for m in config.meshes)
@@ -417,6 +421,8 @@ class MeshNode:
                 self._identity.node_generation,
                 self._endpoint,
                 self._entry_ids,
+                self._spot_types,
+                self._instance_types,
             )
             sent = trio.current_time()
             lease = await store.register_node(

@@ -38,6 +38,8 @@ def route_of(row: AuthorityRow) -> Route:
         object_generation=row.object_generation,
         owner_generation=row.owner_generation,
         store_version=row.store_version,
+        kind=row.kind,
+        stable_type=row.stable_type,
     )
 
 

@@ -39,7 +39,7 @@ from .activity import Activity
 from .authority import Authority
 from .kind import IdT, noun
 
-__all__ = ["DestroyKind", "Destroyer", "Release", "ReleaseOutcome", "release"]
+__all__ = ["KEPT", "DestroyKind", "Destroyer", "Kept", "Release", "ReleaseOutcome", "release"]
 
 logger = logging.getLogger("zlink_trio.objects")
 
@@ -114,6 +114,20 @@ async def release(
     return ReleaseOutcome.UNSETTLED
 
 
+@final
+class Kept:
+    """What a kind's destroy returns when it keeps the incarnation on purpose (nothing
+    changed, admission and authority stay): the caller gets ``False``."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "KEPT"
+
+
+KEPT: Final = Kept()
+
+
 class DestroyKind(Protocol[IdT_contra, HostedT]):
     """What a destroy needs to know about one kind's hosted objects."""
 
@@ -128,9 +142,14 @@ class DestroyKind(Protocol[IdT_contra, HostedT]):
         waits for the turn in progress, so it would wait for ever)."""
         ...
 
-    async def destroy(self, hosted: HostedT, release: Release) -> ZLinkError | None:
+    async def destroy(
+        self, hosted: HostedT, release: Release, fence: object
+    ) -> ZLinkError | Kept | None:
         """The kind's destroy transaction around the Store step ``release``: None when
-        destroyed, else the error the caller gets (the state it leaves is retryable)."""
+        destroyed, :data:`KEPT` when the kind keeps it (the caller gets ``False``), else
+        the error the caller gets (the state it leaves is retryable). ``fence``: what
+        the caller of :meth:`Destroyer.destroy` expects of the row (kind-specific; None:
+        nothing beyond the generation)."""
         ...
 
 
@@ -138,11 +157,13 @@ class DestroyKind(Protocol[IdT_contra, HostedT]):
 class _Run:
     """One destroy in progress (its task is in the runtime's nursery)."""
 
-    __slots__ = ("done", "error")
+    __slots__ = ("done", "error", "fence", "kept")
 
-    def __init__(self) -> None:
+    def __init__(self, fence: object) -> None:
         self.done = trio.Event()
         self.error: ZLinkError | None = None
+        self.kept = False
+        self.fence = fence
 
 
 @final
@@ -158,6 +179,7 @@ class Destroyer(Generic[IdT, HostedT]):
         nursery: trio.Nursery,
         owner: str = "runtime",
         task_name: str = "zlink_trio.objects.destroy",
+        operation: str = "destroy",
         activity: Activity | None = None,
     ) -> None:
         self._kind = kind
@@ -168,14 +190,22 @@ class Destroyer(Generic[IdT, HostedT]):
         self._nursery = nursery
         self._owner = owner
         self._task_name = task_name
+        self._operation = operation
+        """How messages name the operation ("destroy"; a Spot's is "close")."""
         self._in_progress: dict[IdT, _Run] = {}
         self._activity = Activity() if activity is None else activity
         """Destroys in progress (a clean stop lets them finish)."""
 
     async def destroy(
-        self, object_id: IdT, generation: ObjectGeneration, deadline: float = math.inf
+        self,
+        object_id: IdT,
+        generation: ObjectGeneration,
+        deadline: float = math.inf,
+        *,
+        fence: object = None,
     ) -> bool:
-        """Destroy that incarnation if this node owns it. Returns False when it is gone.
+        """Destroy that incarnation if this node owns it. Returns False when it is gone
+        (or the kind keeps it, :data:`KEPT`). ``fence`` goes to the kind's destroy.
 
         Raises InvalidOperation when awaited from one of the object's own turns.
         ``deadline`` (trio time; a remote caller's, from its record) bounds the START
@@ -187,7 +217,7 @@ class Destroyer(Generic[IdT, HostedT]):
             await trio.lowlevel.checkpoint()
             raise InvalidOperation(
                 f"{self._noun} {self._authority.key(object_id).object_id!r} cannot await its "
-                "own destroy inside its turn"
+                f"own {self._operation} inside its turn"
             )
         while True:
             running = self._in_progress.get(object_id)
@@ -196,13 +226,13 @@ class Destroyer(Generic[IdT, HostedT]):
             await running.done.wait()
         if deadline <= trio.current_time():
             raise DeadlineExceeded(
-                f"the destroy of {self._noun} {self._authority.key(object_id).object_id!r} "
-                "expired before it began"
+                f"the {self._operation} of {self._noun} "
+                f"{self._authority.key(object_id).object_id!r} expired before it began"
             )
         hosted = kind.hosted(object_id)
         if hosted is None or kind.generation(hosted) != generation:
             return await self._not_here(object_id, generation)
-        run = _Run()
+        run = _Run(fence)
         self._in_progress[object_id] = run
         self._activity.begin()
         try:
@@ -214,7 +244,7 @@ class Destroyer(Generic[IdT, HostedT]):
         await run.done.wait()
         if run.error is not None:
             raise type(run.error)(run.error.message)
-        return True
+        return not run.kept
 
     async def _not_here(self, object_id: IdT, generation: ObjectGeneration) -> bool:
         row = await self._authority.read(object_id)
@@ -243,13 +273,17 @@ class Destroyer(Generic[IdT, HostedT]):
             )
 
         try:
-            run.error = await self._kind.destroy(hosted, release_it)
+            outcome = await self._kind.destroy(hosted, release_it, run.fence)
+            if isinstance(outcome, Kept):
+                run.kept = True
+            else:
+                run.error = outcome
         except trio.Cancelled:
-            run.error = ShuttingDown(f"the {self._owner} stopped during the destroy")
+            run.error = ShuttingDown(f"the {self._owner} stopped during the {self._operation}")
             raise
         except Exception as exc:
-            logger.exception("destroy of %r failed", object_id)
-            run.error = Unavailable(f"destroy failed: {type(exc).__name__}")
+            logger.exception("%s of %r failed", self._operation, object_id)
+            run.error = Unavailable(f"{self._operation} failed: {type(exc).__name__}")
         finally:
             if self._in_progress.get(object_id) is run:
                 del self._in_progress[object_id]

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import enum
 import logging
+from collections.abc import Awaitable, Callable
 
 import attrs
 import trio
@@ -38,20 +39,30 @@ from ..errors import StoreOutcomeUnknown, Unavailable
 from ..ids import NodeRid
 from ..mesh.api import MeshNodeApi
 from ..observe import FlowEvent, FlowTrace
-from ..store.api import Applied, AuthorityRow, LocationStore, ObjectKind
+from ..store.api import Applied, AuthorityRow, AuthorityState, LocationStore, ObjectKind
 
 __all__ = [
     "Reclaim",
+    "Recover",
     "SweepRound",
     "owner_dead",
     "owner_lost",
     "reclaim_row",
+    "resumable",
     "serve_reclaim_sweep",
     "sweep_once",
     "try_reclaim",
 ]
 
 logger = logging.getLogger("zlink_trio.objects")
+
+
+def resumable(row: AuthorityRow) -> bool:
+    """An Instance Spot row whose cold activation's first message has not completed (it
+    holds a recovery pointer): its owner's loss is not the end of the incarnation but a
+    recovery (spec 06 §4.1.1). The generic reclaim paths leave it alone; the sweep hands
+    it to the Spot runtime's recovery (docs/decisions.md, "Restart: resume or abort")."""
+    return row.recovery is not None and row.kind is ObjectKind.INSTANCE_SPOT
 
 
 async def owner_dead(store: LocationStore, row: AuthorityRow) -> bool:
@@ -80,11 +91,15 @@ class Reclaim(enum.Enum):
 
 
 async def try_reclaim(
-    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace
+    store: LocationStore, row: AuthorityRow, *, grace: float, flow: FlowTrace, final: bool = False
 ) -> Reclaim:
     """One reclaim CAS of exactly ``row`` (its version and owner fence); a winning CAS
     is counted as :attr:`FlowEvent.RECLAIMED`. Raises Unavailable when the Store was not
-    reached (nothing changed)."""
+    reached (nothing changed). A :func:`resumable` row is REFUSED unless ``final`` (its
+    recovery decided that the incarnation ends)."""
+    if resumable(row) and not final:
+        await trio.lowlevel.checkpoint()
+        return Reclaim.REFUSED
     try:
         result = await store.reclaim(row.key, row.store_version, row.owner, grace=grace)
     except StoreOutcomeUnknown as exc:
@@ -131,19 +146,67 @@ class SweepRound:
     """The batch was full: more reclaimable rows may be waiting."""
 
 
+Recover = Callable[[AuthorityRow], Awaitable[Reclaim]]
+"""The Spot runtime's recovery of one :func:`resumable` row (WON: settled here; REFUSED:
+not this node's to settle)."""
+
+
+async def _hosted_anywhere(store: LocationStore, row: AuthorityRow) -> bool:
+    """Whether a live Object Server of the row's mesh registers its Instance type (one
+    Store read): only such a node can resume it."""
+    for record in await store.list_nodes(row.owner.mesh_name):
+        descriptor = record.descriptor
+        if (
+            record.live
+            and descriptor.object_role.can_host
+            and row.stable_type in descriptor.instance_types
+        ):
+            return True
+    return False
+
+
+async def _settle_resumable(
+    config: ServerConfig,
+    store: LocationStore,
+    flow: FlowTrace,
+    row: AuthorityRow,
+    recover: Recover | None,
+) -> Reclaim:
+    """A listed :func:`resumable` row: this node's recovery when it hosts the type;
+    otherwise, when no live node could ever resume it, the ordinary reclaim (and its
+    recovery root goes with it)."""
+    outcome = Reclaim.REFUSED if recover is None else await recover(row)
+    if outcome is not Reclaim.REFUSED or await _hosted_anywhere(store, row):
+        return outcome
+    if await store.owner_live(row.owner) and row.state is not AuthorityState.CREATING:
+        return Reclaim.REFUSED  # a live owner keeps its Ready Spot; nothing to recover
+    outcome = await try_reclaim(store, row, grace=config.reservation_grace, flow=flow, final=True)
+    if outcome is Reclaim.WON and row.recovery is not None:
+        await store.delete_root(row.recovery.root)
+    return outcome
+
+
 async def sweep_once(
-    config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
+    config: ServerConfig,
+    store: LocationStore,
+    flow: FlowTrace,
+    node: MeshNodeApi,
+    recover: Recover | None = None,
 ) -> SweepRound:
-    """One bounded sweep round: reclaim up to ``reclaim_sweep_batch`` reclaimable rows,
-    then remove the registrations of expired lifecycles that own no row any more. Stops
-    as soon as ``node`` stops admitting (a fail-stopped node makes no Store call)."""
+    """One bounded sweep round: reclaim up to ``reclaim_sweep_batch`` reclaimable rows
+    (:func:`resumable` ones go to ``recover``), then remove the registrations of expired
+    lifecycles that own no row any more. Stops as soon as ``node`` stops admitting (a
+    fail-stopped node makes no Store call)."""
     won = settled = 0
     limit = min(config.reclaim_sweep_batch, 1000)
     rows = await store.list_reclaimable(grace=config.reservation_grace, limit=limit)
     for row in rows:
         if node.admission_error() is not None:
             return SweepRound(len(rows), won, settled, full=False)
-        outcome = await try_reclaim(store, row, grace=config.reservation_grace, flow=flow)
+        if resumable(row):
+            outcome = await _settle_resumable(config, store, flow, row, recover)
+        else:
+            outcome = await try_reclaim(store, row, grace=config.reservation_grace, flow=flow)
         won += outcome is Reclaim.WON
         settled += outcome is not Reclaim.REFUSED
     done = SweepRound(len(rows), won, settled, full=len(rows) >= limit)
@@ -171,6 +234,7 @@ async def serve_reclaim_sweep(
     store: LocationStore,
     flow: FlowTrace,
     node: MeshNodeApi,
+    recover: Recover | None = None,
     *,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -181,22 +245,26 @@ async def serve_reclaim_sweep(
     cancelled or until the node stops admitting. A Store failure skips the round; it
     never stops the node."""
     with trio.move_on_after(config.drain_timeout):
-        while await _round(config, store, flow, node):
+        while await _round(config, store, flow, node, recover):
             pass
     task_status.started()
     while node.admission_error() is None:
         await trio.sleep(config.reclaim_sweep_interval)
-        await _round(config, store, flow, node)
+        await _round(config, store, flow, node, recover)
 
 
 async def _round(
-    config: ServerConfig, store: LocationStore, flow: FlowTrace, node: MeshNodeApi
+    config: ServerConfig,
+    store: LocationStore,
+    flow: FlowTrace,
+    node: MeshNodeApi,
+    recover: Recover | None,
 ) -> bool:
     """One round; True when its batch was full and it made progress (more may wait)."""
     if node.admission_error() is not None:
         return False
     try:
-        done = await sweep_once(config, store, flow, node)
+        done = await sweep_once(config, store, flow, node, recover)
         return done.full and done.settled > 0
     except (Unavailable, OSError) as exc:  # StoreOutcomeUnknown included
         logger.info("reclaim sweep skipped: %r", exc)

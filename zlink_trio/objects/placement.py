@@ -20,7 +20,7 @@ from ..ids import MeshName, StableType
 from ..store.api import NodeDescriptor, NodeRecord, ObjectKind
 from .kind import noun
 
-__all__ = ["choose_mesh", "choose_node", "hosted_types"]
+__all__ = ["choose_instance_type", "choose_mesh", "choose_node", "hosted_types"]
 
 
 def choose_mesh(config: ServerConfig, in_mesh: MeshName | None) -> MeshName:
@@ -72,3 +72,28 @@ def choose_node(
         raise CapacityExceeded(f"no capacity left for {name} type {stable_type.value!r}")
     weights = [n.descriptor.placement_weight for n in free]
     return (rng or random).choices(free, weights=weights, k=1)[0]
+
+
+def choose_instance_type(
+    nodes: Sequence[NodeRecord], mesh: MeshName, stable_type: StableType | None
+) -> StableType:
+    """The Instance Spot type a cold activation in ``mesh`` (``nodes``: its records)
+    uses: ``stable_type`` when given (whether a node hosts it is :func:`choose_node`'s
+    check), else the one distinct Instance type the mesh's live Object Server descriptors
+    publish (spec 06 §4.1 step 6: the same type on several nodes counts once). None →
+    NotFound; several → InvalidOperation (name the type)."""
+    if stable_type is not None:
+        return stable_type
+    types: set[StableType] = set()
+    for n in nodes:
+        if n.live and n.descriptor.object_role.can_host:
+            types.update(n.descriptor.instance_types)
+    if not types:
+        raise NotFound(f"no live node of mesh {mesh.value!r} hosts an instance spot type")
+    if len(types) > 1:
+        names = ", ".join(sorted(repr(t.value) for t in types))
+        raise InvalidOperation(
+            f"mesh {mesh.value!r} hosts {len(types)} instance spot types ({names}); "
+            "name one with instance(stable_type)"
+        )
+    return next(iter(types))

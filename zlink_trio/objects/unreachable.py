@@ -28,7 +28,7 @@ from ..routing.route_cache import Route
 from ..store.api import AuthorityRow, AuthorityState, LocationStore, ObjectKind
 from .authority import Authority
 from .kind import IdT, noun
-from .owner_loss import owner_dead, reclaim_row
+from .owner_loss import owner_dead, reclaim_row, resumable
 
 __all__ = ["OwnerUnreachable"]
 
@@ -62,10 +62,11 @@ class OwnerUnreachable(Generic[IdT]):
         kind: ObjectKind,
         grace: float,
         flow: FlowTrace,
+        name: str | None = None,
     ) -> None:
         self._store = store
         self._authority = authority
-        self._noun = noun(kind)
+        self._noun = noun(kind) if name is None else name
         self._grace = grace
         self._flow = flow
 
@@ -85,6 +86,12 @@ class OwnerUnreachable(Generic[IdT]):
                 return StaleRoute(f"{name}: {why}, and the Store names another owner now")
             if not await owner_dead(store, row):
                 return Unavailable(f"{name} cannot be reached: {why} (its owner's lease is live)")
+            if resumable(row):
+                # Its first message did not complete: it is resumed, not reclaimed.
+                return Unavailable(
+                    f"{name} cannot be reached: {why} (its owner is gone; its cold "
+                    "activation is being recovered)"
+                )
             if not await reclaim_row(store, row, grace=self._grace, flow=self._flow):
                 return Unavailable(f"{name} cannot be reached: {why} (its owner's lease is live)")
             # Reclaimed (here or by someone else), or moved on: go on from the new state.

@@ -82,6 +82,26 @@ class FlowEvent(enum.Enum):
     RELEASED_AT_STOP = ("released_at_stop", _DEBUG, "objects")
     """A clean stop released one authority row this lifecycle owned (peers see the id
     Missing at once instead of after the lease)."""
+    # --- Spot direct calls and cold activation (spec 06 §4–§5) ------------------------------
+    ACTIVATION_FAILED = ("activation_failed", _INFO, "spots")
+    """A one-way send with Instance intent reached its activation target but could not be
+    delivered there (the activation failed, a type mismatch, its deadline): a send has no
+    terminal, so the outcome is only logged and counted."""
+    ACTIVATION_FORWARDED = ("activation_forwarded", _DEBUG, "spots")
+    """An activation target lost the creation race: it made no Spot and forwarded the
+    message once (same operation id, payload, deadline) to the Ready owner."""
+    FIRST_RECORD_UNSETTLED = ("first_record_unsettled", _WARNING, "spots")
+    """The completion of a cold activation's first message could not be recorded (or its
+    recovery pointer removed) in the Location Store in time: an owner loss of this Spot
+    would then run that message again on a fresh instance."""
+    ACTIVATION_RECOVERED = ("activation_recovered", _INFO, "spots")
+    """This node resumed the cold activation of an Instance Spot whose owner lifecycle
+    ended before its first message completed (spec 06 §4.1.1): the first message runs here,
+    first and once."""
+    ACTIVATION_ABORTED = ("activation_aborted", _INFO, "spots")
+    """This node ended, with the exact fence, a cold activation whose owner lifecycle ended
+    and that cannot be resumed (its deadline passed, its root is gone, or no node hosts its
+    type any more): its first message is dropped."""
     # --- sessions and relocation (spec 02 §8) -----------------------------------------------
     LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING, "sessions")
     """A command 44 (or another relocation's update) arrived after its seal was resolved:

@@ -22,7 +22,9 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OwnerLeaseGeneration as LeaseGen,
+    StableType,
 )
+from ..store.api import ObjectKind
 
 __all__ = ["Route", "RouteCache", "RouteCacheStatistics"]
 
@@ -42,6 +44,10 @@ class Route:
     object_generation: ObjectGeneration
     owner_generation: AuthorityOwnerGeneration
     store_version: int
+    kind: ObjectKind | None = None
+    """The row's object kind (a Spot call with Instance intent checks it: TypeMismatch)."""
+    stable_type: StableType | None = None
+    """The row's stable type (likewise)."""
 
 
 @attrs.frozen

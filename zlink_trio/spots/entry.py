@@ -61,6 +61,18 @@ class _Approval:
 
 
 @final
+class _Lifecycle:
+    """Other lifecycle control on the Entry Spot (a cross-node Join's factory run)."""
+
+    __slots__ = ("deadline", "result", "work")
+
+    def __init__(self, work: Callable[[], Awaitable[Any]], deadline: float) -> None:
+        self.work = work
+        self.deadline = deadline
+        self.result: OneShot[Any] = OneShot()
+
+
+@final
 class _Application:
     __slots__ = ("result", "work")
 
@@ -90,7 +102,7 @@ class EntrySpot:
         self._calls = 0
         self._lifecycle_turns = 0
         self._application_turns = 0
-        self._lane: Lane[SpotLane, _Approval | _Application] = engine.new_lane(
+        self._lane: Lane[SpotLane, _Approval | _Application | _Lifecycle] = engine.new_lane(
             SpotLane(), self._turn, on_drop=self._dropped
         )
 
@@ -108,6 +120,15 @@ class EntrySpot:
         await self._lane.submit(item, lifecycle=True)
         return await item.result.wait()
 
+    async def run_lifecycle(self, work: Callable[[], Awaitable[Any]], deadline: float) -> Any:
+        """Run ``work`` in one lifecycle turn of this Spot (membership control: the factory
+        of an Actor a cross-node Join brings here), bounded by ``deadline``: a turn still
+        queued at it never starts and one running is cancelled (both DeadlineExceeded).
+        Its exception propagates to the caller."""
+        item = _Lifecycle(work, deadline)
+        await self._lane.submit(item, lifecycle=True)
+        return await item.result.wait()
+
     async def run_application_turn(self, work: ApplicationWork) -> None:
         """Run ``work`` as one turn of this Spot's application queue: after the lifecycle
         work the lane policy puts first, never beside another turn of this Spot. Waits
@@ -117,7 +138,21 @@ class EntrySpot:
         await self._lane.submit(item)
         await item.result.wait()
 
-    async def _turn(self, item: _Approval | _Application) -> None:
+    async def _turn(self, item: _Approval | _Application | _Lifecycle) -> None:
+        if isinstance(item, _Lifecycle):
+            if item.deadline <= trio.current_time():
+                item.result.fail(DeadlineExceeded("the deadline passed before its turn"))
+                return
+            with trio.move_on_at(item.deadline):
+                try:
+                    value = await item.work()
+                except Exception as exc:
+                    item.result.fail(exc)
+                    return
+                item.result.set(value)
+                return
+            item.result.fail(DeadlineExceeded("the lifecycle turn did not finish in time"))
+            return
         if isinstance(item, _Application):
             self._application_turns += 1
             try:
@@ -149,7 +184,7 @@ class EntrySpot:
             return
         item.result.fail(DeadlineExceeded("the approval did not finish before the deadline"))
 
-    def _dropped(self, item: _Approval | _Application) -> None:
+    def _dropped(self, item: _Approval | _Application | _Lifecycle) -> None:
         item.result.fail(ShuttingDown("the Entry Spot closed"))
 
     def close(self) -> None:

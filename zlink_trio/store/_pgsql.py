@@ -133,7 +133,7 @@ class Statements:
             reserve=call("reserve", 18),
             commit_ready=call("commit_ready", 8),
             abort_creation=call("abort_creation", 8),
-            change_owner=call("change_owner", 7),
+            change_owner=call("change_owner", 9),
             lost=call("lost", 2),
             release=call("release", 3),
             reclaim=call("reclaim", 8),

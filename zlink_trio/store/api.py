@@ -75,6 +75,7 @@ from .validate import check_attempt_ttl, check_expected_version, check_replay_cu
 
 __all__ = [
     "ENTRY_SPOT_TYPE",
+    "UNCHANGED",
     "Applied",
     "AuthorityRow",
     "AuthorityState",
@@ -95,6 +96,7 @@ __all__ = [
     "RelocationMark",
     "Reservation",
     "TerminalRecord",
+    "Unchanged",
     "check_expected_version",
 ]
 
@@ -102,6 +104,15 @@ T = TypeVar("T")
 
 ENTRY_SPOT_TYPE: Final = StableType("zlink.entry-spot")
 """Stable type carried by every Entry Spot claim row (kind ``ENTRY_SPOT``)."""
+
+
+class Unchanged(enum.Enum):
+    """Type of :data:`UNCHANGED`: "leave this field as it is" in a CAS that may set it."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED: Final = Unchanged.UNCHANGED
 
 
 class Namespace(enum.Enum):
@@ -456,12 +467,19 @@ class LocationStore(Protocol):
         ...
 
     async def change_owner(
-        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        new_owner: OwnerFence,
+        *,
+        membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
         """Ready row moves to ``new_owner``: AuthorityOwnerGeneration + 1, one active unit
         moves from the old owner node to the new one, relocation mark cleared. The new
         owner's lease must be current (OwnerLeaseExpired). When the new owner is another
-        NodeRid whose active+pending >= capacity, raises CapacityExceeded."""
+        NodeRid whose active+pending >= capacity, raises CapacityExceeded. ``membership``
+        (unless :data:`UNCHANGED`) is set in the same CAS: a cross-node Join moves the
+        owner and the Actor's Spot at once."""
         ...
 
     async def set_membership(

@@ -36,6 +36,7 @@ from ..ids import (
 )
 from .api import (
     ENTRY_SPOT_TYPE,
+    UNCHANGED,
     Applied,
     AuthorityRow,
     AuthorityState,
@@ -55,6 +56,7 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    Unchanged,
 )
 from .rows import evolve_row
 from .validate import (
@@ -405,7 +407,12 @@ class MemoryLocationStore:
         )
 
     async def change_owner(
-        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        new_owner: OwnerFence,
+        *,
+        membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _READY)
@@ -418,7 +425,17 @@ class MemoryLocationStore:
             self._adjust(old_rid, active=-1)
             self._adjust(new_rid, active=1)
         owner_generation = row.owner_generation.next()
-        return self._put(row, owner=new_owner, owner_generation=owner_generation, relocation=None)
+        if membership is UNCHANGED:
+            return self._put(
+                row, owner=new_owner, owner_generation=owner_generation, relocation=None
+            )
+        return self._put(
+            row,
+            owner=new_owner,
+            owner_generation=owner_generation,
+            relocation=None,
+            membership=membership,
+        )
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None

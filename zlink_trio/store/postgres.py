@@ -61,6 +61,7 @@ from ._pgmigrate import MigrationStatus, check_schema
 from ._pgsql import FieldCas, Statements
 from .api import (
     ENTRY_SPOT_TYPE,
+    UNCHANGED,
     Applied,
     AuthorityRow,
     AuthorityState,
@@ -80,6 +81,7 @@ from .api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    Unchanged,
 )
 from .rows import evolve_row
 from .validate import (
@@ -308,15 +310,24 @@ class PostgresLocationStore:
         return (*codec.operation_args(terminal.key), bytes(terminal.result))
 
     async def change_owner(
-        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        new_owner: OwnerFence,
+        *,
+        membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
         check_expected_version(expected_version)
+        set_membership = membership is not UNCHANGED
+        member = membership.value.encode("utf-8") if isinstance(membership, SpotId) else None
         record = await self._write(
             "fetchrow",
             self._sql.change_owner,
             *codec.key_args(key),
             expected_version,
             *codec.fence_args(new_owner),
+            set_membership,
+            member,
         )
         result = codec.decode_cas(record, key)
         self._rows.cas(key, result)

@@ -33,6 +33,14 @@ from .descriptors import published_descriptors as published_descriptors
 from .flow import flow_count as flow_count, flow_counts as flow_counts
 from .history import RecordingStore as RecordingStore, StoreCall as StoreCall
 from .postgres import open_private_postgres as open_private_postgres
+from .spots import (
+    forget_spot_member as forget_spot_member,
+    hosted_spots as hosted_spots,
+    record_spot_member as record_spot_member,
+    set_spot_id_source as set_spot_id_source,
+    spot_members as spot_members,
+    spot_statistics as spot_statistics,
+)
 from .store import (
     STORE_READ_METHODS as STORE_READ_METHODS,
     STORE_WRITE_METHODS as STORE_WRITE_METHODS,

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Final, TypeVar
 
 from ..ids import MeshName, NodeGeneration, NodeRid, OwnerLeaseGeneration, SpotId
 from ..store.api import (
+    UNCHANGED,
     AuthorityRow,
     CasResult,
     ContentRef,
@@ -24,6 +25,7 @@ from ..store.api import (
     RelocationMark,
     Reservation,
     TerminalRecord,
+    Unchanged,
 )
 
 __all__ = ["StoreWrapper", "advance_store_clock"]
@@ -128,11 +130,18 @@ class StoreWrapper:
         )
 
     async def change_owner(
-        self, key: ObjectKey, expected_version: int, new_owner: OwnerFence
+        self,
+        key: ObjectKey,
+        expected_version: int,
+        new_owner: OwnerFence,
+        *,
+        membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
         return await self._around(
             "change_owner",
-            lambda: self._inner.change_owner(key, expected_version, new_owner),
+            lambda: self._inner.change_owner(
+                key, expected_version, new_owner, membership=membership
+            ),
             key,
             expected_version,
             new_owner,

@@ -37,6 +37,8 @@ from .records import (
     ActorCreate as ActorCreate,
     ActorDestroy as ActorDestroy,
     ActorJoin as ActorJoin,
+    ActorJournal as ActorJournal,
+    ActorJournalEnd as ActorJournalEnd,
     ActorSend as ActorSend,
     BoundSessionBind as BoundSessionBind,
     BoundSessionReplaced as BoundSessionReplaced,

@@ -54,7 +54,7 @@ from .fields import (
     nullable,
     wire,
 )
-from .lifecycle import ActorCreate, ActorDestroy, ActorJoin
+from .lifecycle import ActorCreate, ActorDestroy, ActorJoin, ActorJournal, ActorJournalEnd
 from .nested import Nested
 from .peer import PeerGoodbye, PeerHello, PeerHelloAck, PeerHelloConfirm, PeerPing, PeerPong
 from .relocation import (
@@ -87,6 +87,8 @@ __all__ = [
     "ActorCreate",
     "ActorDestroy",
     "ActorJoin",
+    "ActorJournal",
+    "ActorJournalEnd",
     "ActorSend",
     "BoundSessionBind",
     "BoundSessionReplaced",
@@ -455,6 +457,8 @@ ALL_RECORDS: Final[tuple[type[WireRecord], ...]] = (
     ActorCreate,
     ActorDestroy,
     ActorJoin,
+    ActorJournal,
+    ActorJournalEnd,
     RelocationPrepare,
     RelocationRestore,
     RelocationRelayReady,
@@ -485,6 +489,8 @@ Record = (
     | ActorCreate
     | ActorDestroy
     | ActorJoin
+    | ActorJournal
+    | ActorJournalEnd
     | RelocationPrepare
     | RelocationRestore
     | RelocationRelayReady

@@ -373,3 +373,28 @@ async def test_counting_store_counts_reads_and_writes(store: LocationStore) -> N
     assert counting.recovery_epoch == store.recovery_epoch
     assert await counting.read(row.key) == row
     assert (counting.reads, counting.writes) == (1, 0)
+
+
+async def test_change_owner_sets_the_membership_in_the_same_cas(store: LocationStore) -> None:
+    """A cross-node Join's one CAS: owner and membership move together; without
+    ``membership`` the Actor's Spot is kept; ``None`` clears it."""
+    a, b = await register(store), await register(store)
+    row = await ready(store, actor(a, "joiner", membership=SpotId("entry-a")))
+    moved = applied(
+        await store.change_owner(row.key, row.store_version, b.fence(), membership=SpotId("room"))
+    )
+    assert moved.owner == b.fence() and moved.membership == SpotId("room")
+    assert moved.owner_generation == AuthorityOwnerGeneration(2)
+    assert moved.object_generation == row.object_generation
+    assert await store.read(row.key) == moved
+    kept = applied(await store.change_owner(row.key, moved.store_version, a.fence()))
+    assert kept.membership == SpotId("room") and kept.owner == a.fence()
+    cleared = applied(
+        await store.change_owner(row.key, kept.store_version, b.fence(), membership=None)
+    )
+    assert cleared.membership is None
+    stale = applied(await store.set_membership(row.key, cleared.store_version, SpotId("x")))
+    lost = conflict(
+        await store.change_owner(row.key, cleared.store_version, a.fence(), membership=None)
+    )
+    assert lost == stale

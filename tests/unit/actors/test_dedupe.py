@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from zlink_trio.actors.dedupe import MAX_LINKS, WINDOW, IngressDedupe
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 from zlink_trio.mesh.api import PeerIdentity
+from zlink_trio.routing.dedupe import MAX_LINKS, WINDOW, IngressDedupe
 
 RID = NodeRid.new()
 GEN = NodeGeneration.new()

@@ -1,4 +1,4 @@
-"""The Actor runtime's one request-deadline timer (zlink_trio.actors.deadlines): waiters
+"""The Actor runtime's one request-deadline timer (zlink_trio.routing.reply_deadlines): waiters
 end exactly at their deadline, an earlier deadline added later moves the timer, settled
 waiters are forgotten (the heap stays about the requests in flight), and a stopping
 runtime ends every waiter with ShuttingDown."""
@@ -9,9 +9,9 @@ import pytest
 import trio
 import trio.testing
 
-from zlink_trio.actors.deadlines import ReplyDeadlines
 from zlink_trio.engine.oneshot import OneShot
 from zlink_trio.errors import DeadlineExceeded, ShuttingDown
+from zlink_trio.routing.reply_deadlines import ReplyDeadlines
 
 
 async def test_waiters_end_at_their_deadlines_in_order(

@@ -194,7 +194,9 @@ class SpotHost:
     def in_own_turn(self, object_id: SpotId) -> bool:
         return False
 
-    async def destroy(self, hosted: AuthorityRow, release: Release) -> ZLinkError | None:
+    async def destroy(
+        self, hosted: AuthorityRow, release: Release, fence: object = None
+    ) -> ZLinkError | None:
         outcome = await release(fresh=True)
         if outcome is ReleaseOutcome.GONE:
             del self.factory.published[hosted.key.object_id]

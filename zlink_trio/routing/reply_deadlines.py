@@ -1,11 +1,11 @@
-"""Deadlines of Actor requests on their fast paths: one timer task ends every waiting
+"""Deadlines of Actor and Spot requests on their fast paths: one timer task ends every waiting
 request on time.
 
 A request whose route is cached (an Actor on this node, or an admitted owner elsewhere)
-waits on one object: a local :data:`~.sinks.LocalReply` slot or the mesh's pending reply.
+waits on one object: a local :data:`~zlink_trio.objects.sinks.LocalReply` slot or the mesh's pending reply.
 A cancel scope per request would cost more than anything else the request does (trio's
 ``CancelScope`` enter + exit measured ~5 µs here: a fifth of a local ask, a tenth of a
-cross-node one), so the Actor runtime runs ONE timer task for all of them: a heap of
+cross-node one), so each runtime (Actors, Spots) runs ONE timer task for all of them: a heap of
 (deadline, waiter), a cancel scope whose deadline is the earliest entry, and at each
 deadline the waiters still waiting fail with DeadlineExceeded, at that very instant (exact
 under a MockClock). A waiter marks its entry settled when its wait ends however it ended

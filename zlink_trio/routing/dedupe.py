@@ -1,5 +1,5 @@
-"""Repeated application messages at the Actor owner: dropped, never run twice, and a
-fresh message is never taken for a repeat.
+"""Repeated application messages at an object's owner (Actors: command 24; Spots: 39):
+dropped, never run twice, and a fresh message is never taken for a repeat.
 
 Application sends and requests are never re-sent by the framework (spec 04 §5.1, §8.1), so
 a second arrival of one command 24 can only be a transport-level repeat (a duplicated

@@ -1,0 +1,334 @@
+"""The Spot owner's registry of hosted User and Instance Spots, and their admission.
+
+Only this node's hosted Spots live here. Admission (:meth:`SpotHost.admit`,
+:meth:`SpotHost.admit_nowait`) is the single place an application message enters a Spot's
+application queue, whatever its ingress (local direct call, command 39 from a peer, the
+first message of a cold activation), so every ingress kind is ordered by the same queue.
+
+A Spot being created here is *staging* from its reservation's attempt until the attempt
+ends: messages admitted meanwhile are parked, in arrival order, and enter the Spot's queue
+first when it is published (a cold activation admits its first message this way before the
+factory runs); an attempt that ends unpublished hands them back to be failed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, final
+
+import trio
+
+from ..engine.engine import Engine
+from ..engine.lanes import SpotLane
+from ..errors import CapacityExceeded, InvalidOperation, StaleRoute, Unavailable
+from ..ids import AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration, SpotId, StableType
+from ..mesh.lease import LeaseDeadline
+from ..objects.timers import TimerService
+from ..observe import FlowEvent, FlowTrace
+from .context import SpotContext
+from .execution import SpotWide
+from .hosted import (
+    SPOT_CLOSED,
+    SPOT_FENCED,
+    SPOT_READY,
+    HostedSpot,
+    SpotClosing,
+    SpotFenced,
+    SpotMessage,
+    SpotReady,
+    SpotShared,
+    SpotStaging,
+    spot_lease_lost,
+)
+from .registry import SpotType
+
+if TYPE_CHECKING:
+    from .client import SpotClient
+
+__all__ = ["SpotHost"]
+
+
+@final
+class _Staging:
+    """Attempts staging one id here, and what was admitted for it meanwhile."""
+
+    __slots__ = ("attempts", "event", "parked")
+
+    def __init__(self) -> None:
+        self.attempts = 1
+        self.event = trio.Event()
+        self.parked: list[SpotMessage] = []
+
+
+@final
+class SpotHost:
+    __slots__ = (
+        "_engine",
+        "_fenced",
+        "_flow",
+        "_lease",
+        "_lease_live",
+        "_max_reply",
+        "_node_rid",
+        "_on_close",
+        "_shared",
+        "_spots",
+        "_staging",
+        "_timers",
+        "spots_client",
+    )
+
+    def __init__(
+        self,
+        engine: Engine,
+        flow: FlowTrace,
+        lease: LeaseDeadline,
+        lease_live: Callable[[], bool],
+        node_rid: Callable[[], NodeRid],
+        max_reply: int,
+        on_close_request: Callable[[HostedSpot], None],
+        timers: TimerService | None = None,
+    ) -> None:
+        self._engine = engine
+        self._timers = timers
+        self._flow = flow
+        self._lease = lease
+        self._lease_live = lease_live
+        self._node_rid = node_rid
+        self._max_reply = max_reply
+        self._on_close = on_close_request
+        self._fenced = False
+        self._spots: dict[SpotId, HostedSpot] = {}
+        self._staging: dict[SpotId, _Staging] = {}
+        self._shared: dict[StableType, SpotShared] = {}
+        self.spots_client: SpotClient | None = None
+        """The direct-call client the Spots' Contexts hand out as ``context.spots`` (set
+        by the runtime once it exists)."""
+
+    # --- registry ---------------------------------------------------------------------
+    def get(self, spot_id: SpotId) -> HostedSpot | None:
+        """The published incarnation of ``spot_id`` here (Ready or Closing), or None."""
+        return self._spots.get(spot_id)
+
+    def ready(self, spot_id: SpotId) -> HostedSpot | None:
+        hosted = self._spots.get(spot_id)
+        return hosted if hosted is not None and hosted.state is SPOT_READY else None
+
+    def __len__(self) -> int:
+        return len(self._spots)
+
+    def __iter__(self) -> Iterator[HostedSpot]:
+        return iter(tuple(self._spots.values()))
+
+    @property
+    def staging_count(self) -> int:
+        return len(self._staging)
+
+    def shared(self, spot_type: SpotType) -> SpotShared:
+        """What every hosted Spot of ``spot_type`` shares here (made once)."""
+        shared = self._shared.get(spot_type.stable_type)
+        if shared is None or shared.spot_type is not spot_type:
+            shared = self._shared[spot_type.stable_type] = SpotShared(
+                spot_type, self._node_rid(), self._max_reply, self._flow, self._lease,
+                self._lease_live, self._timers,
+            )  # fmt: skip
+        return shared
+
+    def shared_all(self) -> tuple[SpotShared, ...]:
+        return tuple(self._shared.values())
+
+    # --- staging and publication ----------------------------------------------------------
+    def stage(
+        self,
+        spot_type: SpotType,
+        spot_id: SpotId,
+        generation: ObjectGeneration,
+        mesh_name: MeshName,
+        owner_generation: AuthorityOwnerGeneration,
+    ) -> HostedSpot:
+        """A new Staging activation of ``spot_id`` with its lane (under a new shared gate
+        for a SpotWide Spot): the factory and the create callback run in its lifecycle
+        turns; it admits no message until :meth:`publish`."""
+        holder: list[HostedSpot] = []
+
+        def close() -> None:
+            self._request_close(holder[0])
+
+        context = SpotContext(spot_id, generation, spot_type.kind, spot_type.stable_type,
+                              mesh_name, close, self.spots_client)  # fmt: skip
+        shared = self.shared(spot_type)
+        gate = self._engine.new_gate() if isinstance(spot_type.execution, SpotWide) else None
+        hosted = HostedSpot(shared, context, owner_generation, gate)
+        holder.append(hosted)
+        hosted.lane = self._engine.new_lane(SpotLane(), hosted, gate=gate, on_drop=hosted.dropped)
+        self.begin_staging(spot_id)
+        return hosted
+
+    def begin_staging(self, spot_id: SpotId) -> None:
+        """From now until the matching :meth:`end_staging_of`, messages admitted for
+        ``spot_id`` (not hosted here yet) are parked, in arrival order, instead of being
+        refused StaleRoute; the Spot published meanwhile takes them first. :meth:`stage`
+        calls it; a cold activation calls it BEFORE its own reserve (then
+        :meth:`park_first` its first message), so nothing can overtake that message."""
+        staging = self._staging.get(spot_id)
+        if staging is None:
+            self._staging[spot_id] = _Staging()
+        else:
+            staging.attempts += 1
+
+    def park_first(self, spot_id: SpotId, item: SpotMessage) -> None:
+        """Put ``item`` at the HEAD of what is parked for the staging ``spot_id`` (the
+        first message of a cold activation). Raises StaleRoute when nothing stages it."""
+        staging = self._staging.get(spot_id)
+        if staging is None:
+            raise StaleRoute(f"spot {spot_id.value!r} is not staging on this node")
+        staging.parked.insert(0, item)
+
+    def end_staging_of(self, spot_id: SpotId) -> list[SpotMessage]:
+        """One :meth:`begin_staging` of ``spot_id`` ended. Returns the messages parked for
+        it that no published Spot took, once nothing else stages it (the caller fails
+        them, StaleRoute); while another attempt does, they stay parked for it."""
+        staging = self._staging.get(spot_id)
+        if staging is None:
+            return []
+        staging.attempts -= 1
+        if staging.attempts > 0:
+            return []
+        del self._staging[spot_id]
+        staging.event.set()
+        parked, staging.parked = staging.parked, []
+        return parked
+
+    def publish(self, hosted: HostedSpot, owner_generation: AuthorityOwnerGeneration) -> None:
+        """Make ``hosted`` reachable (after its Ready commit): the messages parked while
+        it was staging enter its queue first, in arrival order. On a fenced host (the
+        lease was lost after the commit was sent) it is registered Fenced and never runs."""
+        hosted.owner_generation = owner_generation
+        spot_id = hosted.spot_id
+        self._spots[spot_id] = hosted
+        staging = self._staging.get(spot_id)
+        if self._fenced:
+            hosted.state = SPOT_FENCED
+            hosted.retire_lane()
+        else:
+            hosted.state = SPOT_READY
+            if staging is not None and staging.parked:
+                parked, staging.parked = staging.parked, []
+                lane = hosted.lane
+                assert lane is not None
+                for item in parked:
+                    lane.submit_nowait(item)
+            if hosted.timers is not None:
+                hosted.timers.resume()  # registered while staging: ticks from now on
+        if staging is not None:
+            staging.event.set()
+            staging.event = trio.Event()
+
+    def end_staging(self, hosted: HostedSpot) -> list[SpotMessage]:
+        """``hosted``'s attempt ended. Unpublished, its lane is closed (nothing it holds
+        runs). Returns the messages parked for the id that no published Spot took, once
+        no other attempt of it stages here (the caller fails them, StaleRoute)."""
+        if isinstance(hosted.state, SpotStaging):
+            hosted.state = SPOT_CLOSED
+            hosted.retire_lane()
+        return self.end_staging_of(hosted.spot_id)
+
+    def retire(self, hosted: HostedSpot) -> None:
+        """Unpublish ``hosted`` (close: its cleanup ran) and retire its lane."""
+        if self._spots.get(hosted.spot_id) is hosted:
+            del self._spots[hosted.spot_id]
+        if not isinstance(hosted.state, SpotFenced):
+            hosted.state = SPOT_CLOSED
+        hosted.retire_lane()
+
+    def fence(self) -> list[HostedSpot]:
+        """This node's owner lease was lost: every hosted Spot becomes Fenced (admits
+        nothing, runs no turn again) and its lane is retired; returns those with orphans
+        (the caller fails them). Later publications are fenced at once. Idempotent."""
+        self._fenced = True
+        orphaned = []
+        for hosted in self._spots.values():
+            hosted.state = SPOT_FENCED
+            hosted.retire_lane()
+            if hosted.orphans:
+                orphaned.append(hosted)
+        return orphaned
+
+    def _request_close(self, hosted: HostedSpot) -> None:
+        if isinstance(hosted.state, SpotStaging):
+            raise InvalidOperation("the Spot is not Ready yet: it cannot close itself now")
+        if hosted.close_requested or not isinstance(hosted.state, SpotReady):
+            return  # a close runs already (or it is over)
+        hosted.close_requested = True
+        self._on_close(hosted)
+
+    # --- admission ----------------------------------------------------------------------------
+    def _not_admitting(self, hosted: HostedSpot) -> Unavailable:
+        if isinstance(hosted.state, SpotFenced):
+            return spot_lease_lost()
+        if isinstance(hosted.state, SpotClosing):
+            return Unavailable(f"spot {hosted.spot_id.value!r} is closing")
+        return Unavailable(f"spot {hosted.spot_id.value!r} is closed")
+
+    async def admit(self, spot_id: SpotId, item: SpotMessage) -> HostedSpot:
+        """Put ``item`` on the current Ready Spot's application queue, waiting while its
+        queue is full (backpressure). A Spot staging here gets it parked (see the module
+        docstring).
+
+        Raises:
+            StaleRoute: the Spot is not hosted here.
+            Unavailable: it is closing, closed or fenced.
+        """
+        hosted = self._spots.get(spot_id)
+        if hosted is None:
+            self.admit_nowait(spot_id, item)  # parks it (or raises StaleRoute)
+            await trio.lowlevel.checkpoint()
+            hosted = self._spots.get(spot_id)
+            if hosted is None:
+                raise StaleRoute(f"spot {spot_id.value!r} is not hosted on this node")
+            return hosted
+        if hosted.state is not SPOT_READY:
+            await trio.lowlevel.checkpoint()
+            raise self._not_admitting(hosted)
+        lane = hosted.lane
+        assert lane is not None
+        try:
+            lane.submit_nowait(item)
+        except CapacityExceeded:
+            await lane.submit(item)
+        return hosted
+
+    def admit_nowait(self, spot_id: SpotId, item: SpotMessage) -> None:
+        """Like :meth:`admit` without ever waiting (a connection's reader).
+
+        Raises:
+            StaleRoute: the Spot is not hosted here.
+            Unavailable: it is closing, closed or fenced.
+            CapacityExceeded: its queue (or the staging parking) is full; counted as
+                ``refused`` on the type's counters.
+        """
+        hosted = self._spots.get(spot_id)
+        if hosted is None:
+            staging = self._staging.get(spot_id)
+            if staging is None:
+                raise StaleRoute(f"spot {spot_id.value!r} is not hosted on this node")
+            capacity = self._engine.limits.capacity
+            if len(staging.parked) >= capacity:
+                raise CapacityExceeded(
+                    f"spot {spot_id.value!r} is being created and {capacity} messages "
+                    "already wait for it"
+                )
+            staging.parked.append(item)
+            return
+        if hosted.state is not SPOT_READY:
+            raise self._not_admitting(hosted)
+        lane = hosted.lane
+        assert lane is not None
+        try:
+            lane.submit_nowait(item)
+        except CapacityExceeded:
+            hosted.shared.counters.refused += 1
+            self._flow.emit(FlowEvent.DISPATCH_REFUSED, "spot %r: its queue is full", spot_id.value)
+            raise CapacityExceeded(
+                f"spot {spot_id.value!r}: its queue is full ({self._engine.limits.capacity})"
+            ) from None
