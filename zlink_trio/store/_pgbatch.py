@@ -33,8 +33,12 @@ raises ``trio.Cancelled``. The statement itself is cancelled (asyncpg cancel req
 connection closed gracefully, as for one call) once every caller in the batch was
 cancelled, or ``cancel_grace`` seconds after the first one was while others still wait
 (a frozen backend never holds a cancelled caller longer); the callers still waiting then
-get ``StoreOutcomeUnknown``. The leader drives all of it: its own cancellation only makes
-it wait shielded like any other cancelled caller.
+get ``StoreOutcomeUnknown`` (unless the statement finished before the cancel landed: then
+everybody gets the real answer). The leader sends, waits on the doorbell and hands every
+caller its answer; its own cancellation only makes it wait shielded like any other
+cancelled caller. Nobody holds a cancel scope while nothing is cancelled (a trio cancel
+scope costs more than a scheduler pass): a cancelled caller takes one for its grace and
+gives the statement up itself (:meth:`._aiobridge.LoopThread.cancel`).
 """
 
 from __future__ import annotations
