@@ -390,14 +390,6 @@ async def test_s06_16_a_request_that_times_out_at_a_losing_target_is_never_forwa
         assert sent_39(tap, loser) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a cold-activating SEND's .timeout() is documented as 'its admission only', "
-        "but it is also the route-kind-2 deadline the target aborts the activation at: an "
-        "admitted send whose activation outlasts it is silently dropped"
-    ),
-)
 async def test_s06_10_an_admitted_cold_send_is_handled_even_if_activation_outlasts_its_timeout(
     clock: object, store: CountingStore
 ) -> None:
@@ -831,15 +823,6 @@ async def test_s06_15_an_oversized_first_reply_is_a_typed_error_and_the_spot_liv
                 assert log.runs(sid) == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: .instance() without a type to an id whose activation is in progress "
-        "(Creating) in a mesh with two Instance types is InvalidOperation instead of "
-        "waiting for that activation (06 §4.2: 'still Creating: wait for the same "
-        "activation'); the Ready case uses the stored type"
-    ),
-)
 async def test_s06_13_untyped_intent_while_creating_waits_for_that_activation(
     clock: object, store: CountingStore
 ) -> None:
@@ -865,15 +848,19 @@ async def test_s06_13_untyped_intent_while_creating_waits_for_that_activation(
 
                 nursery.start_soon(first)
                 await log.create_entered.wait()
-                try:
-                    second = (
-                        await caller.spots.request("c1", "add", b"second").instance().timeout(0.5)
-                    )
-                finally:
-                    assert log.create_gate is not None
-                    log.create_gate.set()
-                replies.append(second)
+
+                async def second() -> None:
+                    call = caller.spots.request("c1", "add", b"second").instance()
+                    replies.append(await call.timeout(30))
+
+                nursery.start_soon(second)
+                # The second call runs until it waits for the activation in progress
+                # (before the fix it failed here at once with InvalidOperation).
+                await trio.testing.wait_all_tasks_blocked()
+                assert log.create_gate is not None
+                log.create_gate.set()
         assert log.of("c1") == [("add", b"first"), ("add", b"second")]
+        assert sorted(r or b"" for r in replies) == [b"1", b"2"]
 
 
 # --- §6 route cache -------------------------------------------------------------------------------
