@@ -252,11 +252,7 @@ class SpotCalls:
             raise reserved  # the Entry shape is the framework's: before anything else
         mesh = choose_mesh(self._config, intent.in_mesh)
         nodes = await self._store.list_nodes(mesh)
-        if (
-            row is not None
-            and intent.stable_type is None
-            and row.kind is ObjectKind.INSTANCE_SPOT
-        ):
+        if row is not None and intent.stable_type is None and row.kind is ObjectKind.INSTANCE_SPOT:
             # An activation (or a close) of this id is under way: its stored type is the
             # one this call waits for (06 §4.2), however many types the mesh hosts.
             stable_type = row.stable_type

@@ -59,9 +59,7 @@ class HoldAfter(StoreWrapper):
         return result
 
 
-def _cluster(
-    rec: Recorder, target_store: object, recording: RecordingStore, **caller: Any
-) -> Any:
+def _cluster(rec: Recorder, target_store: object, recording: RecordingStore, **caller: Any) -> Any:
     configs = [
         client_config(**LEASES, **caller),
         server_config(location_store=target_store, **LEASES),
