@@ -66,7 +66,7 @@ from ..wire.tails import CreateTail
 from .authority import Authority
 from .kind import Commit, CreateOrder, Decision, IdT, TargetKind
 from .reclaim import RETRY_INTERVAL, Reclaimer, give_back
-from .sinks import LocalSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
+from .sinks import LocalSink, TerminalSink, decode_recorded, encode_terminal, failure, ok
 
 __all__ = ["CreateTarget"]
 
@@ -215,7 +215,15 @@ class CreateTarget(Generic[IdT]):
             # again): its one terminal is the answer, and the reservation this delivery
             # names has no attempt left to run: give it back.
             await self._give_back(order)
-            return decode_terminal(retained.result)
+            recorded = decode_recorded(retained.result)
+            if recorded.subject not in (None, order.key):
+                return failure(
+                    InvalidOperation(
+                        "operation id already used for another object (retained until its "
+                        "deadline + the terminal retention)"
+                    )
+                )
+            return recorded.reply
         held = self._reclaimer.reply_for(key)
         if held is not None:  # ended; its abort (and terminal record) is still pending
             if not self._reclaimer.holds(order.key, fence.expected_store_version):
@@ -270,7 +278,7 @@ class CreateTarget(Generic[IdT]):
         retain_for = self._config.terminal_record_retention
         record: TerminalRecord | None
         try:
-            record = TerminalRecord(order.operation, encode_terminal(reply))
+            record = TerminalRecord(order.operation, encode_terminal(reply, order.key))
         except ProtocolError:  # cannot happen for a failure terminal; stay safe
             record = None
         settled = await give_back(
@@ -315,13 +323,13 @@ class CreateTarget(Generic[IdT]):
             else:
                 terminal = failure(error, _create_tail(CreateState.FAILED, row, None))
             try:
-                encoded = encode_terminal(terminal)
+                encoded = encode_terminal(terminal, object_key)
             except ProtocolError as exc:
                 # The application's reply cannot be encoded: the attempt FAILED with that
                 # error, and the reservation is given back all the same.
                 state = CreateState.FAILED
                 terminal = failure(exc, _create_tail(CreateState.FAILED, row, None))
-                encoded = encode_terminal(terminal)
+                encoded = encode_terminal(terminal, object_key)
             if state is CreateState.REJECTED:
                 self.rejected += 1
             else:
@@ -381,7 +389,7 @@ class CreateTarget(Generic[IdT]):
                 return await abort(Unavailable("rejected"), CreateState.REJECTED, decision.reply)
             created = ok(_create_tail(CreateState.CREATED, row, decision.reply))
             try:
-                created_record = TerminalRecord(key, encode_terminal(created))
+                created_record = TerminalRecord(key, encode_terminal(created, object_key))
             except ProtocolError as exc:  # the application's reply cannot be encoded
                 return await abort(exc, CreateState.FAILED)
             committed = await self._commit(

@@ -1534,15 +1534,6 @@ async def test_s06_19_a_hung_close_callback_is_bounded_by_the_nodes_stop(
         assert again.spot.node_rid == caller.identity.node_rid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a retained create terminal is matched to a re-submission by the bare id "
-        "TEXT only (not its kind/namespace): an OperationId used for Actor 'same' and "
-        "then for User Spot 'same' returns the Actor's terminal as a SpotCreated for a "
-        "Spot that was never created (and vice versa)"
-    ),
-)
 @pytest.mark.parametrize("first", ["actor", "spot"])
 async def test_s06_07_an_operation_id_of_another_kinds_create_is_not_this_ones_terminal(
     clock: object, store: CountingStore, first: str
