@@ -278,14 +278,6 @@ async def test_s06_02_a_live_entry_spot_id_is_not_a_user_spot(
 # --- §3: create / get_or_create --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: create(type) draws a fresh UUID per call, so a re-submission with the same "
-        "operation_id names another id and its retained terminal is refused as "
-        "'operation id already used' (InvalidOperation) instead of being returned"
-    ),
-)
 async def test_s06_07_create_type_replayed_with_its_operation_id_gets_its_terminal(
     clock: object, store: CountingStore
 ) -> None:
@@ -306,14 +298,6 @@ async def test_s06_07_create_type_replayed_with_its_operation_id_gets_its_termin
         assert probe.total_runs == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: an overlapping re-submission of create(type) with the same operation_id "
-        "reserves a SECOND framework UUID, joins the original attempt and then fails "
-        "InvalidOperation ('operation id already used') instead of returning its Created"
-    ),
-)
 async def test_s06_07_create_type_replay_overlapping_the_original(
     clock: object, store: CountingStore
 ) -> None:
