@@ -110,6 +110,22 @@ class _Attempt:
             self.others.add((order.key, version))
 
 
+def _reply_error(reply: object, limit: int) -> ApplicationError | None:
+    """The application's mistake in a create callback's reply (Approve/Reject.reply):
+    not bytes (or None), or over ``max_reply_bytes``; None when it is fine."""
+    if reply is None:
+        return None
+    if not isinstance(reply, bytes):
+        return ApplicationError(
+            f"the create callback's reply must be bytes or None, got {type(reply).__name__}"
+        )
+    if len(reply) > limit:
+        return ApplicationError(
+            f"the create callback's reply of {len(reply)} bytes exceeds max_reply_bytes ({limit})"
+        )
+    return None
+
+
 @final
 class CreateTarget(Generic[IdT]):
     def __init__(
@@ -385,6 +401,10 @@ class CreateTarget(Generic[IdT]):
                 return await abort(
                     DeadlineExceeded("creation did not finish in time"), CreateState.FAILED
                 )
+            bad_reply = _reply_error(decision.reply, self._config.max_reply_bytes)
+            if bad_reply is not None:
+                logger.info("creation of %r failed in the application: %s", object_key, bad_reply)
+                return await abort(bad_reply, CreateState.FAILED)
             if not isinstance(decision, Commit):
                 return await abort(Unavailable("rejected"), CreateState.REJECTED, decision.reply)
             created = ok(_create_tail(CreateState.CREATED, row, decision.reply))

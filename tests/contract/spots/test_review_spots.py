@@ -624,14 +624,6 @@ async def test_s06_05_a_create_callback_returning_junk_is_an_application_error(
         assert hosted_spots(cluster.servers[0]) == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: an Approve whose reply is not bytes, or is over 1 MiB, ends the create with "
-        "ProtocolError ('cannot encode command 20 (TERMINAL_REPLY)') -- the wire-protocol "
-        "kind, even for a local create -- instead of ApplicationError"
-    ),
-)
 @pytest.mark.parametrize("request_bytes", [b"strreply", b"bigreply"])
 async def test_s06_05_a_bad_create_reply_is_the_applications_error(
     clock: object, store: CountingStore, request_bytes: bytes
