@@ -148,9 +148,11 @@ class CreateSource(Generic[IdT, ResultT]):
         another kind -- Actors and Spots are separate namespaces -- in its retention).
         ``subject`` is the object the terminal record names (None: it names none)."""
         if subject is not None and subject != object_key:
+            same_kind = subject.namespace is object_key.namespace
+            what = self._noun if same_kind else subject.namespace.value
             raise InvalidOperation(
-                f"operation id already used for {subject.namespace.value} "
-                f"{subject.object_id!r} (retained until its deadline + the terminal retention)"
+                f"operation id already used for {what} {subject.object_id!r} (retained "
+                "until its deadline + the terminal retention)"
             )
         tail = reply.tail
         if isinstance(tail, CreateTail) and tail.object_id != object_key.object_id:
