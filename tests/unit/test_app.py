@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -79,3 +80,39 @@ def test_invalid_stable_type() -> None:
     app.register_actor("", Counter, relocation=RecreateOnRelocation())
     with pytest.raises(ConfigurationError):
         app.validate()
+
+
+def _plain_handler(actor: Any, payload: bytes) -> bytes:
+    return payload
+
+
+async def _async_handler(actor: Any, payload: bytes) -> bytes:
+    return payload
+
+
+@pytest.mark.parametrize(
+    "handler",
+    [
+        pytest.param(_plain_handler, id="plain-def"),
+        pytest.param(lambda actor, payload: None, id="lambda"),
+        pytest.param(functools.partial(_plain_handler), id="partial-of-plain-def"),
+    ],
+)
+def test_a_non_async_actor_function_handler_is_a_configuration_error(handler: Any) -> None:
+    """docs/api.md ("Handlers are async def"): a function handler that is a plain def, a
+    lambda or a partial of one is refused at startup (Actors and Spots share the check)."""
+    app = App()
+    app.register_actor("counter", Counter, relocation=RecreateOnRelocation())
+    app.register_actor_handler("counter", MessageKind.REQUEST, "echo", handler)
+    with pytest.raises(ConfigurationError, match="must be an async def"):
+        app.validate()
+
+
+def test_an_async_partial_function_handler_is_accepted() -> None:
+    app = App()
+    app.register_actor("counter", Counter, relocation=RecreateOnRelocation())
+    app.register_actor_handler(
+        "counter", MessageKind.REQUEST, "echo", functools.partial(_async_handler)
+    )
+    t = app.validate().actor_types[StableType("counter")]
+    assert (MessageKind.REQUEST, "echo") in t.handlers

@@ -22,7 +22,14 @@ from typing import Any, Final, final
 
 from ..ids import InvalidId, StableType, check_text_id
 from ..wire.payloads import PayloadRegistry
-from .handlers import HandlerKey, MessageKind, declared_handlers, method_handler, typed_handler
+from .handlers import (
+    HandlerKey,
+    MessageKind,
+    declared_handlers,
+    is_async_callable,
+    method_handler,
+    typed_handler,
+)
 from .policy import DisableRelocation, PreserveStateWith, RecreateOnRelocation, RelocationPolicy
 
 __all__ = [
@@ -117,6 +124,11 @@ class HandlerRegistrations:
                 continue
             if (kind, name) in tables[st]:
                 problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
+                continue
+            if not is_async_callable(fn):
+                problems.append(
+                    f"handler {HandlerKey(st, kind, name)!r}: {fn!r} must be an async def"
+                )
                 continue
             try:
                 tables[st][(kind, name)] = typed_handler(fn, payloads)

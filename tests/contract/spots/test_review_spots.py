@@ -1136,14 +1136,6 @@ async def test_s06_preserve_state_needs_an_adapter(adapter: object) -> None:
             raise AssertionError("the server must not start")  # pragma: no cover
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a lifecycle callback that is a functools.partial of a plain def passes the "
-        "startup check (only inspect.isfunction objects are checked) and fails every "
-        "create later with ApplicationError ('NoneType can't be used in await')"
-    ),
-)
 async def test_s06_a_partial_of_a_plain_def_callback_is_refused_at_startup() -> None:
     """docs/api.md ("Handlers are async def: a marked plain def method is a startup
     ConfigurationError"; SPOTS_API.md: "a non-async def → error"): a CREATE callback
@@ -1634,14 +1626,6 @@ async def test_s06_07_waiters_on_a_creating_attempt_reserve_nothing(
         assert probe.runs("w") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a plain-def FUNCTION handler given to App.register_spot_handler is accepted "
-        "at startup (HandlerRegistrations.validate checks only marked class methods); it "
-        "would fail every call later with TypeError ('can't be used in await')"
-    ),
-)
 async def test_s06_a_plain_def_function_handler_is_refused_at_startup() -> None:
     """SPOTS_API.md §1 ("handler/callback for an unregistered type, twice the same key, a
     non-``async def`` → error", checked at startup) / docs/api.md ("Handlers are async
