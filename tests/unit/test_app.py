@@ -7,7 +7,7 @@ import pytest
 
 from zlink_trio import ConfigurationError, StableType
 from zlink_trio.actors.handlers import MessageKind, on_request, on_send
-from zlink_trio.actors.policy import DisableRelocation, RecreateOnRelocation
+from zlink_trio.actors.policy import DisableRelocation, PreserveStateWith, RecreateOnRelocation
 from zlink_trio.app import App
 
 
@@ -116,3 +116,24 @@ def test_an_async_partial_function_handler_is_accepted() -> None:
     )
     t = app.validate().actor_types[StableType("counter")]
     assert (MessageKind.REQUEST, "echo") in t.handlers
+
+
+class _SyncAdapter:
+    def capture(self, actor: Any) -> bytes:
+        return b""
+
+    async def restore(self, actor: Any, payload: bytes) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "adapter",
+    [None, 42, _SyncAdapter()],
+    ids=["none", "int", "sync-capture"],
+)
+def test_preserve_state_needs_an_async_adapter(adapter: Any) -> None:
+    """PreserveStateWith(adapter) needs async capture and restore (RelocationAdapter)."""
+    app = App()
+    app.register_actor("counter", Counter, relocation=PreserveStateWith(adapter))
+    with pytest.raises(ConfigurationError, match="PreserveStateWith needs a relocation adapter"):
+        app.validate()

@@ -1111,13 +1111,6 @@ async def test_s06_01_spot_types_need_a_server_mesh_and_a_store() -> None:
             raise AssertionError("the server must not start")  # pragma: no cover
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: PreserveStateWith takes any adapter object (None, an int) unchecked; the "
-        "registration is accepted at startup and would fail only at the first relocation"
-    ),
-)
 @pytest.mark.parametrize("adapter", [None, 42], ids=["none", "int"])
 async def test_s06_preserve_state_needs_an_adapter(adapter: object) -> None:
     """§8 ("PreserveStateWith는 Spot type에 맞는 SpotRelocationAdapter를 요구한다"): a
