@@ -137,3 +137,28 @@ def test_preserve_state_needs_an_async_adapter(adapter: Any) -> None:
     app.register_actor("counter", Counter, relocation=PreserveStateWith(adapter))
     with pytest.raises(ConfigurationError, match="PreserveStateWith needs a relocation adapter"):
         app.validate()
+
+
+async def _no_payload(actor: Any) -> None:
+    return None
+
+
+def test_a_timer_handler_that_cannot_take_its_payload_is_a_configuration_error() -> None:
+    """Timer handlers are called (owner, payload): a function timer handler without the
+    payload parameter, or a partial of a plain def, is refused at startup."""
+    app = App()
+    app.register_actor("counter", Counter, relocation=RecreateOnRelocation())
+    app.register_actor_timer_handler("counter", "tick", _no_payload)
+    app.register_actor_timer_handler("counter", "tock", functools.partial(_plain_handler))
+    with pytest.raises(ConfigurationError) as caught:
+        app.validate()
+    assert "cannot take (owner, payload)" in str(caught.value)
+    assert "timer handler 'tock' must be an async def" in str(caught.value)
+
+
+def test_a_message_handler_that_cannot_take_its_payload_is_a_configuration_error() -> None:
+    app = App()
+    app.register_actor("counter", Counter, relocation=RecreateOnRelocation())
+    app.register_actor_handler("counter", MessageKind.SEND, "x", _no_payload)
+    with pytest.raises(ConfigurationError, match=r"cannot take \(owner, payload\)"):
+        app.validate()

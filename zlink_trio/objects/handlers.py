@@ -34,6 +34,7 @@ __all__ = [
     "HandlerKey",
     "MessageKind",
     "TypedHandler",
+    "call_shape_problem",
     "declared_handlers",
     "is_async_callable",
     "method_handler",
@@ -108,6 +109,22 @@ def is_async_callable(fn: object) -> bool:
         return False
     call = inspect.getattr_static(type(fn), "__call__", None)
     return inspect.iscoroutinefunction(call)
+
+
+def call_shape_problem(fn: object) -> str | None:
+    """Why ``fn`` cannot be called the way the framework calls every handler, timer
+    handler and lifecycle callback -- ``fn(owner, argument)``, two positional arguments
+    (a method's ``self`` is the owner) -- or None when its signature binds them (or it
+    has no signature to inspect)."""
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        return f"its signature {signature} cannot take (owner, payload): {exc}"
+    return None
 
 
 def method_handler(cls: type, name: str) -> Callable[[Any, Any], Awaitable[Any]]:

@@ -26,6 +26,7 @@ from ..wire.payloads import PayloadRegistry
 from .handlers import (
     HandlerKey,
     MessageKind,
+    call_shape_problem,
     declared_handlers,
     is_async_callable,
     method_handler,
@@ -148,6 +149,10 @@ class HandlerRegistrations:
                 problems.append(
                     f"handler {HandlerKey(st, kind, name)!r}: {fn!r} must be an async def"
                 )
+                continue
+            shape = call_shape_problem(fn)
+            if shape is not None:
+                problems.append(f"handler {HandlerKey(st, kind, name)!r}: {shape}")
                 continue
             try:
                 tables[st][(kind, name)] = typed_handler(fn, payloads)
