@@ -253,6 +253,7 @@ async def test_factory_receives_only_the_context(clock: object, store: CountingS
     host_app = App()
     host_app.enable_actor_dispatch()
     host_app.register_actor("probe", factory, relocation=RecreateOnRelocation())
+
     async def session(actor: Any, payload: bytes) -> bytes:
         reply: bytes = await actor.session(payload)
         return reply
@@ -328,6 +329,7 @@ async def test_a04_21_factory_exposing_another_context_never_publishes(
     app = App()
     app.enable_actor_dispatch()
     app.register_actor("shape", factory, relocation=RecreateOnRelocation())
+
     async def echo(actor: Any, payload: bytes) -> bytes:
         reply: bytes = await actor.echo(payload)
         return reply
