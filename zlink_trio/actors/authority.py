@@ -8,14 +8,14 @@ from typing import final
 from ..ids import ActorId
 from ..objects.authority import Authority as ObjectAuthority
 from ..routing.route_cache import RouteCache
-from ..store.api import LocationStore, ObjectKey
+from ..store.api import LocationStore, Namespace, ObjectKey
 
 __all__ = ["Authority", "actor_key"]
 
 
 def actor_key(actor_id: ActorId) -> ObjectKey:
     """The Location Store key of ``actor_id``."""
-    return ObjectKey.actor(actor_id.value)
+    return ObjectKey._trusted(Namespace.ACTOR, actor_id.value)  # validated as an ActorId
 
 
 @final

@@ -21,7 +21,7 @@ from ..engine.oneshot import OneShot
 from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..store.api import Namespace, ObjectKey
-from ..wire.codec import decode, encode
+from ..wire.codec import decode, encode, evolve
 from ..wire.enums import TerminalResult
 from ..wire.payloads import TypedPayload
 from ..wire.records import TerminalReply
@@ -225,7 +225,7 @@ def encode_terminal(reply: TerminalReply, subject: ObjectKey | None = None) -> b
     """The bytes a durable operation's terminal record keeps: the command-20 terminal,
     prefixed by the object it is about when ``subject`` is given (a create's), so an
     OperationId re-used for an object of another kind or id is never answered with it."""
-    body = encode(attrs.evolve(reply, correlation=_RECORDED_CORRELATION))
+    body = encode(evolve(reply, correlation=_RECORDED_CORRELATION))
     if subject is None:
         return body
     name = subject.object_id.encode()
@@ -249,7 +249,7 @@ def decode_recorded(data: bytes) -> RecordedTerminal:
     reply = decode(data)
     if not isinstance(reply, TerminalReply):
         raise ProtocolError("a terminal record does not hold a command 20 terminal")
-    return RecordedTerminal(attrs.evolve(reply, correlation=0), subject)
+    return RecordedTerminal(evolve(reply, correlation=0), subject)
 
 
 def decode_terminal(data: bytes) -> TerminalReply:

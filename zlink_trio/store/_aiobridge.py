@@ -154,7 +154,7 @@ class _HandOffSelector(selectors.DefaultSelector):
 class _Call(Generic[T]):
     """One coroutine run on the loop thread on behalf of one waiting Trio task."""
 
-    __slots__ = ("_afn", "_args", "_bell", "_bridge", "_cancelled", "_task", "result")
+    __slots__ = ("_afn", "_args", "_bell", "_bridge", "_cancelled", "_running", "_task", "result")
 
     def __init__(
         self,
@@ -169,13 +169,17 @@ class _Call(Generic[T]):
         self._args = args
         self._task: asyncio.Task[None] | None = None
         self._cancelled = False
+        self._running = False
         self.result: outcome.Outcome[T] | None = None
+
+    async def wait(self) -> None:
+        """Trio thread: sleep until the loop side rang this call's doorbell (finished)."""
+        await self._bell.wait()
 
     # Everything below runs on the loop thread.
     def start(self) -> None:
         if self._cancelled:  # cancelled before it was started: never run it
-            self.result = outcome.Error(asyncio.CancelledError())
-            self._bell.ring()
+            self._cancelled_unstarted()
             return
         try:
             task = self._bridge.loop.create_task(self._main())
@@ -184,28 +188,32 @@ class _Call(Generic[T]):
             self._bell.ring()
             return
         self._task = task
-        self._bridge._tasks.add(task)
-        task.add_done_callback(self._on_done)
+        self._bridge._tasks.add(task)  # a strong reference while it runs
 
     def cancel(self) -> None:
         self._cancelled = True
-        if self._task is not None:
-            self._task.cancel()
+        task = self._task
+        if task is not None and self.result is None:
+            task.cancel()
+            if not self._running:
+                # Its first step has not run yet: asyncio will throw CancelledError into
+                # the unstarted coroutine, so _main's body (and its ring) never runs.
+                self._bridge._tasks.discard(task)
+                self._cancelled_unstarted()
+
+    def _cancelled_unstarted(self) -> None:
+        self.result = outcome.Error(asyncio.CancelledError())
+        self._bell.ring()
 
     async def _main(self) -> None:
+        # No done callback: it would cost the loop one more iteration per call.
+        self._running = True
         try:
             self.result = outcome.Value(await self._afn(*self._args))
         except BaseException as exc:  # handed to the Trio side, never re-raised here
             self.result = outcome.Error(exc)
         finally:
-            self._bell.ring()
-
-    def _on_done(self, task: asyncio.Task[None]) -> None:
-        self._bridge._tasks.discard(task)
-        if self.result is None:
-            # Cancelled before its first step: asyncio threw CancelledError into the
-            # unstarted coroutine, so _main's body (and its ring) never ran.
-            self.result = outcome.Error(asyncio.CancelledError())
+            self._bridge._tasks.discard(self._task)
             self._bell.ring()
 
 
@@ -235,6 +243,21 @@ class LoopThread:
         Raises ``trio.ClosedResourceError`` when the loop thread is closed or closing.
         """
         await trio.lowlevel.checkpoint_if_cancelled()
+        call = self.submit(afn, *args)
+        try:
+            await call.wait()
+        except BaseException:
+            # Cancelled (or KeyboardInterrupt): stop the asyncio task and wait for it.
+            await self.cancel_and_settle(call)
+            raise
+        return self.result_of(call).unwrap()
+
+    def submit(self, afn: Callable[[Unpack[Ts]], Coroutine[Any, Any, T]], *args: *Ts) -> _Call[T]:
+        """Queue ``afn(*args)`` for the loop thread without waiting (no schedule point).
+
+        The caller then owns the call: it waits with :meth:`_Call.wait` (one task at a
+        time), and ends it with :meth:`result_of` once it rang, or with
+        :meth:`cancel_and_settle`. Raises ``trio.ClosedResourceError`` when closed."""
         if self._closed:
             raise trio.ClosedResourceError("asyncio loop thread closed")
         bell = self._bells.pop() if self._bells else _Doorbell()
@@ -242,22 +265,35 @@ class LoopThread:
         self._pending.append(call)
         if self._selector.sleeping:
             self._selector.wake()
-        try:
-            await bell.wait()
-        except BaseException:
-            # Cancelled (or KeyboardInterrupt): stop the asyncio task and wait for it.
-            self.loop.call_soon_threadsafe(call.cancel)
-            with trio.CancelScope(shield=True):
-                await bell.wait()
-            self._release(bell)
-            raise
-        self._release(bell)
+        return call
+
+    def cancel(self, call: _Call[Any]) -> None:
+        """Ask the loop thread to cancel ``call``'s asyncio task (no wait): its doorbell
+        rings once the task has finished."""
+        self.loop.call_soon_threadsafe(call.cancel)
+
+    async def cancel_and_settle(self, call: _Call[Any]) -> None:
+        """Cancel ``call``'s asyncio task and wait, shielded, until it has finished; its
+        doorbell goes back to the pool (its outcome is dropped)."""
+        self.cancel(call)
+        with trio.CancelScope(shield=True):
+            await call.wait()
+        self._release(call._bell)
+
+    def result_of(self, call: _Call[T]) -> outcome.Outcome[T]:
+        """The outcome of a call whose doorbell rang (its doorbell goes back to the pool).
+        An asyncio ``CancelledError`` nobody on the Trio side asked for means the loop is
+        shutting down: ``trio.ClosedResourceError``."""
+        self._release(call._bell)
         result = call.result
         assert result is not None
         if isinstance(result, outcome.Error) and isinstance(result.error, asyncio.CancelledError):
             # Nobody on the Trio side asked for this: the loop is shutting down.
-            raise trio.ClosedResourceError("asyncio loop thread closed") from result.error
-        return result.unwrap()
+            try:
+                raise trio.ClosedResourceError("asyncio loop thread closed") from result.error
+            except trio.ClosedResourceError as exc:
+                return outcome.Error(exc)
+        return result
 
     def _release(self, bell: _Doorbell) -> None:
         if self._closed:

@@ -3,6 +3,10 @@
 Text ids travel as their UTF-8 bytes (``bytea``), enums as their ``value`` strings,
 OperationIds as 16 big-endian bytes. Decoding runs on the Trio side; the small caches keep
 repeated values (owners, types, meshes) from being re-validated on every row.
+
+Rows are decoded with the ids' trusted constructors (``_trusted``, no second validation):
+every value in the database was validated by ``store/api.py`` before it was written, and
+the columns' types and CHECK constraints hold the rest.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 _CACHE_LIMIT: Final = 4096
+
+
 _NAMESPACES: Final = {n.value: n for n in Namespace}
 _KINDS: Final = {k.value: k for k in ObjectKind}
 _STATES: Final = {s.value: s for s in AuthorityState}
@@ -86,24 +92,41 @@ _fences: _Cache[tuple[bytes, bytes, int, int], OwnerFence] = _Cache()
 
 
 def _stable_type(raw: bytes) -> StableType:
-    return _types.get_or(raw, lambda b: StableType(b.decode("utf-8")))
+    return _types.get_or(raw, lambda b: StableType._trusted(b.decode("utf-8")))
 
 
 def _mesh(raw: bytes) -> MeshName:
-    return _meshes.get_or(raw, lambda b: MeshName(b.decode("utf-8")))
+    return _meshes.get_or(raw, lambda b: MeshName._trusted(b.decode("utf-8")))
 
 
 def _rid(raw: bytes) -> NodeRid:
-    return _rids.get_or(raw, NodeRid)
+    return _rids.get_or(raw, NodeRid._trusted)
 
 
 def _fence(mesh: bytes, rid: bytes, node_generation: int, lease_generation: int) -> OwnerFence:
     return _fences.get_or(
         (mesh, rid, node_generation, lease_generation),
         lambda k: OwnerFence(
-            _mesh(k[0]), _rid(k[1]), NodeGeneration(k[2]), OwnerLeaseGeneration(k[3])
+            _mesh(k[0]),
+            _rid(k[1]),
+            NodeGeneration._trusted(k[2]),
+            OwnerLeaseGeneration._trusted(k[3]),
         ),
     )
+
+
+_NEW: Final = object.__new__
+
+
+def _slot_setter(cls: type[Any], name: str) -> Callable[[Any, Any], None]:
+    """The setter of slot ``name`` of a frozen slots class (what its ``__init__`` uses)."""
+    setter: Callable[[Any, Any], None] = cls.__dict__[name].__set__
+    return setter
+
+
+def _key(namespace: str, object_id: bytes) -> ObjectKey:
+    """A stored key (validated when it was written): no second validation."""
+    return ObjectKey._trusted(_NAMESPACES[namespace], object_id.decode("utf-8"))
 
 
 # ----- encoding ------------------------------------------------------------------------------
@@ -174,8 +197,9 @@ def descriptor_arg(d: NodeDescriptor) -> tuple[Any, ...]:
 
 
 # ----- decoding ------------------------------------------------------------------------------
-def decode_row(r: Sequence[Any], o: int = 0) -> AuthorityRow:
-    """An ``authority`` row starting at column ``o`` (1 in an ``outcome`` row)."""
+def decode_row(r: Sequence[Any], o: int = 0, key: ObjectKey | None = None) -> AuthorityRow:
+    """An ``authority`` row starting at column ``o`` (1 in an ``outcome`` row); ``key``,
+    when the caller has it, is used instead of decoding the key columns again."""
     membership, pending, op_rid, recovery, relocation = (
         r[o + 12],
         r[o + 13],
@@ -184,28 +208,30 @@ def decode_row(r: Sequence[Any], o: int = 0) -> AuthorityRow:
         r[o + 21],
     )
     return AuthorityRow(
-        key=ObjectKey(_NAMESPACES[r[o]], r[o + 1].decode("utf-8")),
+        key=_key(r[o], r[o + 1]) if key is None else key,
         kind=_KINDS[r[o + 2]],
         stable_type=_stable_type(r[o + 3]),
         state=_STATES[r[o + 4]],
         store_version=r[o + 5],
-        object_generation=ObjectGeneration(r[o + 6]),
-        owner_generation=AuthorityOwnerGeneration(r[o + 7]),
+        object_generation=ObjectGeneration._trusted(r[o + 6]),
+        owner_generation=AuthorityOwnerGeneration._trusted(r[o + 7]),
         owner=_fence(r[o + 8], r[o + 9], r[o + 10], r[o + 11]),
-        membership=None if membership is None else SpotId(membership.decode("utf-8")),
+        membership=None if membership is None else SpotId._trusted(membership.decode("utf-8")),
         pending_content=None if pending is None else ContentRef(pending, r[o + 14]),
         operation=None
         if op_rid is None
         else OperationKey(
-            _rid(op_rid), NodeGeneration(r[o + 16]), OperationId.from_bytes(r[o + 17])
+            _rid(op_rid),
+            NodeGeneration._trusted(r[o + 16]),
+            OperationId._trusted(int.from_bytes(r[o + 17], "big")),
         ),
         recovery=None
         if recovery is None
-        else RecoveryPointer(ContentRef(recovery, r[o + 19]), r[o + 20]),
+        else _recovery(ContentRef(recovery, r[o + 19]), r[o + 20]),
         relocation=None
         if relocation is None
         else RelocationMark(
-            OperationId.from_bytes(relocation),
+            OperationId._trusted(int.from_bytes(relocation, "big")),
             _fence(r[o + 22], r[o + 23], r[o + 24], r[o + 25]),
             bool(r[o + 26]),
         ),
@@ -213,9 +239,20 @@ def decode_row(r: Sequence[Any], o: int = 0) -> AuthorityRow:
     )
 
 
-def decode_cas(r: Sequence[Any]) -> CasResult[AuthorityRow]:
+_RECOVERY_ROOT: Final = _slot_setter(RecoveryPointer, "root")
+_RECOVERY_CURSOR: Final = _slot_setter(RecoveryPointer, "replay_cursor")
+
+
+def _recovery(root: ContentRef, cursor: int) -> RecoveryPointer:
+    pointer: RecoveryPointer = _NEW(RecoveryPointer)
+    _RECOVERY_ROOT(pointer, root)
+    _RECOVERY_CURSOR(pointer, cursor)
+    return pointer
+
+
+def decode_cas(r: Sequence[Any], key: ObjectKey | None = None) -> CasResult[AuthorityRow]:
     """An ``outcome`` row: status 0 = Applied(row), 1 = Conflict(current or None)."""
-    row = None if r[2] is None else decode_row(r, 1)
+    row = None if r[2] is None else decode_row(r, 1, key)
     if r[0] == 0:
         assert row is not None
         return Applied(row)

@@ -39,7 +39,7 @@ import trio
 from ..errors import StoreOutcomeUnknown, Unavailable
 from ._aiobridge import LoopThread
 
-__all__ = ["Method", "PgConnections"]
+__all__ = ["Method", "NotSent", "PgConnections", "Slot", "discard_if_broken"]
 
 Method = Literal["fetch", "fetchrow", "fetchval", "execute"]
 Then = tuple[Any, ...] | None
@@ -52,7 +52,7 @@ _BACKOFF_INITIAL: Final = 0.01
 _BACKOFF_MAX: Final = 0.5
 
 
-class _NotSent(Exception):
+class NotSent(Exception):
     """Loop side: the connection was already closed; the statement never left."""
 
 
@@ -61,7 +61,7 @@ class _ConnectFailed(Exception):
 
 
 @final
-class _Slot:
+class Slot:
     """One dedicated connection. ``conn`` is an ``asyncpg.Connection`` only ever touched on
     the loop thread; the Trio side only tests it for None (set to None by the loop side
     when the connection was discarded)."""
@@ -74,7 +74,7 @@ class _Slot:
 
 
 # ----- loop thread -----------------------------------------------------------------------
-async def _connect_into(slot: _Slot, kwargs: Mapping[str, Any], generation: int) -> None:
+async def _connect_into(slot: Slot, kwargs: Mapping[str, Any], generation: int) -> None:
     """Connect and install the connection in ``slot`` here, on the loop thread: a value
     returned to a caller that was cancelled meanwhile would be dropped (and leak)."""
     conn = await asyncpg.connect(**kwargs)
@@ -107,33 +107,41 @@ async def _close_gracefully(conn: Any, grace: float) -> None:
 
 
 async def _execute(
-    slot: _Slot, grace: float, method: Method, sql: str, args: tuple[Any, ...], then: Then
+    slot: Slot, grace: float, method: Method, sql: str, args: tuple[Any, ...], then: Then
 ) -> Any:
     conn = slot.conn
     if conn is None or conn.is_closed():
-        raise _NotSent
+        raise NotSent
     try:
         result = await getattr(conn, method)(sql, *args)
         if result is None and then is not None:
             result = await conn.fetchrow(*then)
         return result
     except BaseException as exc:
-        task = asyncio.current_task()
-        cancelled = task is not None and task.cancelling() > 0
-        while task is not None and task.cancelling():
-            task.uncancel()  # let the graceful close below run its own timeout
-        severity = (
-            getattr(exc, "severity", None) if isinstance(exc, asyncpg.PostgresError) else None
-        )
-        if conn.is_closed() or severity in ("FATAL", "PANIC"):  # the server ended the session
-            slot.conn = None
-            conn.terminate()
-        elif cancelled or not isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
-            # Cancelled (whatever asyncpg raised for it: trap 4), or failed in an unknown
-            # state: never reuse this connection.
-            slot.conn = None
-            await _close_gracefully(conn, grace)
+        await discard_if_broken(slot, conn, exc, grace)
         raise
+
+
+async def discard_if_broken(slot: Slot, conn: Any, exc: BaseException, grace: float) -> None:
+    """Loop side, after a statement on ``slot``'s ``conn`` raised ``exc``: drop the
+    connection unless the server answered with an ordinary error (the session is fine).
+
+    A connection the server ended is terminated (``slot.conn`` None: the statement was
+    lost in flight); a cancelled statement, or one that failed in an unknown state, is
+    closed gracefully (settled server-side first) and never reused."""
+    task = asyncio.current_task()
+    cancelled = task is not None and task.cancelling() > 0
+    while task is not None and task.cancelling():
+        task.uncancel()  # let the graceful close below run its own timeout
+    severity = getattr(exc, "severity", None) if isinstance(exc, asyncpg.PostgresError) else None
+    if conn.is_closed() or severity in ("FATAL", "PANIC"):  # the server ended the session
+        slot.conn = None
+        conn.terminate()
+    elif cancelled or not isinstance(exc, asyncpg.PostgresError | asyncpg.InterfaceError):
+        # Cancelled (whatever asyncpg raised for it: trap 4), or failed in an unknown
+        # state: never reuse this connection.
+        slot.conn = None
+        await _close_gracefully(conn, grace)
 
 
 # ----- Trio side ---------------------------------------------------------------------------
@@ -152,7 +160,7 @@ class PgConnections:
     ) -> None:
         self._bridge = bridge
         self._kwargs = dict(connect_kwargs)
-        self._slots = [_Slot() for _ in range(size)]
+        self._slots = [Slot() for _ in range(size)]
         self._free = list(self._slots)
         self._limiter = trio.Semaphore(size)
         self._grace = cancel_grace
@@ -166,7 +174,7 @@ class PgConnections:
         """Connect every slot; raises Unavailable when the server cannot be reached."""
         failures: list[BaseException] = []
 
-        async def connect(slot: _Slot) -> None:
+        async def connect(slot: Slot) -> None:
             try:
                 await self._reconnect(slot)
             except _ConnectFailed as exc:
@@ -207,22 +215,64 @@ class PgConnections:
         after an attempt was lost mid-flight), Unavailable (no connection for
         ``retry_window``), the ``asyncpg.PostgresError`` the server reported, or
         ``trio.Cancelled``."""
-        if self._closed:
-            raise trio.ClosedResourceError("the PostgreSQL store is closed")
-        try:  # no extra schedule point when a connection is free (bridge.run checkpoints)
-            self._limiter.acquire_nowait()
-        except trio.WouldBlock:
-            await self._limiter.acquire()
-        slot = self._free.pop()
+        slot = await self.acquire()  # no schedule point when one is free (bridge.run has one)
         try:
             return await self._call_on(slot, method, sql, tuple(args), idempotent, mutation, then)
         finally:
-            self._free.append(slot)
-            self._limiter.release()
+            self.release(slot)
+
+    # --- one slot held across a caller-driven call (the batched CAS, ._pgbatch) -------
+    @property
+    def bridge(self) -> LoopThread:
+        return self._bridge
+
+    @property
+    def cancel_grace(self) -> float:
+        return self._grace
+
+    def try_acquire(self) -> Slot | None:
+        """A free connection slot without a schedule point, or None when all are busy."""
+        if self._closed:
+            raise trio.ClosedResourceError("the PostgreSQL store is closed")
+        try:
+            self._limiter.acquire_nowait()
+        except trio.WouldBlock:
+            return None
+        return self._free.pop()
+
+    async def acquire(self) -> Slot:
+        """A free connection slot (waits while all are busy); give it back with
+        :meth:`release`."""
+        slot = self.try_acquire()
+        if slot is None:
+            await self._limiter.acquire()
+            slot = self._free.pop()
+        return slot
+
+    def release(self, slot: Slot) -> None:
+        self._free.append(slot)
+        self._limiter.release()
+
+    async def connected(self, slot: Slot) -> bool:
+        """Make sure ``slot`` has a connection of the current generation (reconnecting
+        once if needed); False when reconnecting failed (the caller falls back to
+        :meth:`call`, which retries for ``retry_window``)."""
+        if slot.conn is not None and slot.generation == self._generation:
+            return True
+        try:
+            await self._reconnect(slot)
+        except _ConnectFailed:
+            return False
+        return True
+
+    def broken(self, slot: Slot) -> None:
+        """A caller-driven call found ``slot``'s connection broken (closed before the
+        statement was sent, or lost in flight): an outage starts, as in :meth:`call`."""
+        self._lost(slot)
 
     async def _call_on(
         self,
-        slot: _Slot,
+        slot: Slot,
         method: Method,
         sql: str,
         args: tuple[Any, ...],
@@ -238,7 +288,7 @@ class PgConnections:
                 if slot.conn is None or slot.generation != self._generation:
                     await self._reconnect(slot)
                 return await self._bridge.run(_execute, slot, self._grace, method, sql, args, then)
-            except _NotSent as exc:  # found closed before sending: safe to retry
+            except NotSent as exc:  # found closed before sending: safe to retry
                 self._lost(slot)
                 failure: BaseException = exc
             except _ConnectFailed as exc:
@@ -276,7 +326,7 @@ class PgConnections:
             await trio.sleep(backoff)
             backoff = min(backoff * 2, _BACKOFF_MAX)
 
-    async def _reconnect(self, slot: _Slot) -> None:
+    async def _reconnect(self, slot: Slot) -> None:
         old, slot.conn = slot.conn, None
         if old is not None:  # replaced after an outage elsewhere
             await self._bridge.run(_close_gracefully, old, self._grace)
@@ -296,7 +346,7 @@ class PgConnections:
                 self._outage = False
                 self.recovery_epoch += 1
 
-    def _lost(self, slot: _Slot) -> None:
+    def _lost(self, slot: Slot) -> None:
         """A connection of the current generation broke: an outage starts (once)."""
         if slot.generation == self._generation:
             self._generation += 1

@@ -10,9 +10,29 @@ import attrs
 
 from ._pgmigrate import quote_schema
 
-__all__ = ["Statements"]
+__all__ = ["FieldCas", "Statements"]
 
 _SWEEP_BATCH = 1000
+
+
+@attrs.frozen
+class FieldCas:
+    """The statements of one field CAS (``set_membership``, ``set_recovery``,
+    ``set_relocation``, ``begin_closing``): a plain ``UPDATE`` matching the key, the
+    expected ``store_version`` (and the state it accepts), never an Entry claim.
+
+    ``single``/``batch`` return the whole row (``full``) or only the new version
+    (``slim``: the caller rebuilds the row from the one it held at the expected version).
+    The batched forms take one array per column — ``(namespace, object_id, expected,
+    *fields)`` — and return ``(i, ...)`` for each row they changed, ``i`` the 1-based
+    position of its entry (at most one entry per key)."""
+
+    name: str
+    fields: int
+    single_full: str
+    single_slim: str
+    batch_full: str
+    batch_slim: str
 
 
 @attrs.frozen
@@ -27,10 +47,6 @@ class Statements:
     commit_ready: str
     abort_creation: str
     change_owner: str
-    set_membership: str
-    set_recovery: str
-    set_relocation: str
-    begin_closing: str
     lost: str
     release: str
     reclaim: str
@@ -47,6 +63,10 @@ class Statements:
     read_root: str
     delete_root: str
     sweep: str
+    field_cas: tuple[FieldCas, ...]
+    lost_many: str
+    """The current rows of the keys ``(namespace[], object_id[])``: ``(i, row...)`` per
+    entry, the row all NULL when Missing (a fresh snapshot: READ COMMITTED)."""
 
     @classmethod
     def for_schema(cls, schema: str) -> Statements:
@@ -57,15 +77,35 @@ class Statements:
             params = ", ".join(f"${i}" for i in range(1, n + 1))
             return f"SELECT * FROM {q}.{fn}({params})"
 
-        def field_cas(assignments: str, condition: str = "") -> str:
-            # The fast path of a CAS that touches only the row: a plain UPDATE (status 0 +
-            # the row, like the ``outcome`` type); when it matches nothing, ``lost`` reads
-            # the current row right after, on the same connection.
-            return (
+        def field_set(
+            name: str, assignments: str, types: tuple[str, ...], condition: str = ""
+        ) -> FieldCas:
+            # Single: $1 namespace, $2 object_id, $3 expected, $4.. the fields.
+            single = (
                 f"UPDATE {q}.authority SET {assignments},"
                 f" store_version = nextval('{q}.store_version_seq')"
                 " WHERE namespace = $1 AND object_id = $2 AND store_version = $3"
-                f" AND kind <> 'entry_spot'{condition} RETURNING 0::smallint, *"
+                f" AND kind <> 'entry_spot'{condition} RETURNING"
+            )
+            columns = ", ".join(f"f{i}" for i in range(len(types)))
+            arrays = ", ".join(f"${i + 4}::{t}[]" for i, t in enumerate(types))
+            batched = (
+                f"UPDATE {q}.authority a SET {_from_u(assignments, len(types))},"
+                f" store_version = nextval('{q}.store_version_seq')"
+                f" FROM unnest($1::text[], $2::bytea[], $3::bigint[]{', ' if types else ''}"
+                f"{arrays}) WITH ORDINALITY"
+                f" AS u(ns, oid, expected{', ' if types else ''}{columns}, i)"
+                " WHERE a.namespace = u.ns AND a.object_id = u.oid"
+                f" AND a.store_version = u.expected AND a.kind <> 'entry_spot'"
+                f"{condition.replace(' AND ', ' AND a.')} RETURNING u.i,"
+            )
+            return FieldCas(
+                name=name,
+                fields=len(types),
+                single_full=f"{single} 0::smallint, *",
+                single_slim=f"{single} store_version",
+                batch_full=f"{batched} a.*",
+                batch_slim=f"{batched} a.store_version",
             )
 
         nodes_select = (
@@ -94,16 +134,6 @@ class Statements:
             commit_ready=call("commit_ready", 8),
             abort_creation=call("abort_creation", 8),
             change_owner=call("change_owner", 9),
-            set_membership=field_cas("membership = $4"),
-            set_recovery=field_cas(
-                "recovery_sha256 = $4, recovery_size = $5, recovery_cursor = $6"
-            ),
-            set_relocation=field_cas(
-                "relocation_id = $4, relocation_mesh = $5, relocation_rid = $6,"
-                " relocation_node_generation = $7, relocation_lease_generation = $8,"
-                " relocation_sealed = $9"
-            ),
-            begin_closing=field_cas("state = 'closing'", " AND state = 'ready'"),
             lost=call("lost", 2),
             release=call("release", 3),
             reclaim=call("reclaim", 8),
@@ -157,4 +187,32 @@ class Statements:
                 f" LIMIT {_SWEEP_BATCH})) RETURNING 1)"
                 " SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM r)"
             ),
+            field_cas=(
+                field_set("membership", "membership = $4", ("bytea",)),
+                field_set(
+                    "recovery",
+                    "recovery_sha256 = $4, recovery_size = $5, recovery_cursor = $6",
+                    ("bytea", "bigint", "bigint"),
+                ),
+                field_set(
+                    "relocation",
+                    "relocation_id = $4, relocation_mesh = $5, relocation_rid = $6,"
+                    " relocation_node_generation = $7, relocation_lease_generation = $8,"
+                    " relocation_sealed = $9",
+                    ("bytea", "bytea", "bytea", "bigint", "bigint", "boolean"),
+                ),
+                field_set("closing", "state = 'closing'", (), " AND state = 'ready'"),
+            ),
+            lost_many=(
+                "SELECT u.i, a.* FROM unnest($1::text[], $2::bytea[]) WITH ORDINALITY"
+                f" AS u(ns, oid, i) LEFT JOIN {q}.authority a"
+                " ON a.namespace = u.ns AND a.object_id = u.oid"
+            ),
         )
+
+
+def _from_u(assignments: str, n: int) -> str:
+    """``assignments`` of the single form (``col = $4, ...``) reading the batch's columns."""
+    for i in range(n, 0, -1):  # $10 before $1
+        assignments = assignments.replace(f"${i + 3}", f"u.f{i - 1}")
+    return assignments

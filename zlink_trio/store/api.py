@@ -162,8 +162,22 @@ class ObjectKey:
         return cls(Namespace.ACTOR, actor_id)
 
     @classmethod
+    def _trusted(cls, namespace: Namespace, object_id: str) -> ObjectKey:
+        """A key of an id validated already (an ``ActorId``/``SpotId``'s value, a stored
+        key): built without running the validator again. Never for untrusted input."""
+        key = _OBJECT_NEW(cls)
+        _KEY_NAMESPACE(key, namespace)
+        _KEY_OBJECT_ID(key, object_id)
+        return key
+
+    @classmethod
     def spot(cls, spot_id: str) -> ObjectKey:
         return cls(Namespace.SPOT, spot_id)
+
+
+_OBJECT_NEW: Final = object.__new__
+_KEY_NAMESPACE: Final = ObjectKey.__dict__["namespace"].__set__
+_KEY_OBJECT_ID: Final = ObjectKey.__dict__["object_id"].__set__
 
 
 @attrs.frozen(slots=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
 
 import attrs
 import trio
@@ -58,6 +58,7 @@ from .api import (
     TerminalRecord,
     Unchanged,
 )
+from .rows import evolve_row
 from .validate import (
     check_clock_advance,
     check_expected_version,
@@ -261,9 +262,9 @@ class MemoryLocationStore:
             return Conflict(row)
         return row
 
-    def _put(self, changed: AuthorityRow) -> Applied[AuthorityRow]:
-        """Store ``changed`` under the next store version."""
-        row = attrs.evolve(changed, store_version=self._next_version())
+    def _put(self, row: AuthorityRow, **changes: Any) -> Applied[AuthorityRow]:
+        """Store ``row`` with ``changes`` under the next store version."""
+        row = evolve_row(row, store_version=self._next_version(), **changes)
         self._rows[row.key] = row
         return Applied(row)
 
@@ -335,13 +336,11 @@ class MemoryLocationStore:
             self._record_terminal(terminal, retain_for, row.attempt_expires_at)
         self._adjust(row.owner.node_rid, active=1, pending=-1)
         return self._put(
-            attrs.evolve(
-                row,
-                state=AuthorityState.READY,
-                pending_content=None,
-                operation=None,
-                attempt_expires_at=None,
-            )
+            row,
+            state=AuthorityState.READY,
+            pending_content=None,
+            operation=None,
+            attempt_expires_at=None,
         )
 
     async def abort_creation(
@@ -426,48 +425,45 @@ class MemoryLocationStore:
             self._adjust(old_rid, active=-1)
             self._adjust(new_rid, active=1)
         owner_generation = row.owner_generation.next()
-        moved = attrs.evolve(
-            row, owner=new_owner, owner_generation=owner_generation, relocation=None
+        if membership is UNCHANGED:
+            return self._put(
+                row, owner=new_owner, owner_generation=owner_generation, relocation=None
+            )
+        return self._put(
+            row,
+            owner=new_owner,
+            owner_generation=owner_generation,
+            relocation=None,
+            membership=membership,
         )
-        if membership is not UNCHANGED:
-            moved = attrs.evolve(moved, membership=membership)
-        return self._put(moved)
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
     ) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _ANY_STATE)
-        return (
-            row
-            if isinstance(row, Conflict)
-            else self._put(attrs.evolve(row, membership=membership))
-        )
+        return row if isinstance(row, Conflict) else self._put(row, membership=membership)
 
     async def set_recovery(
         self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
     ) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _ANY_STATE)
-        return row if isinstance(row, Conflict) else self._put(attrs.evolve(row, recovery=recovery))
+        return row if isinstance(row, Conflict) else self._put(row, recovery=recovery)
 
     async def set_relocation(
         self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
     ) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _ANY_STATE)
-        return (
-            row
-            if isinstance(row, Conflict)
-            else self._put(attrs.evolve(row, relocation=relocation))
-        )
+        return row if isinstance(row, Conflict) else self._put(row, relocation=relocation)
 
     async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
         await trio.lowlevel.checkpoint()
         row = self._precondition(key, expected_version, _READY)
         if isinstance(row, Conflict):
             return row
-        return self._put(attrs.evolve(row, state=AuthorityState.CLOSING))
+        return self._put(row, state=AuthorityState.CLOSING)
 
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
         await trio.lowlevel.checkpoint()

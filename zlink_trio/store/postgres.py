@@ -26,7 +26,7 @@ start at once), opens ``connections`` dedicated connections and yields a
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Final, NoReturn, final
 
@@ -55,14 +55,18 @@ from ._pgadmin import (
     run_admin,
     schema_status as schema_status,
 )
+from ._pgbatch import APPLIED_FULL, APPLIED_SLIM, FALLBACK, FieldBatcher
 from ._pgconn import Method, PgConnections, Then
 from ._pgmigrate import MigrationStatus, check_schema
-from ._pgsql import Statements
+from ._pgsql import FieldCas, Statements
 from .api import (
     ENTRY_SPOT_TYPE,
     UNCHANGED,
+    Applied,
     AuthorityRow,
+    AuthorityState,
     CasResult,
+    Conflict,
     ContentRef,
     LocationStore,
     Namespace,
@@ -70,6 +74,7 @@ from .api import (
     NodeLease,
     NodeRecord,
     ObjectKey,
+    ObjectKind,
     OperationKey,
     OwnerFence,
     RecoveryPointer,
@@ -78,6 +83,7 @@ from .api import (
     TerminalRecord,
     Unchanged,
 )
+from .rows import evolve_row
 from .validate import (
     check_clock_advance,
     check_expected_version,
@@ -106,6 +112,32 @@ _TYPED_ERRORS: Final[dict[str, type[ZLinkError]]] = {
     "ZL005": DescriptorConflict,
 }
 _UNIQUE_VIOLATION: Final = "23505"
+_ROWS_KEPT: Final = 8192
+"""Rows the store remembers at their last version seen (see :class:`_Rows`)."""
+_ENTRY_CLAIM: Final = "Entry Spot claims change only through node registration"
+
+
+class _Rows(dict[ObjectKey, AuthorityRow]):
+    """The last row this store returned or read per key, so that a field CAS whose caller
+    expects exactly that version needs only the new version back from the database: a
+    ``store_version`` names one row state for ever (one store-wide sequence, bumped by
+    every mutation), so the row at the expected version plus the change IS the new row.
+    Bounded (emptied when full); a miss only means the whole row comes back."""
+
+    def at(self, key: ObjectKey, version: int) -> AuthorityRow | None:
+        row = self.get(key)
+        return row if row is not None and row.store_version == version else None
+
+    def saw(self, key: ObjectKey, row: AuthorityRow | None) -> None:
+        if row is None:
+            self.pop(key, None)
+            return
+        if len(self) >= _ROWS_KEPT:
+            self.clear()
+        self[key] = row
+
+    def cas(self, key: ObjectKey, result: CasResult[Any]) -> None:
+        self.saw(key, result.row if isinstance(result, Applied) else result.current)
 
 
 def _raise_typed(exc: Exception, *, unique_is_conflict: bool = False) -> NoReturn:
@@ -131,6 +163,13 @@ class PostgresLocationStore:
         self.schema: Final = schema
         self._next_sweep = -math.inf
         self.sweep_interval = 60.0
+        self._rows = _Rows()
+        self._batcher = FieldBatcher(conns, self._sql.lost_many)
+        membership, recovery, relocation, closing = self._sql.field_cas
+        self._membership: Final = membership
+        self._recovery: Final = recovery
+        self._relocation: Final = relocation
+        self._closing: Final = closing
 
     # ----- plumbing ----------------------------------------------------------------------
     async def _read(self, method: Method, sql: str, *args: object) -> Any:
@@ -189,7 +228,9 @@ class PostgresLocationStore:
     # ----- authority rows ------------------------------------------------------------------
     async def read(self, key: ObjectKey) -> AuthorityRow | None:
         record = await self._read("fetchrow", self._sql.read, *codec.key_args(key))
-        return None if record is None else codec.decode_row(record)
+        row = None if record is None else codec.decode_row(record, key=key)
+        self._rows.saw(key, row)
+        return row
 
     async def scan_owned(self, node_rid: NodeRid) -> Sequence[AuthorityRow]:
         records = await self._read("fetch", self._sql.scan_owned, node_rid.value)
@@ -209,7 +250,10 @@ class PostgresLocationStore:
 
     async def reserve(self, reservation: Reservation) -> CasResult[AuthorityRow]:
         args = codec.reservation_args(reservation)
-        return codec.decode_cas(await self._write("fetchrow", self._sql.reserve, *args))
+        key = reservation.key
+        result = codec.decode_cas(await self._write("fetchrow", self._sql.reserve, *args), key)
+        self._rows.cas(key, result)
+        return result
 
     async def commit_ready(
         self,
@@ -231,7 +275,9 @@ class PostgresLocationStore:
             *self._terminal_args(terminal),
             retain,
         )
-        return codec.decode_cas(record)
+        result = codec.decode_cas(record, key)
+        self._rows.cas(key, result)
+        return result
 
     async def abort_creation(
         self,
@@ -253,7 +299,9 @@ class PostgresLocationStore:
             *self._terminal_args(terminal),
             retain,
         )
-        return codec.decode_cas_none(record)
+        result = codec.decode_cas_none(record)
+        self._rows.cas(key, result)
+        return result
 
     @staticmethod
     def _terminal_args(terminal: TerminalRecord | None) -> tuple[object, ...]:
@@ -281,47 +329,111 @@ class PostgresLocationStore:
             set_membership,
             member,
         )
-        return codec.decode_cas(record)
+        result = codec.decode_cas(record, key)
+        self._rows.cas(key, result)
+        return result
 
     async def _field_cas(
-        self, sql: str, key: ObjectKey, expected_version: int, *args: object
+        self,
+        statements: FieldCas,
+        key: ObjectKey,
+        expected_version: int,
+        fields: tuple[object, ...],
+        changed: Callable[[AuthorityRow, int], AuthorityRow],
     ) -> CasResult[AuthorityRow]:
+        """One field CAS, batched with the concurrent ones (:mod:`._pgbatch`); run alone
+        when the batch cannot answer for it. ``changed(row, version)`` is the row after
+        the change, rebuilt from the one the caller held at the expected version."""
         version = check_expected_version(expected_version)
         ns, oid = codec.key_args(key)
-        record = await self._write(
-            "fetchrow", sql, ns, oid, version, *args, then=(self._sql.lost, ns, oid)
-        )
-        return codec.decode_cas(record)
+        held = self._rows.at(key, version)
+        try:
+            answer = await self._batcher.cas(
+                statements, (ns, oid, version, *fields), slim=held is not None
+            )
+        except ZLinkError:
+            raise
+        except Exception as exc:  # pragma: no cover - the batcher answers or falls back
+            if hasattr(exc, "sqlstate"):
+                _raise_typed(exc)
+            raise
+        if answer is FALLBACK:
+            record = await self._write(
+                "fetchrow",
+                statements.single_full,
+                ns,
+                oid,
+                version,
+                *fields,
+                then=(self._sql.lost, ns, oid),
+            )
+            result = codec.decode_cas(record, key)
+        else:
+            status, value = answer
+            if status == APPLIED_SLIM:
+                assert held is not None
+                result = Applied(changed(held, value))
+            elif status == APPLIED_FULL:
+                result = Applied(codec.decode_row(value, key=key))
+            else:
+                current = None if value is None else codec.decode_row(value, key=key)
+                if current is not None and current.kind is ObjectKind.ENTRY_SPOT:
+                    raise InvalidOperation(_ENTRY_CLAIM)
+                result = Conflict(current)
+        self._rows.cas(key, result)
+        return result
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
     ) -> CasResult[AuthorityRow]:
         value = None if membership is None else membership.value.encode("utf-8")
-        return await self._field_cas(self._sql.set_membership, key, expected_version, value)
+        return await self._field_cas(
+            self._membership,
+            key,
+            expected_version,
+            (value,),
+            lambda row, v: evolve_row(row, store_version=v, membership=membership),
+        )
 
     async def set_recovery(
         self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
     ) -> CasResult[AuthorityRow]:
         return await self._field_cas(
-            self._sql.set_recovery, key, expected_version, *codec.recovery_args(recovery)
+            self._recovery,
+            key,
+            expected_version,
+            codec.recovery_args(recovery),
+            lambda row, v: evolve_row(row, store_version=v, recovery=recovery),
         )
 
     async def set_relocation(
         self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
     ) -> CasResult[AuthorityRow]:
         return await self._field_cas(
-            self._sql.set_relocation, key, expected_version, *codec.relocation_args(relocation)
+            self._relocation,
+            key,
+            expected_version,
+            codec.relocation_args(relocation),
+            lambda row, v: evolve_row(row, store_version=v, relocation=relocation),
         )
 
     async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
-        return await self._field_cas(self._sql.begin_closing, key, expected_version)
+        return await self._field_cas(
+            self._closing,
+            key,
+            expected_version,
+            (),
+            lambda row, v: evolve_row(row, store_version=v, state=AuthorityState.CLOSING),
+        )
 
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
         check_expected_version(expected_version)
         record = await self._write(
             "fetchrow", self._sql.release, *codec.key_args(key), expected_version
         )
-        return codec.decode_cas_none(record)
+        result = codec.decode_cas_none(record)
+        self._rows.cas(key, result)
+        return result
 
     async def reclaim(
         self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
@@ -336,7 +448,9 @@ class PostgresLocationStore:
             *codec.fence_args(owner),
             step,
         )
-        return codec.decode_cas_none(record)
+        result = codec.decode_cas_none(record)
+        self._rows.cas(key, result)
+        return result
 
     async def owner_live(self, owner: OwnerFence) -> bool:
         live: bool = await self._read(
