@@ -23,12 +23,17 @@ from ..ids import (
     ObjectGeneration,
     OwnerLeaseGeneration as LeaseGen,
 )
+from ..mesh.api import PeerAddress
 
 __all__ = ["Route", "RouteCache", "RouteCacheStatistics"]
 
 K = TypeVar("K")
 
 DEFAULT_MAX_ENTRIES: Final = 100_000
+
+
+def _peer_of(route: Route) -> PeerAddress:
+    return PeerAddress(route.mesh_name, route.node_rid)
 
 
 @attrs.frozen(slots=True)
@@ -42,6 +47,11 @@ class Route:
     object_generation: ObjectGeneration
     owner_generation: AuthorityOwnerGeneration
     store_version: int
+    peer: PeerAddress = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_peer_of, takes_self=True)
+    )
+    """The owner's address, made once per route (a call to a cached route looks its
+    connection up with it: no address is built or hashed per call)."""
 
 
 @attrs.frozen
