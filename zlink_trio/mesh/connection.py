@@ -14,7 +14,11 @@ writer then also wakes at that time); the production path has no branch for it.
 
 Corking: while a reader handles several frames that arrived in one read, sends made by
 the handlers (on any connection) are queued without yielding, so a burst of replies
-leaves in one write per connection.
+leaves in one write per connection. Coalescing: the answers to such a burst are mostly
+sent by the tasks it woke (callers given their replies send their next requests; turns
+on runners send their replies), one scheduler pass later; until the writer's next write,
+this connection queues every frame (no direct write, no yield), so the writer — woken by
+the first of them, it runs after them — sends them all in one write.
 
 Direct write: when nothing is queued, nobody is writing and the node is not corked,
 :meth:`Connection.send` writes the frame itself if the kernel takes it at once, without
@@ -101,6 +105,7 @@ class Connection:
 
     __slots__ = (
         "_busy",
+        "_coalesce",
         "_handling",
         "_home",
         "_io",
@@ -139,6 +144,7 @@ class Connection:
         self.close_reason: CloseReason | None = None
         self._queued = 0  # items put in the lane and not yet written
         self._busy = False  # the writer is writing a batch
+        self._coalesce = False  # a burst was read: queue frames until the next write
         self._handling = False  # the reader is handling frames, not reading
         self._reader: _Reader | None = None  # the task reading this connection now
         self._home: trio.Nursery | None = None  # where reader tasks run (see _start_reader)
@@ -220,15 +226,16 @@ class Connection:
 
         Always a cancellation point. After a direct write it yields only every
         :data:`YIELD_EVERY` direct writes of this node (a loop of sends still lets other
-        tasks run, and a request/reply exchange skips a scheduler pass per frame);
-        ``checkpoint=False`` never yields there (the caller parks right after, e.g. a
-        request waiting for its reply). ``flush=False`` queues the frame like a corked
-        node does (no direct write, no yield): more frames follow at once, and the writer
-        sends them all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing
-        queued) instead of waiting for lane space."""
+        tasks run, and a request/reply exchange skips a scheduler pass per frame), after
+        queueing it yields (the writer runs first); ``checkpoint=False`` never yields
+        (the caller parks right after, e.g. a request waiting for its reply).
+        ``flush=False`` queues the frame like a corked or coalescing connection does (no
+        direct write, no yield): more frames follow at once, and the writer sends them
+        all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing queued)
+        instead of waiting for lane space."""
         await trio.lowlevel.checkpoint_if_cancelled()
         state = self._state
-        corked = state.corked or not flush
+        corked = state.corked or not flush or self._coalesce
         if (
             not corked
             and not self._busy
@@ -259,7 +266,7 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
-        if not corked:
+        if not corked and checkpoint:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_slow(self, item: _Item) -> None:
@@ -332,6 +339,7 @@ class Connection:
                     size += len(item[1])
                 try:
                     self._busy = True
+                    self._coalesce = False  # what is sent from now on may go directly
                     await self.write_batch(batch)
                 finally:
                     self._queued -= len(batch)
@@ -439,6 +447,7 @@ class Connection:
                         self._handling = False
                     if corked:
                         state.corked -= 1
+                        self._coalesce = True
                 bodies = await io.receive_some()
         except SequenceGap as exc:
             counters.drop(DropReason.SEQUENCE_GAP)
