@@ -251,6 +251,13 @@ class ActorRuntime:
             if sink is not None and record.timeout_ms is not None:
                 run_by = trio.current_time() + record.timeout_ms / 1000
             item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
+            # A lone frame for an idle Actor: its turn runs here, in the connection's
+            # reader, without a hand-off to a runner (Lane.run_here).
+            reader = self._node.reader_handoff()
+            if reader is not None:
+                lane = self.host.ready_lane(record.actor_id)
+                if lane is not None and await lane.run_here(item, reader):
+                    return
             try:
                 # Never waits: this is the connection's reader (replies and messages for
                 # other Actors share the connection). A full queue refuses the payload.
