@@ -19,6 +19,7 @@ from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, Typed
 from .calls import FluentCall
 
 if TYPE_CHECKING:
+    from .bindings import ActorBindings
     from .messenger import Messenger
 
 __all__ = ["ActorClient", "RequestCall", "SendCall"]
@@ -134,6 +135,7 @@ class ActorClient:
         "_messenger",
         "_packets",
         "_payloads",
+        "bindings",
     )
 
     def __init__(
@@ -150,6 +152,8 @@ class ActorClient:
         self._default_timeout = default_timeout
         self._ids: dict[str, ActorId] = {}
         self._packets: set[str] = set()
+        self.bindings: ActorBindings | None = None
+        """The Actor owner's session bindings (``context.session``), set by the runtime."""
 
     def _target(self, actor_id: object) -> ActorId:
         if type(actor_id) is not str:

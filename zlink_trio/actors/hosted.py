@@ -38,6 +38,7 @@ __all__ = [
     "ACTOR_LANE",
     "FENCED",
     "ActorState",
+    "ActorWork",
     "Deliver",
     "Destroying",
     "Fenced",
@@ -125,9 +126,22 @@ class Barrier:
             self.resumed.set()
 
 
-ActorItem: TypeAlias = Deliver | Barrier | TimerTick
-"""What an Actor lane holds: application payloads and timer ticks (the application queue,
-one acceptance order) and destroy barriers (the lifecycle queue)."""
+@final
+class ActorWork:
+    """Framework work that must run in the Actor's own order (a session's disconnect
+    notification, spec 02 §7: after the payloads accepted before it): ``fn(hosted)`` runs
+    as one turn of the application queue. It must not wait for another lane (the turn
+    only reads what it needs and hands the rest to an infrastructure task)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[HostedActor], None]) -> None:
+        self.fn = fn
+
+
+ActorItem: TypeAlias = Deliver | Barrier | TimerTick | ActorWork
+"""What an Actor lane holds: application payloads, timer ticks and framework work (the
+application queue, one acceptance order) and destroy barriers (the lifecycle queue)."""
 
 
 @final
@@ -303,6 +317,9 @@ class HostedActor:
         if type(item) is not Deliver:
             if type(item) is TimerTick:
                 await self._tick(item)
+                return
+            if type(item) is ActorWork:
+                item.fn(self)
                 return
             assert type(item) is Barrier
             item.reached.set()
@@ -520,6 +537,8 @@ class HostedActor:
                 item.reached.set()
                 item.done.set()
                 continue
+            if type(item) is ActorWork:
+                continue  # its owner waits with its own deadline
             if type(item) is TimerTick:
                 self.kind.stats.dropped += 1
                 self.kind.flow.emit(event, "timer %r of %r", item.name, self.context)

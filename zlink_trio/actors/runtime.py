@@ -37,6 +37,7 @@ from ..wire.payloads import PayloadRegistry
 from ..wire.records import ActorCreate, ActorDestroy, ActorSend
 from ..wire.tails import DestroyTail
 from .authority import Authority
+from .bindings import ActorBindings, OnDisconnectActor
 from .client import ActorClient
 from .deadlines import ReplyDeadlines
 from .dedupe import IngressDedupe
@@ -53,6 +54,7 @@ from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..mesh.node import MeshNode
+    from ..spots.runtime import SpotRuntime
 
 __all__ = ["ActorRuntime", "serve_actors"]
 
@@ -74,6 +76,8 @@ class ActorRuntime:
         flow: FlowTrace,
         nursery: trio.Nursery,
         timers: TimerService | None = None,
+        spot_runtime: SpotRuntime | None = None,
+        on_disconnect_actor: OnDisconnectActor | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -105,6 +109,20 @@ class ActorRuntime:
             default_timeout=config.default_request_timeout,
             payloads=payloads,
         )
+        self.bindings = ActorBindings(
+            node=node,
+            host=self.host,
+            flow=flow,
+            nursery=nursery,
+            entry_spots=entry_spots,
+            spot_runtime=spot_runtime,
+            on_disconnect_actor=on_disconnect_actor,
+            retention=config.terminal_record_retention,
+            max_payload=config.max_reply_bytes,
+        )
+        """Session bindings of the hosted Actors (spec 02): command 38, relay checks,
+        ``context.session`` push/close."""
+        self.client.bindings = self.bindings
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
                 config=config,
@@ -137,7 +155,7 @@ class ActorRuntime:
             flow=flow,
         )
         self.destroyer: Destroyer[ActorId, HostedActor] = Destroyer(
-            kind=ActorDestroyKind(self.host, authority),
+            kind=ActorDestroyKind(self.host, authority, self.bindings),
             object_kind=ObjectKind.ACTOR,
             store=store,
             authority=authority,
@@ -168,6 +186,7 @@ class ActorRuntime:
         node.on(Command.ACTOR_SEND, self._on_actor_send)
         node.on(Command.ACTOR_CREATE, self._on_actor_create)
         node.on(Command.ACTOR_DESTROY, self._on_actor_destroy)
+        self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
     def _for_me(self, rid: object, generation: object) -> bool:
@@ -194,6 +213,10 @@ class ActorRuntime:
             error = StaleRoute("the route names another node lifecycle")
         elif not self._node.admitting:
             error = Unavailable("this owner's lease expired: it admits nothing")
+        elif record.session is not None and (
+            refused := self.bindings.check_relay(record.actor_id, record.session)
+        ):
+            error = refused  # a retired or unknown binding (spec 02 §6): never run
         else:
             # A request is run only before its deadline; an accepted send never expires.
             run_by = NEVER
@@ -344,6 +367,8 @@ async def serve_actors(
     flow: FlowTrace,
     *,
     timers: TimerService | None = None,
+    spot_runtime: SpotRuntime | None = None,
+    on_disconnect_actor: OnDisconnectActor | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The Actor owner role: run until cancelled (start it before ``node`` serves).
@@ -361,6 +386,8 @@ async def serve_actors(
             flow=flow,
             nursery=nursery,
             timers=timers,
+            spot_runtime=spot_runtime,
+            on_disconnect_actor=on_disconnect_actor,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")
