@@ -71,6 +71,7 @@ from ..ids import (
 from ..mesh.api import PeerAddress, PeerIdentity
 from ..objects.sinks import RemoteSink, failure, ok
 from ..observe import FlowTrace
+from ..wire.codec import evolve
 from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction
 from ..wire.payloads import TypedPayload
@@ -295,9 +296,20 @@ class ActorBindings:
             return
         reply, replaced = self._transition(record, peer.mesh_name)
         self._retain(key, reply, record.timeout_ms)
-        self._nursery.start_soon(
-            self._answer, sink, reply, record, replaced, name="zlink_trio.actors.bind"
-        )
+        # The terminal goes on the connection NOW (never waiting: this is its reader), so
+        # a push an Actor turn sends after the registration follows it on the wire.
+        try:
+            await self._node.send(
+                peer.address, evolve(reply, correlation=record.correlation), wait=False
+            )
+        except trio.WouldBlock:
+            self._nursery.start_soon(sink.deliver, reply, name="zlink_trio.actors.bind")
+        except ZLinkError as exc:
+            logger.info("the terminal of a bind of %r was not sent: %r", record.actor_id, exc)
+        if replaced is not None:
+            self._nursery.start_soon(
+                self._send_replaced, record, replaced, name="zlink_trio.actors.replaced"
+            )
 
     async def handle_local(self, record: BoundSessionBind, deadline: float) -> TerminalReply:
         """A 38 from the session owner of this node, in-process (same checks and
@@ -326,17 +338,6 @@ class ActorBindings:
             )
         await trio.lowlevel.cancel_shielded_checkpoint()
         return reply
-
-    async def _answer(
-        self,
-        sink: RemoteSink,
-        reply: TerminalReply,
-        record: BoundSessionBind,
-        replaced: _Binding | None,
-    ) -> None:
-        await sink.deliver(reply)
-        if replaced is not None:
-            await self._send_replaced(record, replaced)  # after the terminal, one-way
 
     async def _finish_disconnect(
         self,

@@ -308,15 +308,18 @@ class SessionBindingAggregate:
     def relay(self, binding: Binding) -> int:
         """A relay through ``binding`` is accepted now: its session sequence.
 
+        A closing session (replaced) still relays the packets it accepted before, through
+        its other bindings; a closed one relays nothing.
+
         Raises:
             SessionNotBound: the binding ended (replaced, destroyed, disconnected, ...).
-            Unavailable: the session is closing or closed.
+            Unavailable: the session is closed.
         """
         entry = binding.entry
         if not binding.current:
             raise SessionNotBound(f"actor {binding.actor_id.value!r} is not bound here any more")
-        if entry.status is not SessionStatus.OPEN:
-            raise Unavailable(f"the session is {entry.status.value}")
+        if entry.status is SessionStatus.CLOSED:
+            raise Unavailable("the session is closed")
         entry.sequence += 1
         return entry.sequence
 
