@@ -68,6 +68,8 @@ class Record:
     """(node index, actor id, connection id) of every OnDisconnectActor call."""
     replaced: list[tuple[int, bytes, str]] = attrs.field(factory=list)
     """(node index, connection id, actor id) of every duplicate-connection callback."""
+    replaced_started: list[float] = attrs.field(factory=list)
+    """Trio time each duplicate-connection callback started."""
     replaced_done: list[float] = attrs.field(factory=list)
     """Trio time each duplicate-connection callback returned."""
     fail_disconnect: set[str] = attrs.field(factory=set)
@@ -190,6 +192,7 @@ def stream_app(
         @app.on_session_replaced
         async def replaced(session: Session, event: SessionReplaced) -> None:
             rec.replaced.append((node, session.connection_id, event.actor.actor_id.value))
+            rec.replaced_started.append(trio.current_time())
             rec.changed()
             await session.send("duplicate", event.actor.actor_id.value.encode())
             if rec.replace_gate is not None:
