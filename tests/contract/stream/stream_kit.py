@@ -46,7 +46,7 @@ from zlink_trio import (
 )
 from zlink_trio.client import StreamClient, open_stream_client
 from zlink_trio.config import StreamConfig
-from zlink_trio.ids import ActorRef
+from zlink_trio.ids import ActorRef, MeshName
 from zlink_trio.server import Server
 from zlink_trio.store.api import LocationStore
 from zlink_trio.stream import Authenticated, AutoBind, Packet, Session, SessionReplaced
@@ -309,3 +309,20 @@ async def bind(client: StreamClient, actor_id: str) -> int:
 
 async def relay(client: StreamClient, actor_id: str, packet: str, data: bytes = b"") -> bytes | None:
     return await client.request("relay", f"{actor_id}|{packet}|".encode() + data)
+
+
+async def blackout(cluster: Cluster, plan: FaultPlan, source: int, target: int) -> None:
+    """Partition node ``source`` from node ``target`` and return once ``source`` sees the
+    peer as no longer admitted (its intent stays: CONNECTING, not GONE)."""
+    from zlink_trio.mesh.api import PeerAddress, PeerState
+    from zlink_trio.testing import node_of
+    from zlink_trio.wire.peer import PeerPing
+
+    node = node_of(cluster.servers[source])
+    host = cluster.servers[target].identity.node_rid
+    address = PeerAddress(MeshName(MESH), host)
+    plan.partition(cluster.servers[source].identity.node_rid, host)
+    if node.peer_state(address) is PeerState.ADMITTED:
+        await node.send(address, PeerPing(token=1))  # its link is cut at this frame
+    while node.peer_state(address) is PeerState.ADMITTED:
+        await node.wait_peer_change(address)
