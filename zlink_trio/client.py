@@ -27,11 +27,16 @@ from typing import Final, TypeAlias, final
 
 import attrs
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
+from trio_websocket import (
+    ConnectionClosed,
+    ConnectionRejected,
+    WebSocketConnection,
+    wrap_client_stream,
+)
 
 from ._exceptions import raise_single_error
 from .engine.oneshot import OneShot
-from .errors import DeadlineExceeded, ProtocolError, Unavailable, error_from_kind
+from .errors import DeadlineExceeded, ProtocolError, ShuttingDown, Unavailable, error_from_kind
 from .ids import ActorId
 from .wire.stream import (
     PROTOCOL_VERSION,
@@ -278,6 +283,7 @@ async def open_stream_client(
             InvalidOperation for a refused authentication).
         ConnectionLost: the connection closed during the handshake.
         DeadlineExceeded: no Welcome within ``hello_timeout``.
+        ShuttingDown: the server no longer accepts sessions (it is stopping).
         OSError: the endpoint cannot be reached.
     """
     parsed = urllib.parse.urlsplit(url)
@@ -309,7 +315,18 @@ async def open_stream_client(
                     await stream.aclose()
                 nursery.cancel_scope.cancel(reason="the stream client closed")
     except BaseExceptionGroup as group:
+        rejected, _ = group.split(ConnectionRejected)
+        if rejected is not None:  # raised by trio-websocket's reader task
+            status = _first(rejected).status_code  # type: ignore[attr-defined]
+            if status == 503:
+                raise ShuttingDown("the server is shutting down (HTTP 503)") from None
+            raise Unavailable(f"the server refused the websocket (HTTP {status})") from None
         raise_single_error(group)
+
+
+def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
+    first = group.exceptions[0]
+    return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
 async def _handshake(ws: WebSocketConnection, credentials: bytes, limit: float) -> Welcome:

@@ -16,7 +16,9 @@ Packet handlers of the test app (payloads are ``|``-separated text):
 * ``notify`` ``<actor>`` — ``find(actor).notify_disconnected()``;
 * ``bound`` — the bound ActorIds, comma-separated; ``find`` ``<actor>`` — ``1``/``0``;
   ``ref`` ``<actor>`` — ``<mesh>|<node rid hex>|<generation>`` of the binding's ref;
-* ``local`` — answered by the handler itself (``local:<payload>``).
+* ``local`` — answered by the handler itself (``local:<payload>``); ``hold`` waits for
+  ``rec.gate`` first; ``relay_and_return`` ``<actor>`` relays to ``echo`` and returns a
+  value of its own (ignored).
 
 Actor handlers (type ``player``): ``note`` (send) and ``echo`` (request) record; ``push``
 (send) and ``push_req`` (request) push ``pushed`` back; ``slow`` waits for
@@ -247,6 +249,21 @@ def stream_app(
     async def local(packet: Packet, payload: bytes) -> bytes:
         rec.packets.append((node, "local"))
         return b"local:" + payload
+
+    @app.on_packet("hold")
+    async def hold(packet: Packet, payload: bytes) -> bytes:
+        rec.packets.append((node, "hold"))
+        rec.changed()
+        if rec.gate is not None:
+            await rec.gate.wait()
+        return b"held"
+
+    @app.on_packet("relay_and_return")
+    async def relay_and_return(packet: Packet, payload: bytes) -> bytes:
+        bound = packet.session.actors.find(payload.decode())
+        assert bound is not None
+        await bound.relay(packet, b"from-actor", packet="echo")
+        return b"from-handler"  # ignored: the relay owns the request's answer
 
     return app
 
