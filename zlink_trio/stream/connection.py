@@ -119,6 +119,7 @@ class Connection:
         "_close_reason",
         "_closed",
         "_lane",
+        "_reader_scope",
         "_request",
         "_ws",
         "entry",
@@ -138,6 +139,8 @@ class Connection:
         self.session_rid = secrets.token_bytes(CONNECTION_ID_BYTES)
         self.outbound = Outbound(server.stream_config.outbound_queue)
         self._closed = trio.Event()
+        self._reader_scope = trio.CancelScope()
+        """The reader's scope: a closing connection reads nothing more at once."""
         self._close_reason: tuple[CloseReason | None, str] = (None, "")
         """Why the connection closes (None: by the client or the transport)."""
         self.finished = trio.Event()
@@ -163,6 +166,7 @@ class Connection:
             return
         self._close_reason = (reason, message)
         self._closed.set()
+        self._reader_scope.cancel(reason="zlink_trio STREAM connection closing")
 
     # --- outbound ------------------------------------------------------------------------------
     def send_app(self, frame: ServerFrame) -> bool:
@@ -306,44 +310,54 @@ class Connection:
         server = self.server
         default_timeout = server.config.default_request_timeout
         try:
-            while True:
-                message = await ws.get_message()
-                try:
-                    if type(message) is not bytes:
-                        raise ProtocolError("frames are websocket binary messages")
-                    frame = decode_client_frame(message)
-                except ProtocolError as exc:
-                    server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", exc)
-                    self.send_error(0, exc)
-                    self.close(CloseReason.PROTOCOL_ERROR, str(exc)[:120])
-                    return
-                if isinstance(frame, Ping):
-                    self.send_control(Pong(nonce=frame.nonce))
-                    continue
-                if isinstance(frame, Hello):
-                    error = ProtocolError("a second Hello")
-                    server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", error)
-                    self.send_error(0, error)
-                    self.close(CloseReason.PROTOCOL_ERROR, "a second Hello")
-                    return
-                pending: PendingRequest | None = None
-                if isinstance(frame, Request):
-                    timeout = frame.timeout_ms
-                    seconds = default_timeout if timeout is None else timeout / 1000
-                    pending = PendingRequest(self, frame.correlation, trio.current_time() + seconds)
-                if self.entry.status is not SessionStatus.OPEN:
-                    self._reject(pending, Unavailable("the session is closing"))
-                    continue
-                try:
-                    lane.submit_nowait(_Inbound(frame, pending))
-                except CapacityExceeded:
-                    self._reject(pending, CapacityExceeded("the session's queue is full"))
-                except ZLinkError as exc:  # connection closed, shutting down
-                    self._reject(pending, exc)
+            with self._reader_scope:
+                await self._read_frames(ws, lane, default_timeout)
         except ConnectionClosed:
             pass
         finally:
             self.close(None)
+
+    async def _read_frames(
+        self,
+        ws: WebSocketConnection,
+        lane: Lane[SessionLane, _Inbound | _Lifecycle],
+        default_timeout: float,
+    ) -> None:
+        server = self.server
+        while True:
+            message = await ws.get_message()
+            try:
+                if type(message) is not bytes:
+                    raise ProtocolError("frames are websocket binary messages")
+                frame = decode_client_frame(message)
+            except ProtocolError as exc:
+                server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", exc)
+                self.send_error(0, exc)
+                self.close(CloseReason.PROTOCOL_ERROR, str(exc)[:120])
+                return
+            if isinstance(frame, Ping):
+                self.send_control(Pong(nonce=frame.nonce))
+                continue
+            if isinstance(frame, Hello):
+                error = ProtocolError("a second Hello")
+                server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", error)
+                self.send_error(0, error)
+                self.close(CloseReason.PROTOCOL_ERROR, "a second Hello")
+                return
+            pending: PendingRequest | None = None
+            if isinstance(frame, Request):
+                timeout = frame.timeout_ms
+                seconds = default_timeout if timeout is None else timeout / 1000
+                pending = PendingRequest(self, frame.correlation, trio.current_time() + seconds)
+            if self.entry.status is not SessionStatus.OPEN:
+                self._reject(pending, Unavailable("the session is closing"))
+                continue
+            try:
+                lane.submit_nowait(_Inbound(frame, pending))
+            except CapacityExceeded:
+                self._reject(pending, CapacityExceeded("the session's queue is full"))
+            except ZLinkError as exc:  # connection closed, shutting down
+                self._reject(pending, exc)
 
     def _reject(self, pending: PendingRequest | None, error: ZLinkError) -> None:
         if pending is None:

@@ -343,3 +343,27 @@ async def blackout(cluster: Cluster, plan: FaultPlan, source: int, target: int) 
         await node.send(address, PeerPing(token=1))  # its link is cut at this frame
     while node.peer_state(address) is PeerState.ADMITTED:
         await node.wait_peer_change(address)
+
+
+@asynccontextmanager
+async def raw_websocket(url: str, *, message_queue_size: int = 1) -> AsyncIterator[Any]:
+    """A bare trio-websocket client connection (no STREAM client on top), for bad input.
+    It owns its TCP stream and closes it (trio-websocket's own client leaves the socket
+    open after a close the server started)."""
+    import urllib.parse
+
+    from trio_websocket import wrap_client_stream
+
+    parsed = urllib.parse.urlsplit(url)
+    assert parsed.hostname is not None and parsed.port is not None
+    async with trio.open_nursery() as nursery:
+        stream = await trio.open_tcp_stream(parsed.hostname, parsed.port)
+        try:
+            ws = await wrap_client_stream(
+                nursery, stream, parsed.hostname, "/", message_queue_size=message_queue_size
+            )
+            yield ws
+        finally:
+            with trio.CancelScope(shield=True):
+                await stream.aclose()
+            nursery.cancel_scope.cancel()
