@@ -18,7 +18,7 @@ from .actors.handlers import MessageKind
 from .actors.policy import RelocationPolicy
 from .actors.registry import ActorHandler, ActorRegistry, ActorType, ActorTypes
 from .errors import ConfigurationError
-from .ids import StableType
+from .ids import StableType, check_text_id
 from .objects.handlers import typed_handler
 from .objects.registry import Handler
 from .spots.approval import OnCreateActor
@@ -27,6 +27,7 @@ from .spots.lifecycle import SpotCallback, SpotCallbackFn
 from .spots.registry import SpotRegistry, SpotTypes
 from .spots.spot_kind import SpotKind
 from .stream.server import Authenticate, OnSessionOpen, OnSessionReplaced, StreamCallbacks
+from .stream.session import PacketRoute
 from .wire.payloads import PayloadRegistry, build_registry
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
@@ -224,6 +225,15 @@ class App:
 
         return decorate
 
+    def route_packet(self, key: str, *, packet: str | None = None) -> None:
+        """Register the STREAM packet ``key`` as a relay to the Actor bound under the
+        session's identity (its ``packet`` handler, default ``key``): no application
+        callback runs for it, so the framework relays it straight from the connection's
+        reader while the session has nothing else queued (else in its turn, in order). A
+        key shares the namespace of ``on_packet`` (registered twice: ConfigurationError)."""
+        target = None if packet is None else check_text_id(packet, "packet name")
+        self._packet_handlers.append((key, PacketRoute(target)))
+
     # --- startup validation --------------------------------------------------------------
     def validate(self) -> ValidatedApp:
         """Check every registration; raise one ConfigurationError naming every problem."""
@@ -242,6 +252,9 @@ class App:
             problems.append("on_create_actor registered more than once")
         typed: dict[str, PacketHandler] = {}
         for packet_key, packet_fn in packets.items():
+            if isinstance(packet_fn, PacketRoute):
+                typed[packet_key] = packet_fn
+                continue
             if not inspect.iscoroutinefunction(packet_fn):
                 problems.append(f"packet handler {packet_key!r} must be an async def")
                 continue

@@ -104,6 +104,7 @@ logger = logging.getLogger("zlink_trio.actors")
 _BIND: Final = BindAction.BIND
 _UNBIND: Final = BindAction.UNBIND
 _DISCONNECT: Final = BindAction.DISCONNECT
+_PUSH_YIELD_EVERY: Final = 64
 
 
 @attrs.frozen(slots=True)
@@ -231,6 +232,7 @@ class ActorBindings:
         "_retention",
         "_spot_runtime",
         "_terminals",
+        "_unyielded",
         "local_sessions",
     )
 
@@ -259,6 +261,7 @@ class ActorBindings:
         self._bindings: dict[ActorId, _Binding] = {}
         self._terminals: dict[_TerminalKey, _Retained] = {}
         self._expiry: deque[tuple[float, _TerminalKey]] = deque()
+        self._unyielded = 0
         self.local_sessions: SessionPort | None = None
         """The session owner of this node (set by the STREAM server when it starts)."""
 
@@ -562,8 +565,13 @@ class ActorBindings:
                 await trio.lowlevel.checkpoint()
                 raise Unavailable("no session owner on this node")
             await trio.lowlevel.checkpoint_if_cancelled()
-            port.deliver_push(record)
-            await trio.lowlevel.cancel_shielded_checkpoint()
+            port.deliver_push(record)  # queued for the connection's writer: never waits
+            self._unyielded += 1
+            if self._unyielded >= _PUSH_YIELD_EVERY:
+                # A burst of local pushes is a schedule point once per this many (as
+                # local sends are: the engine drains the burst in batches).
+                self._unyielded = 0
+                await trio.lowlevel.cancel_shielded_checkpoint()
             return
         await self._node.send(PeerAddress(binding.mesh, identity.owner_rid), record)
 

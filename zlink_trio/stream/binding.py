@@ -45,6 +45,7 @@ from ..wire.records import BoundSessionClose, BoundSessionReplaced, BoundSession
 from ..wire.tails import BindTail, SessionRouteAbort, SessionRouteCommit
 
 __all__ = [
+    "BOUND",
     "Binding",
     "BindingRoute",
     "Bound",

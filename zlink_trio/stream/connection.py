@@ -66,7 +66,7 @@ from ..wire.stream import (
 from .actors import SessionActors
 from .binding import SessionEntry, SessionStatus
 from .outbound import Outbound
-from .session import Packet, PendingRequest, Session, error_frame, reply_bytes
+from .session import Packet, PacketRoute, PendingRequest, Session, error_frame, reply_bytes
 from .values import Authenticated, AuthRequest
 
 if TYPE_CHECKING:
@@ -324,6 +324,8 @@ class Connection:
         default_timeout: float,
     ) -> None:
         server = self.server
+        packets = server.callbacks.packets
+        routes = any(type(h) is PacketRoute for h in packets.values())
         while True:
             message = await ws.get_message()
             try:
@@ -352,6 +354,13 @@ class Connection:
             if self.entry.status is not SessionStatus.OPEN:
                 self._reject(pending, Unavailable("the session is closing"))
                 continue
+            if (
+                routes
+                and type(packets.get(frame.packet)) is PacketRoute
+                and lane.idle
+                and server.route_now(self, packets[frame.packet], frame, pending)  # type: ignore[arg-type]
+            ):
+                continue  # relayed at once (nothing of this session was queued)
             try:
                 lane.submit_nowait(_Inbound(frame, pending))
             except CapacityExceeded:

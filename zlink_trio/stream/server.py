@@ -29,6 +29,7 @@ from ..actors.deadlines import ReplyDeadlines
 from ..actors.hosted import Deliver
 from ..config import ServerConfig, StreamConfig
 from ..errors import (
+    CapacityExceeded,
     InvalidOperation,
     NotConfigured,
     StaleRoute,
@@ -44,7 +45,7 @@ from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction, MessageKind
 from ..wire.payloads import PayloadRegistry, TypedPayload
 from ..wire.records import BoundSessionClose, BoundSessionReplaced, BoundSessionSend
-from ..wire.stream import CloseReason, Push
+from ..wire.stream import CloseReason, Push, Request, Send
 from ..wire.tails import SessionTail
 from .actors import (
     SessionActor,
@@ -56,6 +57,7 @@ from .actors import (
     unbound_frame,
 )
 from .binding import (
+    BOUND,
     Binding,
     BindingRoute,
     Ended,
@@ -64,7 +66,7 @@ from .binding import (
     SessionOwnerIdentity,
 )
 from .connection import Connection
-from .session import PendingRequest, Session
+from .session import PacketRoute, PendingRequest, Session
 from .values import Authenticated, AuthRequest, AutoBind, SessionReplaced
 
 if TYPE_CHECKING:
@@ -83,6 +85,9 @@ OnSessionReplaced = Callable[[Session, SessionReplaced], Awaitable[object]]
 PacketHandler = Callable[[Any, Any], Awaitable[Any]]
 
 _MESSAGE_QUEUE: Final = 4
+_SEND: Final = MessageKind.SEND
+_REQUEST: Final = MessageKind.REQUEST
+_NEVER: Final = float("inf")
 """trio-websocket's per-connection message queue (our reader drains it at once)."""
 
 
@@ -444,6 +449,16 @@ class StreamServer:
                 await trio.lowlevel.checkpoint()
                 raise refused
             item = Deliver(kind, name, value, pending, deadline)
+            lane = runtime.host.ready_lane(binding.actor_id)
+            if lane is not None:
+                try:
+                    lane.submit_nowait(item)  # the fast path: no wait, no cancel scope
+                except CapacityExceeded:
+                    pass
+                else:
+                    return
+            # Full, staging or not hosted: the general path (waits for room; a request
+            # only until its deadline).
             with trio.move_on_at(deadline) as scope:
                 try:
                     await runtime.host.admit(binding.actor_id, item)
@@ -454,6 +469,52 @@ class StreamServer:
             return
         data = value if type(value) is bytes else self._encoded(value)
         await relay_remote(conn, binding, kind, name, data, pending, tail, deadline)
+
+    def route_now(
+        self,
+        conn: Connection,
+        route: PacketRoute,
+        frame: Send | Request,
+        pending: PendingRequest | None,
+    ) -> bool:
+        """The reader's fast path of an ``App.route_packet`` packet while the session lane
+        is idle: relay it to the identity's bound Actor hosted HERE without a session
+        turn (True), or leave it to the lane (False: not bound, sealed, remote, a full
+        queue — the turn then relays it, or answers the error)."""
+        runtime = self.actor_runtime
+        session = conn.session
+        if runtime is None or session is None:
+            return False
+        actor_id = session.identity.actor_id
+        binding = conn.entry.bindings.get(actor_id)
+        if binding is None or binding.state is not BOUND:
+            return False
+        route_to = binding.route
+        me = self.node.identity
+        if route_to.node_rid != me.node_rid or route_to.node_generation != me.node_generation:
+            return False
+        lane = runtime.host.ready_lane(actor_id)
+        if lane is None:
+            return False
+        owner = self.aggregate.owner
+        tail = SessionTail(
+            session_owner_rid=owner.node_rid,
+            session_owner_generation=owner.node_generation,
+            session_rid=conn.session_rid,
+            binding_generation=binding.generation,
+            session_sequence=conn.entry.sequence + 1,
+        )
+        if runtime.bindings.check_relay(actor_id, tail) is not None:
+            return False
+        kind = _SEND if pending is None else _REQUEST
+        deadline = _NEVER if pending is None else pending.deadline
+        item = Deliver(kind, route.target or frame.packet, frame.payload, pending, deadline)
+        try:
+            lane.submit_nowait(item)
+        except ZLinkError:
+            return False
+        conn.entry.sequence += 1
+        return True
 
     def _encoded(self, value: bytes | TypedPayload) -> bytes:
         assert type(value) is TypedPayload

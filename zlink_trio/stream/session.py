@@ -21,7 +21,7 @@ if TYPE_CHECKING:
     from .actors import SessionActors
     from .connection import Connection
 
-__all__ = ["Packet", "PendingRequest", "Session"]
+__all__ = ["Packet", "PacketRoute", "PendingRequest", "Session"]
 
 
 @final
@@ -215,3 +215,32 @@ def reply_bytes(result: object, limit: int) -> bytes | None:
     if len(data) > limit:
         raise InvalidOperation(f"reply of {len(data)} bytes exceeds {limit}")
     return data
+
+
+@final
+class PacketRoute:
+    """The packet handler ``App.route_packet`` registers: relay the packet (its payload
+    bytes as they are) to the Actor bound under the session's identity, as its
+    ``packet`` handler (default: the same name) — what ``session.actors.find(
+    session.identity.actor_id).relay(packet, payload)`` does, without application code,
+    so the framework may run it straight from the connection's reader when the session
+    lane is idle (nothing of this session is queued or running: the order stays)."""
+
+    __slots__ = ("target",)
+
+    def __init__(self, target: str | None) -> None:
+        self.target = target
+
+    async def __call__(self, packet: Packet, payload: bytes) -> None:
+        session = packet.session
+        bound = session.actors.find(session.identity.actor_id)
+        if bound is None:
+            from ..errors import SessionNotBound
+
+            raise SessionNotBound(
+                f"the session's Actor {session.identity.actor_id.value!r} is not bound"
+            )
+        await bound.relay(packet, payload, packet=self.target)
+
+    def __repr__(self) -> str:
+        return f"PacketRoute({self.target!r})"
