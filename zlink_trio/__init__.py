@@ -47,6 +47,7 @@ Only re-exports live here; the implementation is in the subpackages.
 """
 
 from ._version import __version__ as __version__
+from .actors.bindings import DisconnectEvent as DisconnectEvent
 from .actors.context import ActorContext as ActorContext, BoundSession as BoundSession
 from .actors.handlers import (
     MessageKind as MessageKind,
@@ -74,6 +75,7 @@ from .config import (
     ObjectRole as ObjectRole,
     PostgresStoreConfig as PostgresStoreConfig,
     ServerConfig as ServerConfig,
+    StreamConfig as StreamConfig,
 )
 from .errors import (
     AlreadyExists as AlreadyExists,
@@ -143,6 +145,18 @@ from .spots.results import (
 )
 from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
+from .stream import (
+    Authenticated as Authenticated,
+    AuthRequest as AuthRequest,
+    AutoBind as AutoBind,
+    Packet as Packet,
+    Session as Session,
+    SessionActor as SessionActor,
+    SessionActors as SessionActors,
+    SessionReplaced as SessionReplaced,
+    StreamServer as StreamServer,
+    StreamStatistics as StreamStatistics,
+)
 
 __all__ = [
     "ActorContext",
@@ -155,7 +169,10 @@ __all__ = [
     "App",
     "ApplicationError",
     "Approve",
+    "AuthRequest",
+    "Authenticated",
     "AuthorityOwnerGeneration",
+    "AutoBind",
     "BoundSession",
     "CapacityExceeded",
     "ConfigurationError",
@@ -164,6 +181,7 @@ __all__ = [
     "DeadlineExceeded",
     "DescriptorConflict",
     "DisableRelocation",
+    "DisconnectEvent",
     "ErrorKind",
     "ExecutionMode",
     "Existing",
@@ -185,6 +203,7 @@ __all__ = [
     "OperationId",
     "OwnerLeaseExpired",
     "OwnerLeaseGeneration",
+    "Packet",
     "PerActor",
     "PostgresStoreConfig",
     "PreserveStateWith",
@@ -195,7 +214,11 @@ __all__ = [
     "RelocationPolicy",
     "Server",
     "ServerConfig",
+    "Session",
+    "SessionActor",
+    "SessionActors",
     "SessionNotBound",
+    "SessionReplaced",
     "ShuttingDown",
     "SpotCallback",
     "SpotContext",
@@ -213,6 +236,9 @@ __all__ = [
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
+    "StreamConfig",
+    "StreamServer",
+    "StreamStatistics",
     "TimerKind",
     "TimerRegistration",
     "TimerStatistics",

@@ -94,7 +94,9 @@ class Record:
             await self._changed.wait()
         await trio.lowlevel.checkpoint()
 
-    def handled_by(self, actor: str, packet: str | None = None) -> list[tuple[int, str, str, bytes]]:
+    def handled_by(
+        self, actor: str, packet: str | None = None
+    ) -> list[tuple[int, str, str, bytes]]:
         return [h for h in self.handled if h[1] == actor and (packet is None or h[2] == packet)]
 
 
@@ -324,7 +326,9 @@ async def bind(client: StreamClient, actor_id: str) -> int:
     return int(reply)
 
 
-async def relay(client: StreamClient, actor_id: str, packet: str, data: bytes = b"") -> bytes | None:
+async def relay(
+    client: StreamClient, actor_id: str, packet: str, data: bytes = b""
+) -> bytes | None:
     return await client.request("relay", f"{actor_id}|{packet}|".encode() + data)
 
 

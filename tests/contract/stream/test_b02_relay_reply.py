@@ -55,7 +55,9 @@ async def test_b02_06_relay_reads_no_store_and_passes_no_spot_callback(
             assert rec.disconnects == []
 
 
-async def test_b02_07_cross_node_bind_relay_push_records(clock: object, store: CountingStore) -> None:
+async def test_b02_07_cross_node_bind_relay_push_records(
+    clock: object, store: CountingStore
+) -> None:
     """B02-07: binding, relaying and pushing to an Actor of another node puts exactly one
     38 (and one 20 with its BindTail) on the wire, one 24 per relay carrying the
     bound-session tail (binding generation, session sequence; no binding token), and one
@@ -210,9 +212,7 @@ async def test_b02_10_a_reply_after_close_never_reaches_a_new_session(
 
                 nursery.start_soon(ask)
                 # Both requests are queued at the Actor (the first one still running).
-                await tap.wait_for(
-                    count=2, node=a_rid, direction=TapDirection.RECEIVED, command=24
-                )
+                await tap.wait_for(count=2, node=a_rid, direction=TapDirection.RECEIVED, command=24)
                 rec.gate.set()
             assert answers == [b"slow:two"]
             assert two.received["Reply"] == 2  # the bind and its own relay

@@ -77,7 +77,7 @@ async def test_b02_02_one_session_binds_two_actors_each_with_its_own_route(
     rec = Record()
     tap = WireTap()
     async with stream_cluster(2, rec, store=store, hosts=lambda i: i == 1, tap=tap) as cluster:
-        session_node, actor_node = cluster.servers
+        session_node, _actor_node = cluster.servers
         await create(session_node, rec, "a")
         await create(session_node, rec, "b")
         async with connect(session_node, "user") as client:

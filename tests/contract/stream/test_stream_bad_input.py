@@ -76,16 +76,18 @@ async def test_a_malformed_frame_gets_a_protocol_error_and_a_clean_close(
     Protocol, then the connection closes with code 1002; the event is counted; another
     session is served all along and no packet handler saw the bad frame."""
     rec = Record()
-    async with open_server(stream_config(0), stream_app(rec, 0)) as server:
-        async with connect(server, "good") as good:
-            before = flow_count(server, FlowEvent.SESSION_PROTOCOL_ERROR)
-            frames, code = await _raw_exchange(server.stream.url, HELLO, BAD_FRAMES[name])
-            errors = [f for f in frames if isinstance(f, ErrorFrame)]
-            assert [e.kind for e in errors] == [ErrorKind.PROTOCOL]
-            assert code == 1002
-            assert flow_count(server, FlowEvent.SESSION_PROTOCOL_ERROR) == before + 1
-            assert await good.request("local", b"fine") == b"local:fine"
-            assert (0, "local") in rec.packets and len(rec.packets) == 1
+    async with (
+        open_server(stream_config(0), stream_app(rec, 0)) as server,
+        connect(server, "good") as good,
+    ):
+        before = flow_count(server, FlowEvent.SESSION_PROTOCOL_ERROR)
+        frames, code = await _raw_exchange(server.stream.url, HELLO, BAD_FRAMES[name])
+        errors = [f for f in frames if isinstance(f, ErrorFrame)]
+        assert [e.kind for e in errors] == [ErrorKind.PROTOCOL]
+        assert code == 1002
+        assert flow_count(server, FlowEvent.SESSION_PROTOCOL_ERROR) == before + 1
+        assert await good.request("local", b"fine") == b"local:fine"
+        assert (0, "local") in rec.packets and len(rec.packets) == 1
 
 
 @pytest.mark.parametrize(
@@ -131,7 +133,7 @@ async def test_an_oversized_message_closes_with_1009(autojump_clock: object) -> 
     async with open_server(config, stream_app(rec, 0)) as server:
         limit = config.stream.max_message_bytes  # type: ignore[union-attr]
         async with connect(server, "good") as good:
-            frames, code = await _raw_exchange(server.stream.url, HELLO, b"x" * (limit + 1))
+            _frames, code = await _raw_exchange(server.stream.url, HELLO, b"x" * (limit + 1))
             assert code == 1009
             assert await good.request("local", b"x") == b"local:x"
 
@@ -140,12 +142,14 @@ async def test_a_silent_client_is_closed_at_the_hello_timeout(autojump_clock: ob
     """A connection that never sends its Hello is closed at StreamConfig.hello_timeout
     (MockClock: exactly 10 s)."""
     rec = Record()
-    async with open_server(stream_config(0), stream_app(rec, 0)) as server:
-        async with raw_websocket(server.stream.url) as ws:
-            start = trio.current_time()
-            frames, code = await _frames_until_close(ws)
-            assert trio.current_time() - start == pytest.approx(10.0)
-            assert code == 1002
+    async with (
+        open_server(stream_config(0), stream_app(rec, 0)) as server,
+        raw_websocket(server.stream.url) as ws,
+    ):
+        start = trio.current_time()
+        _frames, code = await _frames_until_close(ws)
+        assert trio.current_time() - start == pytest.approx(10.0)
+        assert code == 1002
 
 
 async def test_frames_after_the_close_reach_nothing(autojump_clock: object) -> None:
@@ -172,29 +176,28 @@ async def test_a_client_that_never_reads_is_closed_without_stalling_others(
     rec = Record()
     config = stream_config(0, outbound_queue=8)
     big = b"y" * (512 * 1024)
-    async with open_server(config, stream_app(rec, 0)) as server:
-        async with connect(server, "good") as good:
-            async with raw_websocket(server.stream.url, message_queue_size=1) as slow:
-                await slow.send_message(HELLO)
-                closed = False
-                for i in range(400):
-                    try:
-                        await slow.send_message(
-                            encode_frame(Request(correlation=i + 1, packet="local", payload=big))
-                        )
-                    except ConnectionClosed:
-                        closed = True
-                        break
-                    if i % 20 == 0:
-                        with trio.fail_after(5):
-                            await good.ping()
-                            assert await good.request("local", b"x") == b"local:x"
-                    if server.stream.statistics().sessions == 1:
-                        closed = True
-                        break
-                assert closed
-            assert server.stream.statistics().sessions == 1
-            assert await good.request("local", b"after") == b"local:after"
+    async with open_server(config, stream_app(rec, 0)) as server, connect(server, "good") as good:
+        async with raw_websocket(server.stream.url, message_queue_size=1) as slow:
+            await slow.send_message(HELLO)
+            closed = False
+            for i in range(400):
+                try:
+                    await slow.send_message(
+                        encode_frame(Request(correlation=i + 1, packet="local", payload=big))
+                    )
+                except ConnectionClosed:
+                    closed = True
+                    break
+                if i % 20 == 0:
+                    with trio.fail_after(5):
+                        await good.ping()
+                        assert await good.request("local", b"x") == b"local:x"
+                if server.stream.statistics().sessions == 1:
+                    closed = True
+                    break
+            assert closed
+        assert server.stream.statistics().sessions == 1
+        assert await good.request("local", b"after") == b"local:after"
 
 
 async def test_the_session_survives_a_handler_that_crashes(autojump_clock: object) -> None:
@@ -207,17 +210,16 @@ async def test_the_session_survives_a_handler_that_crashes(autojump_clock: objec
     async def boom(packet: object, payload: bytes) -> None:
         raise RuntimeError("boom")
 
-    async with open_server(stream_config(0), app) as server:
-        async with connect(server, "user") as client:
-            from zlink_trio import ApplicationError
+    async with open_server(stream_config(0), app) as server, connect(server, "user") as client:
+        from zlink_trio import ApplicationError
 
-            with pytest.raises(ApplicationError):
-                await client.request("boom")
-            await client.send("boom")
-            event = await client.receive()
-            assert isinstance(event, ErrorFrame) and event.kind is ErrorKind.APPLICATION
-            await client.ping()
-            assert await client.request("local", b"ok") == b"local:ok"
+        with pytest.raises(ApplicationError):
+            await client.request("boom")
+        await client.send("boom")
+        event = await client.receive()
+        assert isinstance(event, ErrorFrame) and event.kind is ErrorKind.APPLICATION
+        await client.ping()
+        assert await client.request("local", b"ok") == b"local:ok"
 
 
 def test_the_bad_frames_are_really_refused_by_the_codec() -> None:

@@ -7,17 +7,27 @@ from __future__ import annotations
 import attrs
 import pytest
 import trio
-from stream_kit import Record, bind, connect, create, relay, stream_app, stream_cluster, stream_config
+from stream_kit import (
+    Record,
+    bind,
+    connect,
+    create,
+    relay,
+    stream_app,
+    stream_cluster,
+    stream_config,
+)
 
 from zlink_trio import (
     App,
     InvalidOperation,
     MemoryLocationStore,
     NotFound,
+    RecreateOnRelocation,
     ShuttingDown,
     open_server,
 )
-from zlink_trio.client import ConnectionLost, open_stream_client
+from zlink_trio.client import open_stream_client
 from zlink_trio.stream import Authenticated, AutoBind, Packet
 from zlink_trio.testing import CountingStore, open_cluster
 from zlink_trio.wire.stream import Bound, CloseReason, Unbound, UnboundReason
@@ -139,21 +149,24 @@ async def test_keep_alive_is_never_queued_behind_application_work(autojump_clock
 
     config = attrs.evolve(stream_config(0), lane_capacity=4)
     assert isinstance(config, ServerConfig)
-    async with open_server(config, stream_app(rec, 0)) as server:
-        async with connect(server, "one") as one, connect(server, "two") as two:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(one.request, "hold")
-                await rec.wait_until(lambda: (0, "hold") in rec.packets)
-                with trio.fail_after(1):
-                    for _ in range(5):
-                        await one.ping()
-                for _ in range(4):
-                    await one.send("local", b"queued")
-                with pytest.raises(CapacityExceeded):
-                    await one.request("local", b"one too many")
-                assert await two.request("local", b"other") == b"local:other"
-                rec.gate.set()
-            assert await one.request("local", b"after") == b"local:after"
+    async with (
+        open_server(config, stream_app(rec, 0)) as server,
+        connect(server, "one") as one,
+        connect(server, "two") as two,
+    ):
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one.request, "hold")
+            await rec.wait_until(lambda: (0, "hold") in rec.packets)
+            with trio.fail_after(1):
+                for _ in range(5):
+                    await one.ping()
+            for _ in range(4):
+                await one.send("local", b"queued")
+            with pytest.raises(CapacityExceeded):
+                await one.request("local", b"one too many")
+            assert await two.request("local", b"other") == b"local:other"
+            rec.gate.set()
+        assert await one.request("local", b"after") == b"local:after"
 
 
 async def test_shutdown_refuses_new_sessions_and_finishes_accepted_work(
@@ -240,13 +253,67 @@ async def test_an_unknown_packet_name_is_not_found(autojump_clock: object) -> No
     """A packet with no handler is answered NotFound (a request) or an error frame with
     correlation 0 (a send); the connection stays."""
     rec = Record()
-    async with open_server(stream_config(0), stream_app(rec, 0)) as server:
-        async with connect(server, "user") as client:
-            with pytest.raises(NotFound):
-                await client.request("no-such-packet")
-            await client.send("no-such-packet")
-            from zlink_trio.wire.stream import ErrorFrame
+    async with (
+        open_server(stream_config(0), stream_app(rec, 0)) as server,
+        connect(server, "user") as client,
+    ):
+        with pytest.raises(NotFound):
+            await client.request("no-such-packet")
+        await client.send("no-such-packet")
+        from zlink_trio.wire.stream import ErrorFrame
 
-            event = await client.receive()
-            assert isinstance(event, ErrorFrame) and event.correlation == 0
-            assert await client.request("local", b"ok") == b"local:ok"
+        event = await client.receive()
+        assert isinstance(event, ErrorFrame) and event.correlation == 0
+        assert await client.request("local", b"ok") == b"local:ok"
+
+
+async def test_session_callbacks_are_serial_and_never_run_actor_handlers(
+    autojump_clock: object,
+) -> None:
+    """(spec 02 §10, white-box) Two session callbacks of one connection never run at the
+    same time, and an Actor handler never runs in a session callback's context: the
+    Actor's turn is its own (another task or a later turn), even when the packet handler
+    waits after relaying."""
+    from zlink_trio import on_request
+
+    state = {"running": 0, "most": 0, "session_task": None, "overlaps": 0}
+
+    app = App()
+    app.enable_actor_dispatch()
+
+    class Player:
+        def __init__(self, context: object) -> None:
+            self.context = context
+
+        @on_request("echo")
+        async def echo(self, payload: bytes) -> bytes:
+            if state["running"] and state["session_task"] is trio.lowlevel.current_task():
+                state["overlaps"] += 1
+            return payload
+
+    app.register_actor("player", Player, relocation=RecreateOnRelocation())
+
+    @app.authenticate
+    async def auth(request: object) -> Authenticated:
+        return Authenticated("p", "player")
+
+    @app.on_packet("work")
+    async def work(packet: Packet, payload: bytes) -> None:
+        state["running"] += 1
+        state["most"] = max(state["most"], state["running"])
+        state["session_task"] = trio.lowlevel.current_task()
+        try:
+            bound = packet.session.actors.find("p")
+            assert bound is not None
+            await bound.relay(packet, payload, packet="echo")
+            await trio.sleep(0.01)  # the Actor's turn may run meanwhile: elsewhere
+        finally:
+            state["running"] -= 1
+
+    async with open_server(stream_config(0), app) as server, connect(server, "p") as client:
+        await client.receive()  # Bound
+        async with trio.open_nursery() as nursery:
+            for i in range(20):
+                nursery.start_soon(client.request, "work", str(i).encode())
+    assert state["most"] == 1
+    assert state["overlaps"] == 0
