@@ -317,3 +317,31 @@ async def test_session_callbacks_are_serial_and_never_run_actor_handlers(
                 nursery.start_soon(client.request, "work", str(i).encode())
     assert state["most"] == 1
     assert state["overlaps"] == 0
+
+
+def _api_md_stream_example() -> dict[str, object]:
+    """The "STREAM sessions" example of docs/api.md, executed."""
+    import pathlib
+
+    text = (pathlib.Path(__file__).resolve().parents[3] / "docs" / "api.md").read_text()
+    section = text[text.index("## STREAM sessions") :]
+    code = section.split("```python", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {"__name__": "api_md_stream"}
+    exec(compile(code, "docs/api.md", "exec"), namespace)
+    return namespace
+
+
+async def test_the_api_md_stream_example_runs(autojump_clock: object) -> None:
+    """The documented example, as written: a client authenticates, its Actor is bound,
+    both packet forms relay to it and it pushes back."""
+    from zlink_trio.wire.stream import Push
+
+    example = _api_md_stream_example()
+    app = example["app"]
+    assert isinstance(app, App)
+    async with open_server(stream_config(0), app) as server, connect(server, "dana") as client:
+        assert isinstance(await client.receive(), Bound)
+        for packet in ("move", "step"):
+            await client.send(packet, packet.encode())
+            event = await client.receive()
+            assert isinstance(event, Push) and event.payload == packet.encode()
