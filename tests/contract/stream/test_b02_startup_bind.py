@@ -19,6 +19,7 @@ from stream_kit import (
 from zlink_trio import (
     ConfigurationError,
     InvalidOperation,
+    MemoryLocationStore,
     MeshConfig,
     ServerConfig,
     Unavailable,
@@ -196,3 +197,51 @@ async def test_b02_05_session_not_bound_is_an_invalid_operation(autojump_clock: 
             async with connect(server, "solo") as client:
                 await bind(client, "solo")
                 assert await server.actors.request("solo", "push_req", b"x") == b"pushed"
+
+
+async def test_b02_04_a_stale_lease_copy_is_no_admission_input(autojump_clock: object) -> None:
+    """B02-04 (the harness injects it, white-box): a caller-side route projection whose
+    only difference is a stale OwnerLeaseGeneration still binds — the lease copy travels
+    in the 38 envelope but the owner admits on ObjectGeneration, NodeGeneration and
+    AuthorityOwnerGeneration only."""
+    from zlink_trio.routing.route_cache import Route
+    from zlink_trio.server import runtime_of
+    from zlink_trio.store.api import ObjectKey
+
+    rec = Record()
+    tap = WireTap()
+    store = CountingStore(MemoryLocationStore())
+    async with stream_cluster(2, rec, store=store, hosts=lambda i: i == 1, tap=tap) as cluster:
+        session_node, _actor_node = cluster.servers
+        ref = await create(session_node, rec, "a")
+        row = await store.read(ObjectKey.actor("a"))
+        assert row is not None
+        stale = row.owner.lease_generation.value + 1000
+        runtime = runtime_of(session_node)
+        assert runtime.actors is not None and runtime.store is not None
+        route = Route(
+            mesh_name=ref.mesh_name,
+            node_rid=ref.node_rid,
+            node_generation=row.owner.node_generation,
+            lease_generation=type(row.owner.lease_generation)(stale),
+            object_generation=ref.object_generation,
+            owner_generation=row.owner_generation,
+            store_version=row.store_version + 1,
+        )
+        runtime.actors.messenger.cache.put(
+            ref.actor_id, route, runtime.store.recovery_epoch, read_at=trio.current_time()
+        )
+        async with connect(session_node, "user") as client:
+            tap.clear()
+            assert await bind(client, "a") >= 1
+            (sent,) = [
+                e.record
+                for e in tap.select(
+                    node=node_of(session_node).identity.node_rid,
+                    direction=TapDirection.SENT,
+                    command=38,
+                )
+            ]
+            assert sent.owner_lease_generation.value == stale
+            assert sent.authority_owner_generation == row.owner_generation
+            assert await relay(client, "a", "echo", b"ok") == b"ok"

@@ -345,3 +345,45 @@ async def test_the_api_md_stream_example_runs(autojump_clock: object) -> None:
             await client.send(packet, packet.encode())
             event = await client.receive()
             assert isinstance(event, Push) and event.payload == packet.encode()
+
+
+async def test_a_store_outage_never_extends_a_stored_route(autojump_clock: object) -> None:
+    """A stored route is valid only within its owner's lease (spec 02 §5): the Actor
+    owner cut off from the Location Store fail-stops at its local lease deadline — from
+    then on a relay to it ends Unavailable (never run, never re-routed to another owner),
+    and once its lifecycle is gone the binding ends OWNER_LOST for the client."""
+    from zlink_trio import Unavailable
+    from zlink_trio.testing import CutOffStore
+
+    rec = Record()
+    shared = MemoryLocationStore()
+    cut = CutOffStore(shared)
+
+    def config(i: int) -> object:
+        base = stream_config(i, host=i == 1)
+        return attrs.evolve(base, location_store=cut) if i == 1 else base
+
+    async with stream_cluster(
+        2,
+        rec,
+        store=shared,
+        hosts=lambda i: i == 1,
+        config=config,  # type: ignore[arg-type]
+    ) as cluster:
+        session_node, actor_node = cluster.servers
+        await create(session_node, rec, "a")
+        async with connect(session_node, "user") as client:
+            await bind(client, "a")
+            assert isinstance(await client.receive(), Bound)
+            assert await relay(client, "a", "echo", b"before") == b"before"
+            cut.cut()
+            await actor_node.wait_lease_lost()
+            with pytest.raises((Unavailable, InvalidOperation)):
+                await relay(client, "a", "echo", b"after")
+            assert [h[3] for h in rec.handled_by("a", "echo")] == [b"before"]
+            with trio.fail_after(300):
+                while True:
+                    event = await client.receive()
+                    if isinstance(event, Unbound):
+                        break
+            assert event.reason is UnboundReason.OWNER_LOST
