@@ -246,8 +246,16 @@ class Connection:
                 self._refuse(CloseReason.SHUTTING_DOWN, exc)
                 return False
             self.session = Session(self, identity, SessionActors(self))
+            try:
+                self._lane = server.engine.new_lane(
+                    _SESSION_LANE, self._turn, on_drop=self._dropped
+                )
+            except ZLinkError as exc:  # the engine stopped (the node is stopping)
+                server.aggregate.close(self.entry)
+                self.session = None
+                self._refuse(CloseReason.SHUTTING_DOWN, exc)
+                return False
             server.remember(self)
-            self._lane = server.engine.new_lane(_SESSION_LANE, self._turn, on_drop=self._dropped)
             self.send_control(Welcome(connection_id=self.session_rid, version=PROTOCOL_VERSION))
             self._lane.submit_nowait(_Lifecycle(self._start), lifecycle=True)
             return True

@@ -267,6 +267,9 @@ class StreamServer:
         self._live.add(conn)
         try:
             await conn.run()
+        except Exception:
+            # One connection's failure never takes the session owner (or the node) down.
+            logger.exception("a STREAM connection failed")
         finally:
             self._live.discard(conn)
 
