@@ -272,6 +272,12 @@ class MeshNode:
             raise
         return pending
 
+    def admitted_peer(self, peer: PeerAddress) -> PeerIdentity | None:
+        """The proven identity (with its NodeGeneration) of the admitted connection to
+        ``peer`` now, or None when none is admitted."""
+        conn = self._links.admitted.get(peer)
+        return None if conn is None else conn.peer
+
     def peer_state(self, peer: PeerAddress) -> PeerState:
         return self._links.state(peer)
 

@@ -230,6 +230,12 @@ class Delivery(Generic[K]):
     def cache(self) -> RouteCache[K]:
         return self._cache
 
+    def next_message_id(self) -> int:
+        """A fresh message id of this node lifecycle (the owner's repeat filter), for a
+        command this component does not build itself (a session's relay, spec 02 §5)."""
+        self._message_ids += 1
+        return self._message_ids
+
     async def resolve(self, key: K) -> Route:
         """The current Ready owner of ``key`` (cache, else one authority read)."""
         route = self._cache.get(key, self._store.recovery_epoch)
