@@ -14,7 +14,7 @@ PYTHON = "3.11"
 def tests(session: nox.Session) -> None:
     """The whole test suite (README's test command). Extra args go to pytest."""
     session.install("-e", ".[test]")
-    session.run("python", "-m", "pytest", *session.posargs)
+    session.run("python", "-m", "pytest", "-n", "2", *session.posargs)
 
 
 @nox.session(python=PYTHON)
@@ -22,7 +22,7 @@ def tests_lowest(session: nox.Session) -> None:
     """The whole test suite with the runtime dependencies at the floors pyproject.toml
     declares (constraints-lowest.txt): the floors are claims, this checks them."""
     session.install("-c", "constraints-lowest.txt", "-e", ".[test]")
-    session.run("python", "-m", "pytest", *session.posargs)
+    session.run("python", "-m", "pytest", "-n", "2", *session.posargs)
 
 
 @nox.session(python=PYTHON)

@@ -1,6 +1,7 @@
 """Actor messaging and scale, each against a raw trio baseline measured in the same run.
 
 Usage: python benchmarks/bench_actors.py [--seconds S] [--actors N] [--rounds R]
+                                          [--dsn DSN | --no-split] [--split-only]
 
 * local send: one-way sends to a local Actor (``await actors.send(...)``: admission only)
   vs a raw trio memory channel ``await send`` loop with a consumer task.
@@ -8,6 +9,12 @@ Usage: python benchmarks/bench_actors.py [--seconds S] [--actors N] [--rounds R]
 * cross-node request: request/reply to an Actor on another node over loopback TCP (both
   nodes in this process) with 1 and 16 concurrent callers, vs a raw trio TCP length-
   prefixed ping-pong (same topology, same caller counts).
+* cross-node request, peer in a 2nd process: the same with the owner node in a second OS
+  process (the two nodes share a PostgreSQL Location Store in a private schema, dropped
+  afterwards: ``--dsn``, else ``ZLINK_TEST_PG_DSN``, else 127.0.0.1:5432/test; skipped
+  when none answers), vs the raw ping-pong with its echo server in a second process. Also
+  printed: the CPU time per request of each process (``time.process_time``), ours and
+  raw. ``--split-only`` runs just these.
 * scale: N Actors created on one node (creations/s over the first half, untraced), then
   idle; framework memory per idle Actor measured with tracemalloc over the second half
   (allocations made inside the Location Store excluded: they are the Store's, reported
@@ -23,20 +30,27 @@ from __future__ import annotations
 
 import argparse
 import gc
+import os
+import secrets
+import socket
 import statistics
 import struct
+import subprocess
 import sys
 import time
 import tracemalloc
 import types
+import urllib.parse
+import uuid
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
 
 import trio
 
-from zlink_trio import App, MeshConfig, ServerConfig
+from zlink_trio import App, MeshConfig, PostgresStoreConfig, ServerConfig, ZLinkError, open_server
 from zlink_trio.actors.handlers import on_request, on_send
 from zlink_trio.actors.policy import DisableRelocation
 from zlink_trio.server import runtime_of
@@ -129,44 +143,50 @@ async def _read_exact(stream: trio.SocketStream, buf: bytearray, n: int) -> byte
     return out
 
 
+async def _raw_echo(stream: trio.SocketStream) -> None:
+    """The raw baseline's server side: echo each length-prefixed frame."""
+    buf = bytearray()
+    try:
+        while True:
+            (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
+            body = await _read_exact(stream, buf, n)
+            await stream.send_all(struct.pack(">I", len(body)) + body)
+    except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
+        return
+
+
+async def _raw_drive(port: int, seconds: float, callers: int) -> float:
+    """``callers`` request/reply loops, one connection each, against an echo on ``port``."""
+    streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(callers)]
+    payload = b"x" * 100
+    frame = struct.pack(">I", len(payload)) + payload
+    done = 0
+    deadline = time.perf_counter() + seconds
+
+    async def loop(stream: trio.SocketStream) -> None:
+        nonlocal done
+        buf = bytearray()
+        while time.perf_counter() < deadline:
+            await stream.send_all(frame)
+            (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
+            await _read_exact(stream, buf, n)
+            done += 1
+
+    start = time.perf_counter()
+    async with trio.open_nursery() as inner:
+        for s in streams:
+            inner.start_soon(loop, s)
+    rate = done / (time.perf_counter() - start)
+    for s in streams:
+        await s.aclose()
+    return rate
+
+
 async def raw_tcp_pingpong(seconds: float, callers: int) -> float:
     """Length-prefixed request/reply over loopback TCP, one connection per caller."""
-
-    async def serve(stream: trio.SocketStream) -> None:
-        buf = bytearray()
-        try:
-            while True:
-                (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
-                body = await _read_exact(stream, buf, n)
-                await stream.send_all(struct.pack(">I", len(body)) + body)
-        except (EOFError, trio.BrokenResourceError, trio.ClosedResourceError):
-            return
-
     async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(partial(trio.serve_tcp, serve, 0, host="127.0.0.1"))
-        port = listeners[0].socket.getsockname()[1]
-        streams = [await trio.open_tcp_stream("127.0.0.1", port) for _ in range(callers)]
-        payload = b"x" * 100
-        frame = struct.pack(">I", len(payload)) + payload
-        done = 0
-        deadline = time.perf_counter() + seconds
-
-        async def loop(stream: trio.SocketStream) -> None:
-            nonlocal done
-            buf = bytearray()
-            while time.perf_counter() < deadline:
-                await stream.send_all(frame)
-                (n,) = struct.unpack(">I", await _read_exact(stream, buf, 4))
-                await _read_exact(stream, buf, n)
-                done += 1
-
-        start = time.perf_counter()
-        async with trio.open_nursery() as inner:
-            for s in streams:
-                inner.start_soon(loop, s)
-        rate = done / (time.perf_counter() - start)
-        for s in streams:
-            await s.aclose()
+        listeners = await nursery.start(partial(trio.serve_tcp, _raw_echo, 0, host="127.0.0.1"))
+        rate = await _raw_drive(listeners[0].socket.getsockname()[1], seconds, callers)
         nursery.cancel_scope.cancel()
     return rate
 
@@ -228,6 +248,179 @@ async def messaging(seconds: float, rounds: int) -> list[tuple[str, float, float
                 )
             )
     return rows
+
+
+# ----- the peer in a second process ---------------------------------------------------------
+SPLIT_MESH = "bench"
+
+
+@asynccontextmanager
+async def _peer_process(*args: str) -> AsyncIterator[tuple[trio.Process, _PeerLines]]:
+    """This script in a peer mode; yields the process and its stdout lines (the first line
+    is read before this yields: the peer is ready)."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, __file__, *args], stdout=subprocess.PIPE, stdin=subprocess.PIPE
+    )
+    try:
+        assert process.stdout is not None and process.stdin is not None
+        lines = _PeerLines(process.stdin, process.stdout)
+        lines.first = await lines.read()
+        yield process, lines
+    finally:
+        with trio.CancelScope(shield=True):
+            process.kill()
+            await process.wait()
+
+
+class _PeerLines:
+    """Line protocol with a peer process: ``cpu`` asks for its process CPU seconds."""
+
+    def __init__(self, stdin: trio.abc.SendStream, stdout: trio.abc.ReceiveStream) -> None:
+        self._stdin = stdin
+        self._stdout = stdout
+        self._buf = b""
+        self.first = ""
+
+    async def read(self) -> str:
+        while b"\n" not in self._buf:
+            chunk = await self._stdout.receive_some(4096)
+            if not chunk:
+                raise RuntimeError("the peer process exited")
+            self._buf += chunk
+        line, self._buf = self._buf.split(b"\n", 1)
+        return line.decode().strip()
+
+    async def cpu(self) -> float:
+        await self._stdin.send_all(b"cpu\n")
+        return float(await self.read())
+
+
+async def _answer_cpu() -> None:
+    """Peer side of :class:`_PeerLines`: answer each ``cpu`` line on stdin."""
+    stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+    buf = b""
+    while True:
+        chunk = await stdin.receive_some(4096)
+        if not chunk:
+            return
+        buf += chunk
+        while b"\n" in buf:
+            _, buf = buf.split(b"\n", 1)
+            print(time.process_time(), flush=True)
+
+
+def _split_config(dsn: str, schema: str, secret: str) -> ServerConfig:
+    return ServerConfig(
+        meshes=(MeshConfig(name=SPLIT_MESH),),
+        cluster_secret=bytes.fromhex(secret),
+        location_store=PostgresStoreConfig(dsn=dsn, schema=schema, connections=2),
+    )
+
+
+async def _serve_actor_peer(dsn: str, schema: str, secret: str) -> None:
+    """Peer mode: a node hosting the Actor ``target`` (created here, before ``ready``)."""
+    async with open_server(_split_config(dsn, schema, secret), make_app()) as server:
+        await server.actors.create("target", "sink")
+        print("ready", flush=True)
+        await _answer_cpu()
+
+
+async def _serve_raw_peer() -> None:
+    """Peer mode: the raw baseline's echo server."""
+    async with trio.open_nursery() as nursery:
+        listeners = await nursery.start(partial(trio.serve_tcp, _raw_echo, 0, host="127.0.0.1"))
+        print(listeners[0].socket.getsockname()[1], flush=True)
+        await _answer_cpu()
+        nursery.cancel_scope.cancel()
+
+
+async def _measured(
+    peer: _PeerLines, run: Callable[[], Awaitable[float]]
+) -> tuple[float, float, float]:
+    """(rate, CPU µs per operation here, CPU µs per operation in the peer process)."""
+    here, there = time.process_time(), await peer.cpu()
+    start = time.perf_counter()
+    rate = await run()
+    operations = rate * (time.perf_counter() - start)
+    here, there = time.process_time() - here, await peer.cpu() - there
+    return rate, here * 1e6 / operations, there * 1e6 / operations
+
+
+async def split_messaging(dsn: str, seconds: float, rounds: int) -> list[tuple[str, ...]]:
+    """Cross-node requests with the owner in a second process (a PostgreSQL Location
+    Store in a private schema, dropped afterwards) vs the raw ping-pong with its echo in a
+    second process: rows of (scenario, ours, raw, median ratio, CPU here/there per op)."""
+    from zlink_trio.store.postgres import drop_schema
+
+    schema = f"zlink_bench_{uuid.uuid4().hex[:12]}"
+    secret = secrets.token_hex(32)
+    client = App()
+    client.enable_actor_dispatch()
+    rows: list[tuple[str, ...]] = []
+    try:
+        async with (
+            _peer_process("--peer-raw") as (_, raw_peer),
+            _peer_process("--peer-actor", dsn, schema, secret) as (_, actor_peer),
+            open_server(_split_config(dsn, schema, secret), client) as server,
+        ):
+            port = int(raw_peer.first)
+            remote = server.actors
+            payload = b"x" * 100
+            with trio.fail_after(30):  # until this node sees the peer and its Actor
+                while True:
+                    try:
+                        await remote.request("target", "ask", payload)
+                        break
+                    except ZLinkError:
+                        await trio.sleep(0.05)
+            for callers in (1, 16):
+                ours: list[tuple[float, float, float]] = []
+                raw: list[tuple[float, float, float]] = []
+                for _ in range(rounds):
+                    ours.append(
+                        await _measured(
+                            actor_peer,
+                            partial(
+                                timed,
+                                seconds,
+                                lambda: remote.request("target", "ask", payload).submit(),
+                                callers,
+                            ),
+                        )
+                    )
+                    raw.append(
+                        await _measured(raw_peer, partial(_raw_drive, port, seconds, callers))
+                    )
+                ratio = statistics.median(o[0] / r[0] for o, r in zip(ours, raw, strict=True))
+                median = statistics.median
+                rows.append(
+                    (
+                        f"cross-node request, {callers} caller(s), peer in a 2nd process",
+                        f"{median(o[0] for o in ours):12,.0f}/s  raw {median(r[0] for r in raw):12,.0f}/s"
+                        f"  ratio {ratio:5.2f}",
+                        f"  CPU per request: caller {median(o[1] for o in ours):5.0f} us, owner "
+                        f"{median(o[2] for o in ours):5.0f} us; raw {median(r[1] for r in raw):5.0f}"
+                        f" / {median(r[2] for r in raw):5.0f} us",
+                    )
+                )
+    finally:
+        with trio.CancelScope(shield=True):
+            await drop_schema(dsn, schema)
+    return rows
+
+
+def _pg_dsn(explicit: str | None) -> str | None:
+    dsn = (
+        explicit
+        or os.environ.get("ZLINK_TEST_PG_DSN")
+        or "postgresql://postgres@127.0.0.1:5432/test"
+    )
+    url = urllib.parse.urlparse(dsn)
+    try:
+        socket.create_connection((url.hostname or "127.0.0.1", url.port or 5432), timeout=2).close()
+    except OSError:
+        return None
+    return dsn
 
 
 def census(server: Any) -> dict[str, float]:
@@ -325,9 +518,17 @@ async def parked_task_bytes(n: int = 5000) -> float:
     return used / n
 
 
-async def main(seconds: float, n: int, rounds: int) -> None:
-    for name, ours, base, ratio in await messaging(seconds, rounds):
-        print(f"{name:38s} {ours:12,.0f}/s  raw {base:12,.0f}/s  ratio {ratio:5.2f}")
+async def main(seconds: float, n: int, rounds: int, dsn: str | None, split_only: bool) -> None:
+    if not split_only:
+        for name, ours, base, ratio in await messaging(seconds, rounds):
+            print(f"{name:38s} {ours:12,.0f}/s  raw {base:12,.0f}/s  ratio {ratio:5.2f}")
+    if dsn is None:
+        print("cross-node requests with the peer in a 2nd process skipped: no PostgreSQL (--dsn)")
+    else:
+        for name, rates, cpu in await split_messaging(dsn, seconds, rounds):
+            print(f"{name}:\n{'':38s} {rates}\n{cpu}", flush=True)
+    if split_only:
+        return
     rate, per_actor, store_per_actor, parts = await scale(n)
     parked = await parked_task_bytes()
     print(f"{'create ' + format(n, ',') + ' actors on one node':38s} {rate:12,.0f}/s")
@@ -344,9 +545,19 @@ async def main(seconds: float, n: int, rounds: int) -> None:
 if __name__ == "__main__":
     import trio.testing
 
+    if sys.argv[1:2] == ["--peer-actor"]:
+        trio.run(_serve_actor_peer, *sys.argv[2:5])
+        sys.exit()
+    if sys.argv[1:2] == ["--peer-raw"]:
+        trio.run(_serve_raw_peer)
+        sys.exit()
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--actors", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--dsn", help="PostgreSQL for the peer-in-a-2nd-process scenarios")
+    parser.add_argument("--no-split", action="store_true", help="skip those scenarios")
+    parser.add_argument("--split-only", action="store_true", help="run only those scenarios")
     args = parser.parse_args()
-    trio.run(main, args.seconds, args.actors, args.rounds)
+    dsn = None if args.no_split else _pg_dsn(args.dsn)
+    trio.run(main, args.seconds, args.actors, args.rounds, dsn, args.split_only)

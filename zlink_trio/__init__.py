@@ -47,6 +47,7 @@ Only re-exports live here; the implementation is in the subpackages.
 """
 
 from ._version import __version__ as __version__
+from .actors.bindings import DisconnectEvent as DisconnectEvent
 from .actors.context import ActorContext as ActorContext, BoundSession as BoundSession
 from .actors.handlers import (
     MessageKind as MessageKind,
@@ -82,6 +83,7 @@ from .config import (
     ObjectRole as ObjectRole,
     PostgresStoreConfig as PostgresStoreConfig,
     ServerConfig as ServerConfig,
+    StreamConfig as StreamConfig,
 )
 from .errors import (
     AlreadyExists as AlreadyExists,
@@ -151,6 +153,18 @@ from .spots.results import (
 )
 from .spots.spot_kind import SpotKind as SpotKind
 from .store.memory import MemoryLocationStore as MemoryLocationStore
+from .stream import (
+    Authenticated as Authenticated,
+    AuthRequest as AuthRequest,
+    AutoBind as AutoBind,
+    Packet as Packet,
+    Session as Session,
+    SessionActor as SessionActor,
+    SessionActors as SessionActors,
+    SessionReplaced as SessionReplaced,
+    StreamServer as StreamServer,
+    StreamStatistics as StreamStatistics,
+)
 
 __all__ = [
     "ActorContext",
@@ -163,7 +177,10 @@ __all__ = [
     "App",
     "ApplicationError",
     "Approve",
+    "AuthRequest",
+    "Authenticated",
     "AuthorityOwnerGeneration",
+    "AutoBind",
     "BoundSession",
     "CapacityExceeded",
     "ConfigurationError",
@@ -172,6 +189,7 @@ __all__ = [
     "DeadlineExceeded",
     "DescriptorConflict",
     "DisableRelocation",
+    "DisconnectEvent",
     "ErrorKind",
     "ExecutionMode",
     "Existing",
@@ -198,6 +216,7 @@ __all__ = [
     "OperationId",
     "OwnerLeaseExpired",
     "OwnerLeaseGeneration",
+    "Packet",
     "PerActor",
     "PostgresStoreConfig",
     "PreserveStateWith",
@@ -208,7 +227,11 @@ __all__ = [
     "RelocationPolicy",
     "Server",
     "ServerConfig",
+    "Session",
+    "SessionActor",
+    "SessionActors",
     "SessionNotBound",
+    "SessionReplaced",
     "ShuttingDown",
     "SpotCallback",
     "SpotContext",
@@ -226,6 +249,9 @@ __all__ = [
     "StableType",
     "StaleRoute",
     "StoreOutcomeUnknown",
+    "StreamConfig",
+    "StreamServer",
+    "StreamStatistics",
     "TimerKind",
     "TimerRegistration",
     "TimerStatistics",

@@ -76,6 +76,8 @@ from .observe import FlowTrace
 from .spots.owner import SpotOwner, serve_spots
 from .store.api import LocationStore
 from .store.memory import MemoryLocationStore
+from .stream.server import StreamCallbacks, StreamServer
+from .wire.payloads import PayloadRegistry
 
 __all__ = ["DRAIN_STEPS", "Runtime", "open_runtime"]
 
@@ -98,7 +100,18 @@ DRAIN_STEPS: Final = (
 class Runtime:
     """The parts of one running node (private: ``Server`` exposes only its surface)."""
 
-    __slots__ = ("actors", "app", "config", "engine", "flow", "node", "spots", "store", "timers")
+    __slots__ = (
+        "actors",
+        "app",
+        "config",
+        "engine",
+        "flow",
+        "node",
+        "spots",
+        "store",
+        "stream",
+        "timers",
+    )
 
     def __init__(
         self,
@@ -111,8 +124,11 @@ class Runtime:
         actors: ActorRuntime | None,
         flow: FlowTrace,
         timers: TimerService | None = None,
+        stream: StreamServer | None = None,
     ) -> None:
         self.config = config
+        self.stream = stream
+        """The session owner (STREAM listener) when ``config.stream`` is set."""
         self.timers = timers
         """The node's one timer service (Actor and Spot timers)."""
         self.flow = flow
@@ -138,12 +154,13 @@ class _Roles:
     """The roles of one node, started in order in the roles nursery (what started is kept
     even when a later one fails: the drain needs it)."""
 
-    __slots__ = ("actors", "spots", "timers")
+    __slots__ = ("actors", "spots", "stream", "timers")
 
     def __init__(self) -> None:
         self.timers: TimerService | None = None
         self.spots: SpotOwner | None = None
         self.actors: ActorRuntime | None = None
+        self.stream: StreamServer | None = None
 
     async def start(
         self,
@@ -187,6 +204,8 @@ class _Roles:
                     timers=self.timers,
                     spot_client=None if spot_runtime is None else spot_runtime.messaging.client,
                     spots=self.spots.runtime,
+                    spot_runtime=self.spots.runtime,
+                    on_disconnect_actor=app.on_disconnect_actor,
                 ),
                 config,
                 app.actor_types,
@@ -198,6 +217,21 @@ class _Roles:
                 flow,
                 name="zlink_trio.actors",
             )
+        if config.stream is not None:
+            # The session owner: its inbound commands now (before the node serves), its
+            # listener once the node serves (start_listener).
+            self.stream = StreamServer(
+                config=config,
+                stream=config.stream,
+                callbacks=app.stream if app is not None else StreamCallbacks(),
+                payloads=app.payloads if app is not None else PayloadRegistry(),
+                node=node,
+                engine=engine,
+                flow=flow,
+                store=store,
+                actors=self.actors,
+            )
+            self.stream.register()
         context = ServiceContext(config, store, engine, node)
         for service in services:
             await nursery.start(service, context)
@@ -246,6 +280,8 @@ async def open_runtime(
                                 nursery, config, app, store, node, engine, flow, services
                             )
                             await outer.start(node.serve, name="zlink_trio.mesh.node")
+                            if roles.stream is not None:
+                                await nursery.start(roles.stream.serve, name="zlink_trio.stream")
                             if store is not None and config.meshes:
                                 # Reclaims what dead lifecycles left; its first round runs
                                 # before the server is handed out (a restart cleans up
@@ -275,12 +311,13 @@ async def open_runtime(
                                 roles.actors,
                                 flow,
                                 roles.timers,
+                                roles.stream,
                             )
                         finally:
                             if roles.timers is not None:
                                 roles.timers.seal()  # step 1 for timers: no tick fires
                             await _drain_live(
-                                config, node, engine, roles.actors, roles.spots
+                                config, node, engine, roles.actors, roles.spots, roles.stream
                             )  # steps 1-3
                             nursery.cancel_scope.cancel(reason="zlink_trio server closed")
                 except BaseExceptionGroup as group:
@@ -296,20 +333,33 @@ async def _drain_live(
     engine: Engine,
     actors: ActorRuntime | None,
     spots: SpotOwner | None = None,
+    stream: StreamServer | None = None,
 ) -> None:
     """Drain steps 1-3 (the module docstring), shielded; 2-3 until the drain deadline.
-    Step 4 follows: the caller cancels the roles and the engine closes."""
+    Step 4 follows: the caller cancels the roles and the engine closes.
+
+    The session owner (spec 02 §10): no new session or bind from step 1; in step 2 the
+    accepted session callbacks, replies and binds settle, then every connection closes
+    and its disconnect cleanup settles too."""
     node.stop_admitting()  # 1. stop admission
+    if stream is not None:
+        stream.stop_admitting()
     if not node.graceful:
         await trio.lowlevel.cancel_shielded_checkpoint()
         return  # a crash or a fail-stopped node: nothing is let finish
     with trio.CancelScope(shield=True, deadline=trio.current_time() + config.drain_timeout):
-        await _settle(engine, actors, spots)  # 2.
+        await _settle(engine, actors, spots, stream)  # 2.
+        if stream is not None:
+            await stream.close_sessions()
+            await _settle(engine, actors, spots, stream)
         await _relocate_out(node, actors)  # 3.
 
 
 async def _settle(
-    engine: Engine, actors: ActorRuntime | None, spots: SpotOwner | None = None
+    engine: Engine,
+    actors: ActorRuntime | None,
+    spots: SpotOwner | None = None,
+    stream: StreamServer | None = None,
 ) -> None:
     """Drain step 2: wait until no turn runs or is queued and no control transaction is
     in progress (a transaction may queue turns and a turn may start one: both at once).
@@ -317,6 +367,8 @@ async def _settle(
     activities = [] if actors is None else [actors.transactions]
     if spots is not None and spots.runtime is not None:
         activities.append(spots.runtime.transactions)
+    if stream is not None:
+        activities.append(stream.transactions)
     while True:
         await engine.wait_idle()
         for transactions in activities:

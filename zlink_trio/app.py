@@ -7,22 +7,27 @@ server never starts.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, final
 
 import attrs
 
+from .actors.bindings import OnDisconnectActor
 from .actors.handlers import MessageKind
 from .actors.policy import RelocationPolicy
 from .actors.registry import ActorHandler, ActorRegistry, ActorType, ActorTypes
 from .errors import ConfigurationError
-from .ids import StableType
+from .ids import StableType, check_text_id
+from .objects.handlers import typed_handler
 from .objects.registry import Handler
 from .spots.approval import OnCreateActor
 from .spots.execution import ExecutionMode
 from .spots.lifecycle import SpotCallback, SpotCallbackFn
 from .spots.registry import SpotRegistry, SpotTypes
 from .spots.spot_kind import SpotKind
+from .stream.server import Authenticate, OnSessionOpen, OnSessionReplaced, StreamCallbacks
+from .stream.session import PacketRoute
 from .wire.payloads import PayloadRegistry, build_registry
 
 __all__ = ["ActorHandler", "ActorType", "App", "ValidatedApp"]
@@ -40,6 +45,10 @@ class ValidatedApp:
     """The payload codecs (``App.register_codec``): one registry for every message kind."""
     spot_types: SpotTypes = attrs.field(factory=dict)
     """The registered User and Instance Spot types (``App.register_spot``)."""
+    stream: StreamCallbacks = attrs.field(factory=StreamCallbacks)
+    """The STREAM session callbacks and the typed packet handlers."""
+    on_disconnect_actor: OnDisconnectActor | None = None
+    """The Entry Spot's OnDisconnectActor callback (``App.on_disconnect_actor``)."""
 
     @property
     def hosted_actor_types(self) -> frozenset[StableType]:
@@ -73,6 +82,12 @@ class App:
         self._packet_handlers: list[tuple[object, PacketHandler]] = []
         self._on_create_actor: list[OnCreateActor] = []
         self._codecs: list[tuple[object, str | None]] = []
+        self._session_callbacks: dict[str, list[Callable[..., Awaitable[Any]]]] = {
+            "authenticate": [],
+            "on_session_open": [],
+            "on_session_replaced": [],
+            "on_disconnect_actor": [],
+        }
 
     # --- registration ------------------------------------------------------------------
     def enable_actor_dispatch(self) -> None:
@@ -169,14 +184,55 @@ class App:
         self._on_create_actor.append(fn)
         return fn
 
+    def authenticate(self, fn: Authenticate) -> Authenticate:
+        """Decorator: the STREAM authentication callback ``async def fn(request:
+        AuthRequest) -> Authenticated | None``. It decides the session's domain Actor
+        identity and type (spec 02 §1 step 1); None refuses the session. Without one,
+        every session is refused."""
+        self._session_callbacks["authenticate"].append(fn)
+        return fn
+
+    def on_session_open(self, fn: OnSessionOpen) -> OnSessionOpen:
+        """Decorator: ``async def fn(session)``, the first lifecycle turn of every
+        session (after the identity's automatic bind); raising refuses the session."""
+        self._session_callbacks["on_session_open"].append(fn)
+        return fn
+
+    def on_session_replaced(self, fn: OnSessionReplaced) -> OnSessionReplaced:
+        """Decorator: the duplicate-connection callback ``async def fn(session,
+        SessionReplaced)``: a binding of this session moved to another connection, so
+        it is closing (it may still ``session.send`` a notice; the connection closes
+        100 ms after the callback's terminal; spec 02 §6)."""
+        self._session_callbacks["on_session_replaced"].append(fn)
+        return fn
+
+    def on_disconnect_actor(self, fn: OnDisconnectActor) -> OnDisconnectActor:
+        """Decorator: the Entry Spot's OnDisconnectActor ``async def fn(event:
+        DisconnectEvent)``: a session binding of an Actor in an Entry Spot ended (a
+        physical disconnect or NotifyDisconnected), once per binding (spec 02 §7).
+        A User Spot gets it as ``SpotCallback.DISCONNECT_ACTOR``."""
+        self._session_callbacks["on_disconnect_actor"].append(fn)
+        return fn
+
     def on_packet(self, key: str) -> Callable[[PacketHandler], PacketHandler]:
-        """Decorator: a STREAM session packet handler for ``key``."""
+        """Decorator: a STREAM session packet handler ``async def fn(packet: Packet,
+        payload)`` for ``key`` (``payload`` bytes or a registered payload class, and the
+        reply likewise, as for Actor handlers)."""
 
         def decorate(fn: PacketHandler) -> PacketHandler:
             self._packet_handlers.append((key, fn))
             return fn
 
         return decorate
+
+    def route_packet(self, key: str, *, packet: str | None = None) -> None:
+        """Register the STREAM packet ``key`` as a relay to the Actor bound under the
+        session's identity (its ``packet`` handler, default ``key``): no application
+        callback runs for it, so the framework relays it straight from the connection's
+        reader while the session has nothing else queued (else in its turn, in order). A
+        key shares the namespace of ``on_packet`` (registered twice: ConfigurationError)."""
+        target = None if packet is None else check_text_id(packet, "packet name")
+        self._packet_handlers.append((key, PacketRoute(target)))
 
     # --- startup validation --------------------------------------------------------------
     def validate(self) -> ValidatedApp:
@@ -194,6 +250,26 @@ class App:
                 packets[packet_key] = packet_fn
         if len(self._on_create_actor) > 1:
             problems.append("on_create_actor registered more than once")
+        typed: dict[str, PacketHandler] = {}
+        for packet_key, packet_fn in packets.items():
+            if isinstance(packet_fn, PacketRoute):
+                typed[packet_key] = packet_fn
+                continue
+            if not inspect.iscoroutinefunction(packet_fn):
+                problems.append(f"packet handler {packet_key!r} must be an async def")
+                continue
+            try:
+                typed[packet_key] = typed_handler(packet_fn, payloads)
+            except TypeError as exc:
+                problems.append(f"packet handler {packet_key!r}: {exc}")
+        callbacks = {}
+        for name, fns in self._session_callbacks.items():
+            if len(fns) > 1:
+                problems.append(f"{name} registered more than once")
+            for fn in fns:
+                if not inspect.iscoroutinefunction(fn):
+                    problems.append(f"{name} callback must be an async def")
+            callbacks[name] = fns[0] if fns else None
         if problems:
             raise ConfigurationError("; ".join(problems))
         return ValidatedApp(
@@ -203,4 +279,11 @@ class App:
             packet_handlers=packets,
             payloads=payloads,
             spot_types=spot_types,
+            stream=StreamCallbacks(
+                authenticate=callbacks["authenticate"],
+                on_open=callbacks["on_session_open"],
+                on_replaced=callbacks["on_session_replaced"],
+                packets=typed,
+            ),
+            on_disconnect_actor=callbacks["on_disconnect_actor"],
         )

@@ -31,6 +31,7 @@ __all__ = [
     "ObjectRole",
     "PostgresStoreConfig",
     "ServerConfig",
+    "StreamConfig",
     "check_schema",
 ]
 
@@ -147,6 +148,44 @@ class MemoryStoreConfig:
 
 
 @attrs.frozen(kw_only=True)
+class StreamConfig:
+    """The node's STREAM endpoint: a websocket listener for client sessions (spec 02).
+
+    ``port`` 0 binds a free port (read it from ``server.stream.endpoint``).
+    """
+
+    host: str = attrs.field(default="127.0.0.1", validator=_instance_of(str, what="a host"))
+    port: int = attrs.field(default=0, validator=_instance_of(int, what="a port number"))
+    max_message_bytes: int = attrs.field(default=MAX_PAYLOAD_BYTES + 4096, validator=_positive_int)
+    """The largest websocket message a client may send (a larger one closes the connection
+    with code 1009); at least the largest frame (a 1 MiB payload plus its header)."""
+    outbound_queue: int = attrs.field(default=1024, validator=_positive_int)
+    """Frames waiting to be written to one client. A client that lets it overflow (it does
+    not read) is closed as a slow consumer; no other session waits for it."""
+    hello_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    """A connection whose Hello (and its authentication callback) has not completed by
+    then is closed."""
+    bind_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    """The deadline of a bind (a durable operation, replayed under one OperationId until
+    its terminal or this deadline) when the caller's own scope sets none sooner."""
+    disconnect_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
+    """The lifecycle deadline of a disconnect notification: the bound Actor's Spot
+    callback (OnDisconnectActor) terminal is awaited at most this long before the
+    binding's cleanup goes on (spec 02 §7)."""
+    close_timeout: float = attrs.field(default=2.0, validator=_duration(allow_zero=False))
+    """How long a closing connection waits for the websocket close handshake (and its
+    last frames to be written) before its socket is closed forcefully."""
+
+    def __attrs_post_init__(self) -> None:
+        if not 0 <= self.port <= 65535:
+            raise ConfigurationError("stream port must be in 0..65535")
+        if self.max_message_bytes < MAX_PAYLOAD_BYTES + 1024:
+            raise ConfigurationError(
+                f"stream max_message_bytes must be at least {MAX_PAYLOAD_BYTES + 1024}"
+            )
+
+
+@attrs.frozen(kw_only=True)
 class ServerConfig:
     """Configuration of one MeshNode lifecycle (one ``open_server``).
 
@@ -239,6 +278,13 @@ class ServerConfig:
     for the connection (or less, if its own deadline is sooner); it ends Unavailable as
     soon as that dial fails, never later than this (docs/decisions.md, "Fast failure and
     lazy reclaim on the messaging path")."""
+
+    # --- STREAM sessions (spec 02) ----------------------------------------------------------
+    stream: StreamConfig | None = attrs.field(
+        default=None,
+        validator=attrs.validators.optional(_instance_of(StreamConfig, what="a StreamConfig")),
+    )
+    """The STREAM websocket endpoint of this node (None: no STREAM sessions)."""
 
     # --- sizes ----------------------------------------------------------------------------
     max_request_bytes: int = attrs.field(default=1 * MIB, validator=_positive_int)

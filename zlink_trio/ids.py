@@ -13,6 +13,7 @@ anything touches the Location Store.
 
 from __future__ import annotations
 
+import hashlib
 import re
 import secrets
 import uuid
@@ -41,6 +42,7 @@ __all__ = [
     "is_reserved_entry_spot_id",
     "new_entry_spot_id",
     "new_user_spot_id",
+    "user_spot_id_for_operation",
 ]
 
 MAX_ID_BYTES: Final = 255
@@ -188,6 +190,20 @@ def new_entry_spot_id(prefix: str) -> SpotId:
 def new_user_spot_id() -> SpotId:
     """Issue an automatic User Spot id: a lowercase canonical UUID v4 string."""
     return SpotId(str(uuid.uuid4()))
+
+
+def user_spot_id_for_operation(node_rid: bytes, node_generation: int, operation: int) -> SpotId:
+    """The automatic User Spot id of the durable operation ``(node_rid, node_generation,
+    operation)`` (its OperationKey): a UUID v4-shaped id from a SHA-256 of the key, so a
+    re-submission of ``create(type).operation_id(op)`` names the same Spot as the
+    original. Different operations collide with UUID v4 odds (122 bits)."""
+    digest = hashlib.sha256(
+        b"zlink-user-spot-id\0"
+        + node_rid
+        + node_generation.to_bytes(8, "big")
+        + operation.to_bytes(16, "big")
+    ).digest()
+    return SpotId(str(uuid.UUID(bytes=digest[:16], version=4)))
 
 
 @attrs.frozen(slots=True, cache_hash=True, order=True)

@@ -60,6 +60,7 @@ from .observe import FlowEvent
 from .spots.manager import SpotManager
 from .spots.stats import SpotRuntimeStatistics
 from .store.api import Endpoint, LocationStore
+from .stream.server import StreamServer
 
 __all__ = [
     "Server",
@@ -138,6 +139,19 @@ class Server(metaclass=NoPublicConstructor):
                 "Spots need a Location Store and a mesh with an Object Client or Server role"
             )
         return runtime.manager
+
+    @property
+    def stream(self) -> StreamServer:
+        """The STREAM session owner: its listener's ``endpoint`` / ``port`` / ``url``,
+        ``statistics()``, the open ``sessions()``.
+
+        Raises:
+            NotConfigured: ``ServerConfig.stream`` is not set.
+        """
+        stream = self._runtime.stream
+        if stream is None:
+            raise NotConfigured("no STREAM endpoint (ServerConfig.stream)")
+        return stream
 
     @property
     def endpoint(self) -> Endpoint | None:

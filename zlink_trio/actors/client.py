@@ -20,6 +20,7 @@ from ..wire.payloads import EMPTY_REGISTRY, PayloadCodec, PayloadRegistry, Typed
 
 if TYPE_CHECKING:
     from ..spots.client import SpotClient
+    from .bindings import ActorBindings
     from .join import JoinRegistrar
     from .messenger import Messenger
 
@@ -137,6 +138,7 @@ class ActorClient:
         "_packets",
         "_payloads",
         "barriers",
+        "bindings",
         "spots",
     )
 
@@ -159,6 +161,8 @@ class ActorClient:
         self._packets: set[str] = set()
         self.barriers: JoinRegistrar | None = None
         """Refuses a request that would wait behind its own handler's Join barrier."""
+        self.bindings: ActorBindings | None = None
+        """The Actor owner's session bindings (``context.session``), set by the runtime."""
 
     def _target(self, actor_id: object) -> ActorId:
         if type(actor_id) is not str:

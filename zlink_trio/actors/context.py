@@ -4,13 +4,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, final
 
-from ..errors import NotConfigured, SessionNotBound, Unavailable
-from ..ids import ActorId, MeshName, ObjectGeneration, SpotId
+import trio
+
+from ..errors import InvalidOperation, NotConfigured, SessionNotBound, Unavailable
+from ..ids import ActorId, MeshName, ObjectGeneration, SpotId, check_text_id
 from ..objects.timers import Timers
+from ..wire.payloads import TypedPayload
 from .join import JoinCall
 
 if TYPE_CHECKING:
     from ..spots.client import SpotClient
+    from .bindings import ActorBindings
     from .client import ActorClient
     from .hosted import HostedActor
     from .join import JoinRegistrar
@@ -22,22 +26,66 @@ __all__ = ["ActorContext", "BoundSession"]
 class BoundSession:
     """The Actor's bound-session capability: one-way push and close to the CURRENT bound
     session only. Without a binding both raise SessionNotBound (an InvalidOperation:
-    bind first, then the same call succeeds)."""
+    bind first, then the same call succeeds). There is no global proxy to another
+    session."""
 
-    __slots__ = ()
+    __slots__ = ("_context", "_port")
+
+    def __init__(self, port: ActorBindings | None, context: ActorContext | None) -> None:
+        self._port = port
+        self._context = context
 
     @property
     def bound(self) -> bool:
-        return False
+        """Whether this Actor incarnation has a current binding now."""
+        port, context = self._port, self._context
+        return (
+            port is not None
+            and context is not None
+            and port.bound(context.actor_id, context.object_generation)
+        )
 
-    async def push(self, packet: str, payload: bytes) -> None:
-        raise SessionNotBound("the Actor has no bound session")
+    async def push(self, packet: str, payload: object = b"") -> None:
+        """One-way ``packet`` to the client of the current binding (``payload``: bytes or
+        a registered payload object); completes once admitted (spec 02 §5: no ack, no
+        retransmit, no delivery guarantee).
+
+        Raises:
+            SessionNotBound: no current binding.
+            InvalidOperation: bad packet name or payload.
+            Unavailable: the session owner cannot be reached now.
+        """
+        port, context = self._port, self._context
+        if port is None or context is None:
+            await trio.lowlevel.checkpoint()
+            raise SessionNotBound("the Actor has no bound session")
+        name = check_text_id(packet, "packet name")
+        value: object = payload
+        if not isinstance(payload, bytes | bytearray | memoryview):
+            codec = context._client._payloads.of(payload)
+            if codec is None:
+                await trio.lowlevel.checkpoint()
+                raise InvalidOperation(
+                    "payload must be bytes or an instance of a registered payload class, "
+                    f"got {type(payload).__name__}"
+                )
+            value = TypedPayload(codec, payload)
+        await port.push(context.actor_id, context.object_generation, name, value)
 
     async def close(self) -> None:
-        raise SessionNotBound("the Actor has no bound session")
+        """Ask for the physical connection of the current binding to close (one-way).
+
+        Raises:
+            SessionNotBound: no current binding.
+        """
+        port, context = self._port, self._context
+        if port is None or context is None:
+            await trio.lowlevel.checkpoint()
+            raise SessionNotBound("the Actor has no bound session")
+        await port.close(context.actor_id, context.object_generation)
 
 
-_UNBOUND = BoundSession()
+_UNBOUND = BoundSession(None, None)
 
 
 @final
@@ -110,7 +158,8 @@ class ActorContext:
     @property
     def session(self) -> BoundSession:
         """The bound-session capability (push / close to the current binding)."""
-        return _UNBOUND
+        port = self._client.bindings
+        return _UNBOUND if port is None else BoundSession(port, self)
 
     @property
     def actors(self) -> ActorClient:

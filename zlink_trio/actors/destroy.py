@@ -25,6 +25,7 @@ from ..errors import InvalidOperation, Unavailable, ZLinkError
 from ..ids import ActorId, ObjectGeneration
 from ..objects.destroy import Release, ReleaseOutcome
 from .authority import Authority
+from .bindings import ActorBindings
 from .host import ActorHost
 from .hosted import READY, Barrier, HostedActor
 
@@ -35,11 +36,14 @@ __all__ = ["ActorDestroyKind"]
 class ActorDestroyKind:
     """The Actor adapter of :class:`~zlink_trio.objects.destroy.Destroyer`."""
 
-    __slots__ = ("_authority", "_host")
+    __slots__ = ("_authority", "_bindings", "_host")
 
-    def __init__(self, host: ActorHost, authority: Authority) -> None:
+    def __init__(
+        self, host: ActorHost, authority: Authority, bindings: ActorBindings | None = None
+    ) -> None:
         self._host = host
         self._authority = authority
+        self._bindings = bindings
 
     def hosted(self, object_id: ActorId) -> HostedActor | None:
         return self._host.get(object_id)
@@ -85,7 +89,10 @@ class ActorDestroyKind:
                 await barrier.reached.wait()
             # else: Destroying, left by an earlier destroy whose Store step did not settle
             # (its lane is retired already): resume at step 4.
-            # 3. session binding: none exists before the STREAM binding issue lands.
+            # 3. session binding: it ends with this incarnation (the session owner is
+            # told; a relay of it is refused from now on).
+            if self._bindings is not None:
+                self._bindings.ended(hosted)
             # 4. location ownership, then the registry entry
             outcome = await release(fresh=barrier is not None)
             if outcome is ReleaseOutcome.READY:

@@ -29,6 +29,7 @@ from .hosted import (
     MOVED,
     READY,
     ActorItem,
+    Barrier,
     Deliver,
     HostedActor,
     HostedKind,
@@ -281,7 +282,7 @@ class ActorHost:
         if first is not None:
             lane.submit_nowait(first, lifecycle=True)
         for item in items:
-            lane.submit_nowait(item, lifecycle=type(item) is not Deliver)
+            lane.submit_nowait(item, lifecycle=type(item) is Barrier or type(item) is JoinDone)
 
     def unpublish_moved(self, hosted: HostedActor) -> list[ActorItem]:
         """A cross-node Join moved ``hosted`` away: unpublish it (new ingress here is a

@@ -41,6 +41,7 @@ __all__ = [
     "ACTOR_LANE",
     "FENCED",
     "ActorState",
+    "ActorWork",
     "Deliver",
     "Destroying",
     "Fenced",
@@ -158,9 +159,21 @@ class JoinDone:
         self.completion = completion
 
 
-ActorItem: TypeAlias = Deliver | Barrier | TimerTick | JoinDone
-"""What an Actor lane holds: application payloads and timer ticks (the application queue,
-one acceptance order), destroy barriers and Join completions (the lifecycle queue)."""
+class ActorWork:
+    """Framework work that must run in the Actor's own order (a session's disconnect
+    notification, spec 02 §7: after the payloads accepted before it): ``fn(hosted)`` runs
+    as one turn of the application queue. It must not wait for another lane (the turn
+    only reads what it needs and hands the rest to an infrastructure task)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[HostedActor], None]) -> None:
+        self.fn = fn
+
+
+ActorItem: TypeAlias = Deliver | Barrier | TimerTick | JoinDone | ActorWork
+"""What an Actor lane holds: application payloads, timer ticks and framework work (the
+application queue, one acceptance order) and destroy barriers and Join completions (the lifecycle queue)."""
 
 
 @final
@@ -379,6 +392,9 @@ class HostedActor:
                 return
             if type(item) is JoinDone:
                 await self._join_done(item.completion)
+                return
+            if type(item) is ActorWork:
+                item.fn(self)
                 return
             assert type(item) is Barrier
             item.reached.set()
@@ -634,6 +650,8 @@ class HostedActor:
                 item.reached.set()
                 item.done.set()
                 continue
+            if type(item) is ActorWork:
+                continue  # its owner waits with its own deadline
             if type(item) is TimerTick:
                 self.kind.stats.dropped += 1
                 self.kind.flow.emit(event, "timer %r of %r", item.name, self.context)

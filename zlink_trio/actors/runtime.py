@@ -46,6 +46,7 @@ from ..wire.records import (
 )
 from ..wire.tails import DestroyTail
 from .authority import Authority
+from .bindings import ActorBindings, OnDisconnectActor
 from .client import ActorClient
 from .destroy import ActorDestroyKind
 from .host import ActorHost
@@ -63,6 +64,7 @@ from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 if TYPE_CHECKING:
     from ..engine.engine import Engine
     from ..mesh.node import MeshNode
+    from ..spots.runtime import SpotRuntime
 
 __all__ = ["ActorRuntime", "serve_actors"]
 
@@ -86,6 +88,8 @@ class ActorRuntime:
         timers: TimerService | None = None,
         spot_client: SpotClient | None = None,
         spots: SpotRuntime | None = None,
+        spot_runtime: SpotRuntime | None = None,
+        on_disconnect_actor: OnDisconnectActor | None = None,
     ) -> None:
         self._config = config
         self._flow = flow
@@ -124,6 +128,20 @@ class ActorRuntime:
             spots=spot_client,
         )
         self.client.barriers = self.joins
+        self.bindings = ActorBindings(
+            node=node,
+            host=self.host,
+            flow=flow,
+            nursery=nursery,
+            entry_spots=entry_spots,
+            spot_runtime=spot_runtime,
+            on_disconnect_actor=on_disconnect_actor,
+            retention=config.terminal_record_retention,
+            max_payload=config.max_reply_bytes,
+        )
+        """Session bindings of the hosted Actors (spec 02): command 38, relay checks,
+        ``context.session`` push/close."""
+        self.client.bindings = self.bindings
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
                 config=config,
@@ -157,7 +175,7 @@ class ActorRuntime:
             flow=flow,
         )
         self.destroyer: Destroyer[ActorId, HostedActor] = Destroyer(
-            kind=ActorDestroyKind(self.host, authority),
+            kind=ActorDestroyKind(self.host, authority, self.bindings),
             object_kind=ObjectKind.ACTOR,
             store=store,
             authority=authority,
@@ -219,6 +237,7 @@ class ActorRuntime:
         node.on(Command.ACTOR_JOIN, self._on_actor_join)
         node.on(Command.ACTOR_JOURNAL, self.join_target.on_journal)
         node.on(Command.ACTOR_JOURNAL_END, self.join_target.on_journal_end)
+        self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
     def _for_me(self, rid: object, generation: object) -> bool:
@@ -245,12 +264,23 @@ class ActorRuntime:
             error = StaleRoute("the route names another node lifecycle")
         elif not self._node.admitting:
             error = Unavailable("this owner's lease expired: it admits nothing")
+        elif record.session is not None and (
+            refused := self.bindings.check_relay(record.actor_id, record.session)
+        ):
+            error = refused  # a retired or unknown binding (spec 02 §6): never run
         else:
             # A request is run only before its deadline; an accepted send never expires.
             run_by = NEVER
             if sink is not None and record.timeout_ms is not None:
                 run_by = trio.current_time() + record.timeout_ms / 1000
             item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
+            # A lone frame for an idle Actor: its turn runs here, in the connection's
+            # reader, without a hand-off to a runner (Lane.run_here).
+            reader = self._node.reader_handoff()
+            if reader is not None:
+                lane = self.host.ready_lane(record.actor_id)
+                if lane is not None and await lane.run_here(item, reader):
+                    return
             try:
                 # Never waits: this is the connection's reader (replies and messages for
                 # other Actors share the connection). A full queue refuses the payload.
@@ -407,6 +437,8 @@ async def serve_actors(
     timers: TimerService | None = None,
     spot_client: SpotClient | None = None,
     spots: SpotRuntime | None = None,
+    spot_runtime: SpotRuntime | None = None,
+    on_disconnect_actor: OnDisconnectActor | None = None,
     task_status: trio.TaskStatus[ActorRuntime] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """The Actor owner role: run until cancelled (start it before ``node`` serves).
@@ -426,6 +458,8 @@ async def serve_actors(
             timers=timers,
             spot_client=spot_client,
             spots=spots,
+            spot_runtime=spot_runtime,
+            on_disconnect_actor=on_disconnect_actor,
         )
         runtime.register()
         await nursery.start(runtime.deadlines.serve, name="zlink_trio.actors.deadlines")

@@ -8,6 +8,7 @@ Only re-exports live here; each concept has its own module:
 - :mod:`.gate` — :class:`Gate`, a shared execution gate.
 - :mod:`.engine` — :class:`Engine` and :func:`open_engine`: ready set and runners.
 - :mod:`.oneshot` — :class:`OneShot`, the reply slot of a local ask.
+- :mod:`.inline` — :class:`TurnHost`: a turn run in the task that brought its item.
 """
 
 from .core import (
@@ -22,6 +23,7 @@ from .engine import (
     open_engine as open_engine,
 )
 from .gate import Gate as Gate
+from .inline import TurnHost as TurnHost
 from .lane import Lane as Lane, LaneStatistics as LaneStatistics
 from .lanes import (
     OPEN as OPEN,

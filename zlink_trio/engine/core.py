@@ -183,6 +183,13 @@ class LaneCore(Generic[T]):
         """Consecutive lifecycle items taken while application work was waiting."""
         return self._streak
 
+    def empty_and_open(self) -> bool:
+        """Nothing queued or held and the lane runs application work (an item admitted now
+        would be the next one to run)."""
+        return (
+            self._mode is _OPEN and self._life is None and self._app is None and self._held is None
+        )
+
     def runnable(self) -> bool:
         """Whether :meth:`next_item` would return an item now."""
         mode = self._mode

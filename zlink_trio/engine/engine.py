@@ -35,6 +35,7 @@ from ..errors import ConfigurationError, InvalidOperation, ShuttingDown
 from ._construct import NoPublicConstructor
 from .core import NOTHING, LaneCore, LaneLimits
 from .gate import Gate
+from .inline import TurnHost, watch_first_wait
 from .lane import IDLE, READY, RUNNING, Lane
 from .lanes import LanePolicy
 
@@ -95,6 +96,7 @@ class Engine(metaclass=NoPublicConstructor):
         "_free",
         "_idle",
         "_idle_runners",
+        "_inline",
         "_limits",
         "_nursery",
         "_parked",
@@ -124,6 +126,7 @@ class Engine(metaclass=NoPublicConstructor):
         self._idle: trio.Event | None = None
         self._blocked: set[Lane[Any, Any]] = set()  # lanes with tasks waiting for space
         self._runner_scopes: set[trio.CancelScope] = set()  # one per live runner (halt)
+        self._inline: set[TurnHost] = set()  # hosts of inline turns in progress (halt)
 
     # --- public ---------------------------------------------------------------------------
 
@@ -180,6 +183,8 @@ class Engine(metaclass=NoPublicConstructor):
         self._closed = True
         for scope in self._runner_scopes:
             scope.cancel(reason="zlink_trio engine halted")
+        for host in list(self._inline):
+            host.cancel_turn()
         for lane in list(self._blocked):
             lane._wake_space(everyone=True)
         idle, self._idle = self._idle, None
@@ -205,6 +210,52 @@ class Engine(metaclass=NoPublicConstructor):
             turns=self._turns,
             handler_failures=self._failures,
         )
+
+    # --- inline turns (see .inline) ----------------------------------------------------------
+
+    async def _run_here(self, lane: Lane[Any, Any], item: Any, host: TurnHost) -> bool:
+        """:meth:`Lane.run_here`: run ``item`` as ``lane``'s next turn in this task, if
+        the lane is idle and open, is its own gate, and no other lane waits for a runner."""
+        core = lane._core
+        if (
+            lane._sched != IDLE
+            or self._ready
+            or self._closed
+            or lane._gate is not None
+            or not core.empty_and_open()
+        ):
+            return False
+        lane._sched = RUNNING
+        lane._runner = trio.lowlevel.current_task()
+        self._active += 1
+        self._running += 1
+        self._turns += 1
+        inline = self._inline
+        inline.add(host)
+        host.enter_turn()
+        try:
+            await watch_first_wait(lane._handler(item), host.turn_suspended)
+        except Exception:
+            self._failures += 1
+            logger.exception("handler of %r failed; the lane goes on", lane)
+        finally:
+            host.exit_turn()
+            inline.discard(host)
+            lane._runner = None
+            self._running -= 1
+            if core.runnable() and not self._closed:
+                # What arrived meanwhile runs on a runner, behind the lanes already ready.
+                lane._sched = READY
+                self._dispatch(lane)
+            else:
+                lane._sched = IDLE
+                self._active -= 1
+                if lane._idle is not None:
+                    lane._became_idle()
+                if self._active == 0 and self._idle is not None:
+                    idle, self._idle = self._idle, None
+                    idle.set()
+        return True
 
     # --- scheduling -------------------------------------------------------------------------
 
@@ -341,6 +392,8 @@ class Engine(metaclass=NoPublicConstructor):
         # Cancel first: a turn blocked in submit() (inside our nursery) is cancelled like
         # any running turn, so its runner starts no further turn after the shutdown.
         self._nursery.cancel_scope.cancel(reason="zlink_trio engine shutting down")
+        for host in list(self._inline):  # inline turns stop like the runners' turns
+            host.cancel_turn()
         # Submitters waiting for space outside our nursery would wait for ever: no runner
         # will drain their lanes again. Woken, they see _closed and raise ShuttingDown.
         for lane in list(self._blocked):

@@ -3,7 +3,9 @@
 Made by :meth:`Engine.new_lane <zlink_trio.engine.Engine.new_lane>`. Submitting never runs
 the handler in the caller's task: it admits the item into the lane's bounded queue and, if
 the lane was idle, hands the lane to the engine's ready set. An idle lane owns no task, no
-channel and no queue object: only this object and its :class:`~.core.LaneCore`.
+channel and no queue object: only this object and its :class:`~.core.LaneCore`. The one
+exception is :meth:`Lane.run_here` (an idle lane's turn run by a connection's reader that
+has nothing else to do: :mod:`.inline`).
 
 Policy transitions are methods restricted (with annotated ``self`` types) to the lane kind
 they apply to: ``seal`` exists for ``Lane[SpotLane, T]`` only, ``close_connection`` for
@@ -27,6 +29,7 @@ from .lanes import LanePolicy, SessionLane, SpotLane
 if TYPE_CHECKING:
     from .engine import Engine
     from .gate import Gate
+    from .inline import TurnHost
 
 __all__ = ["Lane", "LaneStatistics"]
 
@@ -205,6 +208,21 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
                 raise
             result = self._admit(item, lifecycle)
         return result
+
+    async def run_here(self, item: T, host: TurnHost) -> bool:
+        """Run ``item`` (an application item) as this lane's next turn in the calling task,
+        now, instead of queueing it for a runner — when that keeps the engine's order and
+        fairness: the lane is idle (nothing queued or held, no turn running) and open, it
+        is its own gate, and no other lane waits in the ready set. Returns True once the
+        turn ran (its handler's exception is logged, as a runner's is); False, having done
+        nothing, otherwise (the caller submits the item instead).
+
+        ``host`` is told when the turn starts, first waits and ends, and is asked to
+        cancel it if the engine halts meanwhile (:mod:`.inline`). Items admitted during
+        the turn run on a runner afterwards. For a connection's reader handling a lone
+        frame: an exception to the rule that submitting never runs a handler in the
+        submitter's task, made where the submitter has nothing else to do."""
+        return await self._engine._run_here(self, item, host)
 
     def _admit(self, item: T, lifecycle: bool) -> Admission:
         # ACCEPTED, HELD or FULL; raises the other rejections.

@@ -82,25 +82,31 @@ class NodeIdentity:
     node_generation: NodeGeneration
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class PeerAddress:
-    """Where to send: a node in a mesh. Resolved from the Location Store, never parsed."""
+    """Where to send: a node in a mesh. Resolved from the Location Store, never parsed.
+    Hot paths keep one instance per peer (a route, a connection) rather than make one per
+    call: its hash is computed once."""
 
     mesh_name: MeshName
     node_rid: NodeRid
 
 
-@attrs.frozen(slots=True)
+def _address_of(identity: PeerIdentity) -> PeerAddress:
+    return PeerAddress(identity.mesh_name, identity.node_rid)
+
+
+@attrs.frozen(slots=True, cache_hash=True)
 class PeerIdentity:
     """An admitted peer, as proven by its hello."""
 
     mesh_name: MeshName
     node_rid: NodeRid
     node_generation: NodeGeneration
-
-    @property
-    def address(self) -> PeerAddress:
-        return PeerAddress(self.mesh_name, self.node_rid)
+    address: PeerAddress = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_address_of, takes_self=True)
+    )
+    """Where it is (made once: every inbound frame of the peer's link names it)."""
 
 
 class PeerState(enum.Enum):

@@ -14,7 +14,11 @@ writer then also wakes at that time); the production path has no branch for it.
 
 Corking: while a reader handles several frames that arrived in one read, sends made by
 the handlers (on any connection) are queued without yielding, so a burst of replies
-leaves in one write per connection.
+leaves in one write per connection. Coalescing: the answers to such a burst are mostly
+sent by the tasks it woke (callers given their replies send their next requests; turns
+on runners send their replies), one scheduler pass later; until the writer's next write,
+this connection queues every frame (no direct write, no yield), so the writer — woken by
+the first of them, it runs after them — sends them all in one write.
 
 Direct write: when nothing is queued, nobody is writing and the node is not corked,
 :meth:`Connection.send` writes the frame itself if the kernel takes it at once, without
@@ -26,7 +30,14 @@ every frame of a request/reply exchange; under load the lane batches as describe
 
 Reader: decodes each frame once; replies go to their waiter, pings are answered, the rest
 goes through admission (node admitting, stamped source identity) to the command's
-handler, awaited here (backpressure on this connection only).
+handler, awaited here (backpressure on this connection only). The reader is a task of the
+node's network nursery (``TransportState.readers``; the connection's own nursery without
+one), made by the connection and stopped by it: closing the connection cancels it, unless
+it is running an inline turn (a lane's turn for a lone frame, run by the reader itself:
+``Lane.run_here``; the reader is then its :class:`~zlink_trio.engine.TurnHost`), which
+finishes first. A turn that waits hands the reading to a new reader task (so a reply it
+waits for can still arrive on this connection) and keeps its task, outside the
+connection's lifetime, until it ends (:class:`_Reader`).
 
 Keepalive: a ping every ``keepalive_interval``; no inbound data at all for
 ``keepalive_timeout`` closes the connection (a silently dead peer). Time the reader
@@ -38,7 +49,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, final
 
 import trio
 
@@ -94,11 +105,14 @@ class Connection:
 
     __slots__ = (
         "_busy",
+        "_coalesce",
         "_handling",
+        "_home",
         "_io",
         "_lane_recv",
         "_lane_send",
         "_queued",
+        "_reader",
         "_scope",
         "_state",
         "address",
@@ -130,7 +144,10 @@ class Connection:
         self.close_reason: CloseReason | None = None
         self._queued = 0  # items put in the lane and not yet written
         self._busy = False  # the writer is writing a batch
+        self._coalesce = False  # a burst was read: queue frames until the next write
         self._handling = False  # the reader is handling frames, not reading
+        self._reader: _Reader | None = None  # the task reading this connection now
+        self._home: trio.Nursery | None = None  # where reader tasks run (see _start_reader)
         self.write_direct: Callable[[Any, bytes], Awaitable[bool]] = self._write_direct
         """Write one frame now if the kernel takes it (see :meth:`send`)."""
         self.write_batch: Callable[[list[_Item]], Awaitable[None]] = self._write_plain
@@ -158,8 +175,9 @@ class Connection:
                     self.close_reason = CloseReason.DUPLICATE
                     self.say_goodbye(GoodbyeReason.DUPLICATE_CONNECTION)
                     await trio.sleep_forever()  # until the writer wrote the goodbye
-                await self._reader()
-                nursery.cancel_scope.cancel()
+                self._home = state.readers or nursery
+                self._start_reader()
+                await trio.sleep(_NEVER)  # until close(): the reader ends by closing
         finally:
             if self.close_reason is None:
                 self.close_reason = CloseReason.SHUTDOWN
@@ -176,6 +194,10 @@ class Connection:
             self.close_reason = reason
         if self._scope is not None:
             self._scope.cancel(reason=f"zlink_trio peer connection closed: {reason.value}")
+        reader = self._reader
+        if reader is not None and not reader.in_turn:
+            # (A reader running an inline turn finishes it, then sees the close.)
+            reader.scope.cancel(reason=f"zlink_trio peer connection closed: {reason.value}")
 
     def say_goodbye(self, reason: GoodbyeReason = GoodbyeReason.SHUTDOWN) -> None:
         """Queue a 104 then close after it is written (close at once if the lane is full)."""
@@ -204,15 +226,16 @@ class Connection:
 
         Always a cancellation point. After a direct write it yields only every
         :data:`YIELD_EVERY` direct writes of this node (a loop of sends still lets other
-        tasks run, and a request/reply exchange skips a scheduler pass per frame);
-        ``checkpoint=False`` never yields there (the caller parks right after, e.g. a
-        request waiting for its reply). ``flush=False`` queues the frame like a corked
-        node does (no direct write, no yield): more frames follow at once, and the writer
-        sends them all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing
-        queued) instead of waiting for lane space."""
+        tasks run, and a request/reply exchange skips a scheduler pass per frame), after
+        queueing it yields (the writer runs first); ``checkpoint=False`` never yields
+        (the caller parks right after, e.g. a request waiting for its reply).
+        ``flush=False`` queues the frame like a corked or coalescing connection does (no
+        direct write, no yield): more frames follow at once, and the writer sends them
+        all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing queued)
+        instead of waiting for lane space."""
         await trio.lowlevel.checkpoint_if_cancelled()
         state = self._state
-        corked = state.corked or not flush
+        corked = state.corked or not flush or self._coalesce
         if (
             not corked
             and not self._busy
@@ -224,7 +247,11 @@ class Connection:
                 state.send_streak += 1
                 if state.send_streak >= YIELD_EVERY:
                     state.send_streak = 0
-                    await trio.lowlevel.cancel_shielded_checkpoint()
+                    reading = state.reading
+                    if reading is None or reading.task is not trio.lowlevel.current_task():
+                        # (A reader's handler does not: its reader yields as it reads,
+                        # and an inline turn that yields would hand its reading over.)
+                        await trio.lowlevel.cancel_shielded_checkpoint()
             return
         item = (record, body)
         self._queued += 1
@@ -239,7 +266,7 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
-        if not corked:
+        if not corked and checkpoint:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
     async def _send_slow(self, item: _Item) -> None:
@@ -312,6 +339,7 @@ class Connection:
                     size += len(item[1])
                 try:
                     self._busy = True
+                    self._coalesce = False  # what is sent from now on may go directly
                     await self.write_batch(batch)
                 finally:
                     self._queued -= len(batch)
@@ -377,7 +405,17 @@ class Connection:
             self.send_nowait(PeerPing(token=token))
 
     # --- reader ----------------------------------------------------------------------------
-    async def _reader(self) -> None:
+    def _start_reader(self) -> None:
+        """A new reader task, which reads this connection from now on: in the node's
+        network nursery, so that an inline turn that outlives its reading is not cut
+        short by the connection's end (in the connection's nursery without one)."""
+        home = self._home
+        assert home is not None
+        reader = self._reader = _Reader(self)
+        home.start_soon(reader.run, name=f"zlink_trio.mesh.reader {self.peer}")
+
+    async def _read(self, reader: _Reader) -> None:
+        """Read and handle frames while ``reader`` is this connection's reader."""
         io = self._io
         state = self._state
         counters = state.counters
@@ -386,7 +424,8 @@ class Connection:
             while True:
                 # Several frames in one read (a burst): "cork" the node while handling
                 # them, so what the handlers send goes to the writer lanes without a
-                # yield each and leaves in one write per connection once we park.
+                # yield each and leaves in one write per connection once we park. A lone
+                # frame may run its lane's turn here (``state.reading``: see .state).
                 corked = len(bodies) > 1
                 if corked:
                     state.corked += 1
@@ -394,13 +433,21 @@ class Connection:
                 try:
                     for body in bodies:
                         counters.bytes_in += len(body) + SEQ_BYTES + 4
-                        await self.deliver(decode(body))
-                        if self.close_reason is not None:
+                        record = decode(body)
+                        if corked:
+                            await self.deliver(record)
+                        else:
+                            state.reading = reader
+                            await self.deliver(record)
+                            state.reading = None
+                        if self.close_reason is not None or reader.released:
                             return
                 finally:
-                    self._handling = False
+                    if not reader.released:
+                        self._handling = False
                     if corked:
                         state.corked -= 1
+                        self._coalesce = True
                 bodies = await io.receive_some()
         except SequenceGap as exc:
             counters.drop(DropReason.SEQUENCE_GAP)
@@ -462,3 +509,51 @@ class Connection:
         except Exception:
             counters.drop(DropReason.HANDLER_FAILED)
             logger.exception("inbound handler of command %d failed", int(record.COMMAND))
+
+
+@final
+class _Reader:
+    """One reader task of a connection, and the :class:`~zlink_trio.engine.TurnHost` of
+    the inline turns it runs. It reads until the connection closes, or until a turn it
+    runs first waits: then a new reader takes over the reading (``released``) and this
+    task only finishes the turn."""
+
+    __slots__ = ("conn", "in_turn", "released", "scope", "task")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.scope = trio.CancelScope()
+        self.task: trio.lowlevel.Task | None = None
+        self.in_turn = False
+        self.released = False
+
+    async def run(self) -> None:
+        conn = self.conn
+        self.task = trio.lowlevel.current_task()
+        while not self.released and conn.close_reason is None:
+            with self.scope:
+                await conn._read(self)
+            if not self.scope.cancelled_caught:
+                return
+            # Cancelled: by close() (the loop ends), or by the engine halting an inline
+            # turn of this reader while the connection lives on: read on.
+            self.scope = trio.CancelScope()
+
+    # --- TurnHost -----------------------------------------------------------------------
+    def enter_turn(self) -> None:
+        self.in_turn = True
+
+    def turn_suspended(self) -> None:
+        conn = self.conn
+        self.released = True
+        if conn._reader is self:
+            conn._reader = None
+            conn._handling = False
+            if conn.close_reason is None:
+                conn._start_reader()
+
+    def exit_turn(self) -> None:
+        self.in_turn = False
+
+    def cancel_turn(self) -> None:
+        self.scope.cancel(reason="zlink_trio engine halted")

@@ -109,7 +109,7 @@ def _take_buffered(decoder: SequencedDecoder, bodies: deque[bytes]) -> list[byte
 
 @final
 class FrameIO:
-    __slots__ = ("_bodies", "_streak", "chunks", "closed", "decoder", "sent", "sock")
+    __slots__ = ("_bodies", "_drained", "_streak", "chunks", "closed", "decoder", "sent", "sock")
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -121,6 +121,8 @@ class FrameIO:
         """Reads that returned data (the keepalive watches it move)."""
         self.closed = False
         self._streak = 0
+        self._drained = False
+        """The last read took less than it asked for: the socket was empty then."""
         self._bodies: deque[bytes] = deque()
 
     @classmethod
@@ -156,6 +158,11 @@ class FrameIO:
         if failure is not None:
             raise failure
         sock = self.sock
+        if self._drained:
+            # The last read emptied the socket: wait for data before reading again, rather
+            # than make a read that comes back empty (EAGAIN) first.
+            self._streak = 0
+            await self._wait(trio.lowlevel.wait_readable)
         while True:
             try:
                 data = sock.recv(RECEIVE_BYTES)
@@ -169,6 +176,7 @@ class FrameIO:
         if not data:
             self.decoder.check_eof()
             raise PeerClosed("end of stream")
+        self._drained = len(data) < RECEIVE_BYTES
         self.chunks += 1
         self._streak += 1
         if self._streak >= YIELD_EVERY:

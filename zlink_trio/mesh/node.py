@@ -28,6 +28,7 @@ from typing import Any, Final, final
 import trio
 
 from ..config import ServerConfig
+from ..engine.inline import TurnHost
 from ..errors import (
     InvalidOperation,
     NotFound,
@@ -271,8 +272,24 @@ class MeshNode:
             raise
         return pending
 
+    def admitted_peer(self, peer: PeerAddress) -> PeerIdentity | None:
+        """The proven identity (with its NodeGeneration) of the admitted connection to
+        ``peer`` now, or None when none is admitted."""
+        conn = self._links.admitted.get(peer)
+        return None if conn is None else conn.peer
+
     def peer_state(self, peer: PeerAddress) -> PeerState:
         return self._links.state(peer)
+
+    def reader_handoff(self) -> TurnHost | None:
+        """For an inbound handler, before it first waits: the connection reader running
+        it, when that reader handles a lone frame and may run the frame's lane turn itself
+        (``Lane.run_here(item, host)``: the reading goes on in a new task if the turn
+        waits); None otherwise (a burst of frames, or not called from a reader)."""
+        reading = self._state.reading
+        if reading is None or reading.task is not trio.lowlevel.current_task():
+            return None
+        return reading
 
     async def connect(self, peer: PeerAddress) -> PeerState:
         links = self._links
@@ -516,6 +533,7 @@ class MeshNode:
                     lambda: self._links.serial,
                 )
                 state = self._state
+                state.readers = net  # connection readers: see connection.py
                 state.live, state.refresh, state.peer_left = (
                     watcher.live,
                     watcher.refresh,

@@ -17,6 +17,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, final
 
+import trio
+
 from ..config import ServerConfig
 from ..ids import MeshName, NodeRid
 from ..store.api import NodeDescriptor
@@ -27,7 +29,7 @@ from .replies import ReplyRegistry
 from .stats import Counters, NodePhase
 
 if TYPE_CHECKING:
-    from .connection import Connection
+    from .connection import Connection, _Reader
     from .frameio import PeerIO
 
 __all__ = ["KEEPALIVE_INTERVAL_SHARE", "Connect", "TransportState"]
@@ -75,6 +77,8 @@ class TransportState:
         "peer_send_queue",
         "peer_send_timeout",
         "phase",
+        "readers",
+        "reading",
         "reconnect_backoff_initial",
         "reconnect_backoff_max",
         "refresh",
@@ -117,6 +121,11 @@ class TransportState:
         """Readers handling a burst of frames (see connection.py)."""
         self.send_streak = 0
         """Direct writes since the last yield (see connection.py)."""
+        self.readers: trio.Nursery | None = None
+        """Where connections start their reader tasks (the node's network nursery)."""
+        self.reading: _Reader | None = None
+        """The reader handling a lone frame right now, while its inbound handler runs (it
+        may run the frame's turn itself: :meth:`~.node.MeshNode.reader_handoff`)."""
         self.live: Callable[[MeshName, NodeRid], NodeDescriptor | None] = lambda mesh, rid: None
         """The live descriptor of a peer (the descriptor watcher's view)."""
         self.refresh: Callable[[], Awaitable[None]] = _no_refresh

@@ -68,7 +68,7 @@ from .kind import CreateOrder, IdT, SourceKind, noun
 from .owner_loss import owner_lost, reclaim_row
 from .placement import choose_node
 from .reclaim import Reclaimer, give_back, orphaned
-from .sinks import LocalSink, decode_terminal, raise_for_failure
+from .sinks import LocalSink, decode_recorded, raise_for_failure
 
 __all__ = ["CreateSource"]
 
@@ -140,9 +140,20 @@ class CreateSource(Generic[IdT, ResultT]):
         self.creates = 0
         self.replays = 0
 
-    def _checked(self, reply: TerminalReply, object_key: ObjectKey) -> TerminalReply:
+    def _checked(
+        self, reply: TerminalReply, object_key: ObjectKey, subject: ObjectKey | None = None
+    ) -> TerminalReply:
         """``reply``, the retained terminal of this operation; InvalidOperation when it
-        names another object (an OperationId re-used for another id in its retention)."""
+        names another object (an OperationId re-used for another id, or for an object of
+        another kind -- Actors and Spots are separate namespaces -- in its retention).
+        ``subject`` is the object the terminal record names (None: it names none)."""
+        if subject is not None and subject != object_key:
+            same_kind = subject.namespace is object_key.namespace
+            what = self._noun if same_kind else subject.namespace.value
+            raise InvalidOperation(
+                f"operation id already used for {what} {subject.object_id!r} (retained "
+                "until its deadline + the terminal retention)"
+            )
         tail = reply.tail
         if isinstance(tail, CreateTail) and tail.object_id != object_key.object_id:
             raise InvalidOperation(
@@ -151,9 +162,15 @@ class CreateSource(Generic[IdT, ResultT]):
             )
         return reply
 
+    def _recorded(self, result: bytes, object_key: ObjectKey) -> TerminalReply:
+        """This operation's retained terminal record ``result``, checked to be about
+        ``object_key``."""
+        recorded = decode_recorded(result)
+        return self._checked(recorded.reply, object_key, recorded.subject)
+
     def _retained(self, result: bytes, object_key: ObjectKey) -> ResultT:
         """The result of this operation's retained terminal ``result``."""
-        return self._result(self._checked(decode_terminal(result), object_key))
+        return self._result(self._recorded(result, object_key))
 
     def _result(self, reply: TerminalReply) -> ResultT:
         raise_for_failure(reply)
@@ -312,7 +329,7 @@ class CreateSource(Generic[IdT, ResultT]):
                 with trio.move_on_at(deadline):
                     retained = await self._store.read_terminal(key)
                     if retained is not None:
-                        reply = self._checked(decode_terminal(retained.result), object_key)
+                        reply = self._recorded(retained.result, object_key)
             if reply is None:
                 reply = await self._drive(key, object_id, reserved, deadline, placement)
         finally:

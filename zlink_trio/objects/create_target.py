@@ -66,7 +66,7 @@ from ..wire.tails import CreateTail
 from .authority import Authority
 from .kind import Commit, CreateOrder, Decision, IdT, TargetKind
 from .reclaim import RETRY_INTERVAL, Reclaimer, give_back
-from .sinks import LocalSink, TerminalSink, decode_terminal, encode_terminal, failure, ok
+from .sinks import LocalSink, TerminalSink, decode_recorded, encode_terminal, failure, ok
 
 __all__ = ["CreateTarget"]
 
@@ -108,6 +108,22 @@ class _Attempt:
         version = order.fence.expected_store_version
         if (order.key, version) != (self.key, self.version):
             self.others.add((order.key, version))
+
+
+def _reply_error(reply: object, limit: int) -> ApplicationError | None:
+    """The application's mistake in a create callback's reply (Approve/Reject.reply):
+    not bytes (or None), or over ``max_reply_bytes``; None when it is fine."""
+    if reply is None:
+        return None
+    if not isinstance(reply, bytes):
+        return ApplicationError(
+            f"the create callback's reply must be bytes or None, got {type(reply).__name__}"
+        )
+    if len(reply) > limit:
+        return ApplicationError(
+            f"the create callback's reply of {len(reply)} bytes exceeds max_reply_bytes ({limit})"
+        )
+    return None
 
 
 @final
@@ -215,7 +231,15 @@ class CreateTarget(Generic[IdT]):
             # again): its one terminal is the answer, and the reservation this delivery
             # names has no attempt left to run: give it back.
             await self._give_back(order)
-            return decode_terminal(retained.result)
+            recorded = decode_recorded(retained.result)
+            if recorded.subject not in (None, order.key):
+                return failure(
+                    InvalidOperation(
+                        "operation id already used for another object (retained until its "
+                        "deadline + the terminal retention)"
+                    )
+                )
+            return recorded.reply
         held = self._reclaimer.reply_for(key)
         if held is not None:  # ended; its abort (and terminal record) is still pending
             if not self._reclaimer.holds(order.key, fence.expected_store_version):
@@ -270,7 +294,7 @@ class CreateTarget(Generic[IdT]):
         retain_for = self._config.terminal_record_retention
         record: TerminalRecord | None
         try:
-            record = TerminalRecord(order.operation, encode_terminal(reply))
+            record = TerminalRecord(order.operation, encode_terminal(reply, order.key))
         except ProtocolError:  # cannot happen for a failure terminal; stay safe
             record = None
         settled = await give_back(
@@ -315,13 +339,13 @@ class CreateTarget(Generic[IdT]):
             else:
                 terminal = failure(error, _create_tail(CreateState.FAILED, row, None))
             try:
-                encoded = encode_terminal(terminal)
+                encoded = encode_terminal(terminal, object_key)
             except ProtocolError as exc:
                 # The application's reply cannot be encoded: the attempt FAILED with that
                 # error, and the reservation is given back all the same.
                 state = CreateState.FAILED
                 terminal = failure(exc, _create_tail(CreateState.FAILED, row, None))
-                encoded = encode_terminal(terminal)
+                encoded = encode_terminal(terminal, object_key)
             if state is CreateState.REJECTED:
                 self.rejected += 1
             else:
@@ -377,11 +401,15 @@ class CreateTarget(Generic[IdT]):
                 return await abort(
                     DeadlineExceeded("creation did not finish in time"), CreateState.FAILED
                 )
+            bad_reply = _reply_error(decision.reply, self._config.max_reply_bytes)
+            if bad_reply is not None:
+                logger.info("creation of %r failed in the application: %s", object_key, bad_reply)
+                return await abort(bad_reply, CreateState.FAILED)
             if not isinstance(decision, Commit):
                 return await abort(Unavailable("rejected"), CreateState.REJECTED, decision.reply)
             created = ok(_create_tail(CreateState.CREATED, row, decision.reply))
             try:
-                created_record = TerminalRecord(key, encode_terminal(created))
+                created_record = TerminalRecord(key, encode_terminal(created, object_key))
             except ProtocolError as exc:  # the application's reply cannot be encoded
                 return await abort(exc, CreateState.FAILED)
             committed = await self._commit(

@@ -57,18 +57,21 @@ async def run_durable(
     deadline: float,
     *,
     on_attempt: Callable[[], None] | None = None,
+    cleanup: bool = False,
 ) -> TerminalReply:
     """Send ``make_record(timeout_ms)`` to ``peer`` until its terminal arrives.
 
     ``make_record`` must build the record with the same OperationId every time (only the
     remaining timeout changes). The operation's one deadline is owned here: wrappers pass
-    theirs down and never race it with a timer of their own.
+    theirs down and never race it with a timer of their own. ``cleanup``: the operation
+    is cleanup this node owes while it stops (a session's disconnect notification, spec
+    02 §10), so it is not refused because this node no longer admits new work.
     """
     admitted = False
     refreshed = False
     with trio.move_on_at(deadline):
         while True:
-            refused = node.admission_error()
+            refused = None if cleanup else node.admission_error()
             if refused is not None:
                 # This node lost its lease or is closing: no attempt can be admitted any
                 # more (and no peer view will be refreshed): end now, typed.

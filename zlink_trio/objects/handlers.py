@@ -15,6 +15,7 @@ is called as it is, on the same path as before.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import types
 import typing
@@ -33,7 +34,9 @@ __all__ = [
     "HandlerKey",
     "MessageKind",
     "TypedHandler",
+    "call_shape_problem",
     "declared_handlers",
+    "is_async_callable",
     "method_handler",
     "on_request",
     "on_send",
@@ -88,6 +91,40 @@ def declared_handlers(cls: type) -> list[tuple[MessageKind, str, str]]:
             for kind, packet in getattr(value, HANDLER_MARK, ()):
                 found.append((kind, packet, name))
     return found
+
+
+def is_async_callable(fn: object) -> bool:
+    """Whether ``fn`` is a callable whose call is a coroutine by construction: an ``async
+    def`` function or bound method, a ``functools.partial`` of one (unwrapped however
+    deep), or an object whose ``__call__`` is one. The startup check of every function
+    handler, timer handler and lifecycle callback (a plain ``def``, a partial of one or a
+    lambda is refused, even one that returns an awaitable)."""
+    if not callable(fn):
+        return False
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    if inspect.iscoroutinefunction(fn):
+        return True
+    if inspect.isroutine(fn) or inspect.ismethod(fn) or isinstance(fn, type):
+        return False
+    call = inspect.getattr_static(type(fn), "__call__", None)
+    return inspect.iscoroutinefunction(call)
+
+
+def call_shape_problem(fn: object) -> str | None:
+    """Why ``fn`` cannot be called the way the framework calls every handler, timer
+    handler and lifecycle callback -- ``fn(owner, argument)``, two positional arguments
+    (a method's ``self`` is the owner) -- or None when its signature binds them (or it
+    has no signature to inspect)."""
+    try:
+        signature = inspect.signature(fn)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    try:
+        signature.bind(None, None)
+    except TypeError as exc:
+        return f"its signature {signature} cannot take (owner, payload): {exc}"
+    return None
 
 
 def method_handler(cls: type, name: str) -> Callable[[Any, Any], Awaitable[Any]]:

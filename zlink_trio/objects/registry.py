@@ -11,7 +11,8 @@ every kind lives here:
   type, a non-``async def`` method or an annotation that is neither bytes nor a registered
   payload class is a problem; typed handlers are wrapped once, here);
 * :func:`parse_type` and :func:`check_policy` — the stable type name and the REQUIRED
-  relocation policy of one registration.
+  relocation policy of one registration (a ``PreserveStateWith`` adapter must have
+  ``async def capture`` and ``restore``).
 """
 
 from __future__ import annotations
@@ -22,10 +23,19 @@ from typing import Any, Final, final
 
 from ..ids import InvalidId, StableType, check_text_id
 from ..wire.payloads import PayloadRegistry
-from .handlers import HandlerKey, MessageKind, declared_handlers, method_handler, typed_handler
+from .handlers import (
+    HandlerKey,
+    MessageKind,
+    call_shape_problem,
+    declared_handlers,
+    is_async_callable,
+    method_handler,
+    typed_handler,
+)
 from .policy import DisableRelocation, PreserveStateWith, RecreateOnRelocation, RelocationPolicy
 
 __all__ = [
+    "ADAPTER_METHODS",
     "POLICIES",
     "Handler",
     "HandlerRegistrations",
@@ -42,6 +52,9 @@ HandlerTable = Mapping[tuple[MessageKind, str], Handler]
 
 POLICIES: Final = (DisableRelocation, RecreateOnRelocation, PreserveStateWith)
 
+ADAPTER_METHODS: Final = ("capture", "restore")
+"""What a relocation adapter provides (``RelocationAdapter``): both ``async def``."""
+
 
 def parse_type(raw: object, noun: str, problems: list[str]) -> StableType | None:
     """The stable type ``raw`` names, or None (the problem appended)."""
@@ -57,6 +70,20 @@ def check_policy(
 ) -> RelocationPolicy | None:
     """``policy`` when it is one of the three relocation policies, else None (the problem
     appended): there is no default and no other value."""
+    if isinstance(policy, PreserveStateWith):
+        missing = [
+            name
+            for name in ADAPTER_METHODS
+            if not is_async_callable(getattr(policy.adapter, name, None))
+        ]
+        if missing:
+            problems.append(
+                f"{noun} type {stable_type.value!r}: PreserveStateWith needs a relocation "
+                "adapter with async capture(obj) -> bytes and async restore(obj, payload), "
+                f"got {policy.adapter!r} (no async {' / '.join(missing)})"
+            )
+            return None
+        return policy
     if isinstance(policy, POLICIES):
         return policy
     problems.append(
@@ -117,6 +144,15 @@ class HandlerRegistrations:
                 continue
             if (kind, name) in tables[st]:
                 problems.append(f"handler key {HandlerKey(st, kind, name)!r} registered twice")
+                continue
+            if not is_async_callable(fn):
+                problems.append(
+                    f"handler {HandlerKey(st, kind, name)!r}: {fn!r} must be an async def"
+                )
+                continue
+            shape = call_shape_problem(fn)
+            if shape is not None:
+                problems.append(f"handler {HandlerKey(st, kind, name)!r}: {shape}")
                 continue
             try:
                 tables[st][(kind, name)] = typed_handler(fn, payloads)

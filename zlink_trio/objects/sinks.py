@@ -14,11 +14,13 @@ from __future__ import annotations
 import logging
 from typing import Protocol, TypeAlias, final
 
+import attrs
 import trio
 
 from ..engine.oneshot import OneShot
 from ..errors import ErrorKind, ProtocolError, ZLinkError, error_from_kind
 from ..mesh.api import MeshNodeApi, PeerAddress
+from ..store.api import Namespace, ObjectKey
 from ..wire.codec import decode, encode, evolve
 from ..wire.enums import TerminalResult
 from ..wire.payloads import TypedPayload
@@ -28,9 +30,11 @@ from ..wire.tails import CreateTail, ReplyPayloadTail, Tail
 __all__ = [
     "LocalReply",
     "LocalSink",
+    "RecordedTerminal",
     "RemoteSink",
     "ReplySink",
     "TerminalSink",
+    "decode_recorded",
     "decode_terminal",
     "encode_terminal",
     "failure",
@@ -199,13 +203,54 @@ _RECORDED_CORRELATION = 1
 (the wire requires a non-zero one); every delivery re-stamps the requester's own."""
 
 
-def encode_terminal(reply: TerminalReply) -> bytes:
-    """The bytes a durable operation's terminal record keeps (re-encodable as-is)."""
-    return encode(evolve(reply, correlation=_RECORDED_CORRELATION))
+_SUBJECT_MARK = 0x00
+"""First byte of a terminal record that names its subject (a CBOR array, the body of a
+command-20 terminal, never starts with 0x00): mark, namespace tag, u16 length of the
+UTF-8 object id, the id, then the command-20 body."""
+_NAMESPACE_TAGS: dict[Namespace, int] = {Namespace.ACTOR: 1, Namespace.SPOT: 2}
+_TAG_NAMESPACES = {tag: namespace for namespace, tag in _NAMESPACE_TAGS.items()}
 
 
-def decode_terminal(data: bytes) -> TerminalReply:
+@attrs.frozen(slots=True)
+class RecordedTerminal:
+    """A terminal record's content: the terminal and the object its operation was for
+    (None for a record that names none: a Join's, or one written before subjects were
+    recorded)."""
+
+    reply: TerminalReply
+    subject: ObjectKey | None
+
+
+def encode_terminal(reply: TerminalReply, subject: ObjectKey | None = None) -> bytes:
+    """The bytes a durable operation's terminal record keeps: the command-20 terminal,
+    prefixed by the object it is about when ``subject`` is given (a create's), so an
+    OperationId re-used for an object of another kind or id is never answered with it."""
+    body = encode(evolve(reply, correlation=_RECORDED_CORRELATION))
+    if subject is None:
+        return body
+    name = subject.object_id.encode()
+    head = bytes((_SUBJECT_MARK, _NAMESPACE_TAGS[subject.namespace]))
+    return head + len(name).to_bytes(2, "big") + name + body
+
+
+def decode_recorded(data: bytes) -> RecordedTerminal:
+    """A terminal record's terminal and subject (ProtocolError for a malformed one)."""
+    subject: ObjectKey | None = None
+    if data[:1] == bytes((_SUBJECT_MARK,)):
+        namespace = _TAG_NAMESPACES.get(data[1]) if len(data) > 1 else None
+        size = int.from_bytes(data[2:4], "big")
+        if namespace is None or len(data) < 4 + size:
+            raise ProtocolError("a terminal record names a malformed subject")
+        try:
+            subject = ObjectKey(namespace, data[4 : 4 + size].decode())
+        except (UnicodeDecodeError, ZLinkError):
+            raise ProtocolError("a terminal record names a malformed subject") from None
+        data = data[4 + size :]
     reply = decode(data)
     if not isinstance(reply, TerminalReply):
         raise ProtocolError("a terminal record does not hold a command 20 terminal")
-    return evolve(reply, correlation=0)
+    return RecordedTerminal(evolve(reply, correlation=0), subject)
+
+
+def decode_terminal(data: bytes) -> TerminalReply:
+    return decode_recorded(data).reply

@@ -109,3 +109,17 @@ class FlowEvent(enum.Enum):
     CUTOVER_TIMEOUT = ("cutover_timeout", _WARNING, "sessions")
     """The relocation cutover did not confirm within the fallback: the fallback runs
     (spec 02 §8.1)."""
+    SESSION_PUSH_REJECTED = ("session_push_rejected", _INFO, "sessions")
+    """A push (command 36, or its in-process equivalent) was not submitted to a STREAM
+    connection: its session is unknown or closed, or its binding generation, Actor
+    ObjectGeneration, source NodeGeneration or AuthorityOwnerGeneration is not the current
+    binding's (spec 02 §5: a rejected push is recorded, never silently lost)."""
+    SESSION_STALE_CONTROL = ("session_stale_control", _INFO, "sessions")
+    """A late or duplicate boundSessionReplaced (51) or boundSessionClose (140) named an
+    identity that is not a current binding of this session owner: ignored (spec 02 §6)."""
+    SESSION_PROTOCOL_ERROR = ("session_protocol_error", _INFO, "sessions")
+    """A STREAM client sent something that is not a valid frame: answered with an error
+    frame and the connection closed; no application code saw it."""
+    SESSION_REPLY_DROPPED = ("session_reply_dropped", _DEBUG, "sessions")
+    """A reply (or error) for a STREAM request arrived after its connection closed, or
+    after the request was already completed: dropped, never given to another session."""

@@ -230,6 +230,12 @@ class Delivery(Generic[K]):
     def cache(self) -> RouteCache[K]:
         return self._cache
 
+    def next_message_id(self) -> int:
+        """A fresh message id of this node lifecycle (the owner's repeat filter), for a
+        command this component does not build itself (a session's relay, spec 02 §5)."""
+        self._message_ids += 1
+        return self._message_ids
+
     async def resolve(self, key: K) -> Route:
         """The current Ready owner of ``key`` (cache, else one authority read)."""
         route = self._cache.get(key, self._store.recovery_epoch)
@@ -280,15 +286,13 @@ class Delivery(Generic[K]):
                             await trio.lowlevel.cancel_shielded_checkpoint()
                         return
             else:
-                peer = PeerAddress(route.mesh_name, route.node_rid)
-                if self._node.peer_state(peer) is PeerState.ADMITTED:
-                    build = self._builder(key, route, _SEND, packet, payload, deadline)
-                    try:
-                        await self._node.send(peer, build(0), wait=False)
-                    except (PeerNotAdmitted, trio.WouldBlock):
-                        pass  # nothing was queued: the general path waits for it
-                    else:
-                        return
+                build = self._builder(key, route, _SEND, packet, payload, deadline)
+                try:
+                    await self._node.send(route.peer, build(0), wait=False)
+                except (PeerNotAdmitted, trio.WouldBlock):
+                    pass  # nothing was queued: the general path waits for it
+                else:
+                    return
         await self.deliver(key, _SEND, packet, payload, deadline, route)
 
     async def request(
@@ -381,20 +385,18 @@ class Delivery(Generic[K]):
                             return result
                         return reply_value(result, reply)
             else:
-                peer = PeerAddress(route.mesh_name, route.node_rid)
-                if self._node.peer_state(peer) is PeerState.ADMITTED:
-                    build = self._builder(key, route, _REQUEST, packet, payload, deadline)
+                build = self._builder(key, route, _REQUEST, packet, payload, deadline)
+                try:
+                    pending = await self._node.request_with(route.peer, build, wait=False)
+                except (PeerNotAdmitted, trio.WouldBlock):
+                    pass  # nothing was sent: the general path waits for it
+                else:
+                    ticket = self._deadlines.watch(pending, deadline)
                     try:
-                        pending = await self._node.request_with(peer, build, wait=False)
-                    except (PeerNotAdmitted, trio.WouldBlock):
-                        pass  # nothing was sent: the general path waits for it
-                    else:
-                        ticket = self._deadlines.watch(pending, deadline)
-                        try:
-                            data = await self._remote_reply(key, route, pending)
-                        finally:
-                            self._deadlines.settled(ticket)
-                        return data if reply is None else reply_value(data, reply)
+                        data = await self._remote_reply(key, route, pending)
+                    finally:
+                        self._deadlines.settled(ticket)
+                    return data if reply is None else reply_value(data, reply)
         result = await self.deliver(key, _REQUEST, packet, payload, deadline, route)
         if reply is None and type(result) is not TypedPayload:
             return result
@@ -483,7 +485,7 @@ class Delivery(Generic[K]):
                     raise
                 finally:
                     self._deadlines.settled(ticket)
-            peer = PeerAddress(route.mesh_name, route.node_rid)
+            peer = route.peer
             refreshed = False
             data = payload if type(payload) is bytes else self._wire_payload(payload)
             while True:

@@ -24,6 +24,7 @@ from ..ids import (
     OwnerLeaseGeneration as LeaseGen,
     StableType,
 )
+from ..mesh.api import PeerAddress
 from ..store.api import ObjectKind
 
 __all__ = ["Route", "RouteCache", "RouteCacheStatistics"]
@@ -31,6 +32,10 @@ __all__ = ["Route", "RouteCache", "RouteCacheStatistics"]
 K = TypeVar("K")
 
 DEFAULT_MAX_ENTRIES: Final = 100_000
+
+
+def _peer_of(route: Route) -> PeerAddress:
+    return PeerAddress(route.mesh_name, route.node_rid)
 
 
 @attrs.frozen(slots=True)
@@ -48,6 +53,11 @@ class Route:
     """The row's object kind (a Spot call with Instance intent checks it: TypeMismatch)."""
     stable_type: StableType | None = None
     """The row's stable type (likewise)."""
+    peer: PeerAddress = attrs.field(
+        init=False, eq=False, repr=False, default=attrs.Factory(_peer_of, takes_self=True)
+    )
+    """The owner's address, made once per route (a call to a cached route looks its
+    connection up with it: no address is built or hashed per call)."""
 
 
 @attrs.frozen

@@ -252,10 +252,22 @@ class SpotCalls:
             raise reserved  # the Entry shape is the framework's: before anything else
         mesh = choose_mesh(self._config, intent.in_mesh)
         nodes = await self._store.list_nodes(mesh)
-        stable_type = choose_instance_type(nodes, mesh, intent.stable_type)
+        if row is not None and intent.stable_type is None and row.kind is ObjectKind.INSTANCE_SPOT:
+            # An activation (or a close) of this id is under way: its stored type is the
+            # one this call waits for (06 §4.2), however many types the mesh hosts.
+            stable_type = row.stable_type
+        else:
+            stable_type = choose_instance_type(nodes, mesh, intent.stable_type)
         if row is not None:
             check_intent(spot_id, row, InstanceIntent(stable_type, mesh))
         data = payload if type(payload) is bytes else self._delivery.wire_payload(payload)
+        # A send's timeout bounds its admission only (06 §5): once admitted, the
+        # activation it starts runs to the create timeout, not to the send's deadline.
+        activation_deadline = (
+            deadline
+            if kind is not _SEND
+            else max(deadline, trio.current_time() + self._config.default_create_timeout)
+        )
         operation_id = OperationId.new()
         unreachable: set[bytes] = set()
         me = self._node.identity
@@ -269,7 +281,7 @@ class SpotCalls:
                 spot_id=spot_id,
                 stable_type=stable_type,
                 descriptor_version=target.lease_generation.value,
-                timeout_ms=remaining_ms(deadline),
+                timeout_ms=remaining_ms(activation_deadline),
             )
 
             def build(correlation: int, fence: ColdActivation = fence) -> SpotDirectRoute:
@@ -288,7 +300,7 @@ class SpotCalls:
             if descriptor.node_rid == me.node_rid and descriptor.node_generation == (
                 me.node_generation
             ):
-                return await self._activate_here(build, kind, payload, deadline)
+                return await self._activate_here(build, kind, payload, activation_deadline)
             try:
                 return await self._activate_remote(
                     spot_id, mesh, descriptor.node_rid, build, kind, deadline

@@ -42,7 +42,8 @@ class EntrySpotStatistics:
     spot_id: str
     mesh_name: str
     lifecycle_turns: int
-    """Turns of the lifecycle queue that ran an approval (factory + OnCreateActor)."""
+    """Turns of the lifecycle queue: approvals (factory + OnCreateActor) and membership
+    notifications (OnDisconnectActor)."""
     application_turns: int
     """Turns of the application queue (:meth:`EntrySpot.run_application_turn`). Actor
     payloads never count here: they go to the Actor's own queue (spec 04 §3)."""
@@ -74,10 +75,11 @@ class _Lifecycle:
 
 @final
 class _Application:
-    __slots__ = ("result", "work")
+    __slots__ = ("lifecycle", "result", "work")
 
-    def __init__(self, work: ApplicationWork) -> None:
+    def __init__(self, work: ApplicationWork, *, lifecycle: bool = False) -> None:
         self.work = work
+        self.lifecycle = lifecycle
         self.result: OneShot[None] = OneShot()
 
 
@@ -138,6 +140,14 @@ class EntrySpot:
         await self._lane.submit(item)
         await item.result.wait()
 
+    async def run_lifecycle_turn(self, work: ApplicationWork) -> None:
+        """Run ``work`` as one turn of this Spot's LIFECYCLE queue (a membership
+        notification such as OnDisconnectActor, spec 02 §7), counted as a lifecycle turn.
+        Like :meth:`run_application_turn` otherwise."""
+        item = _Application(work, lifecycle=True)
+        await self._lane.submit(item, lifecycle=True)
+        await item.result.wait()
+
     async def _turn(self, item: _Approval | _Application | _Lifecycle) -> None:
         if isinstance(item, _Lifecycle):
             if item.deadline <= trio.current_time():
@@ -154,7 +164,10 @@ class EntrySpot:
             item.result.fail(DeadlineExceeded("the lifecycle turn did not finish in time"))
             return
         if isinstance(item, _Application):
-            self._application_turns += 1
+            if item.lifecycle:
+                self._lifecycle_turns += 1
+            else:
+                self._application_turns += 1
             try:
                 await item.work()
             except Exception as exc:

@@ -25,7 +25,14 @@ from ..errors import (
     TypeMismatch,
     Unavailable,
 )
-from ..ids import OperationId, SpotId, SpotRef, StableType, new_user_spot_id
+from ..ids import (
+    OperationId,
+    SpotId,
+    SpotRef,
+    StableType,
+    new_user_spot_id,
+    user_spot_id_for_operation,
+)
 from ..mesh.api import MeshNodeApi, PeerAddress
 from ..objects.authority import Authority
 from ..objects.calls import call_deadline, yield_to_caller
@@ -141,7 +148,7 @@ class SpotManager:
         lowercase canonical UUID v4). Result: SpotCreated or SpotRejected; an id that is
         taken (an active authority) ends AlreadyExists -- never a second UUID."""
         return SpotCreateCall(
-            self._run_create,
+            self._run_issued_create,
             self.id_source(),
             StableType.parse(stable_type),
             exclusive=True,
@@ -170,8 +177,24 @@ class SpotManager:
             await trio.lowlevel.checkpoint()
             raise refused
 
-    async def _run_create(self, call: SpotCreateCall, deadline: float) -> SpotCreateResult:
+    async def _run_issued_create(self, call: SpotCreateCall, deadline: float) -> SpotCreateResult:
+        """``create(type)``: under an explicit OperationId the id is derived from the
+        operation's key, so a re-submission (after it ended, or overlapping it) names the
+        same Spot and gets the original terminal; otherwise the id drawn at ``create``."""
         spot_id = call.object_id
+        if call.operation is not None:
+            me = self._node.identity
+            spot_id = user_spot_id_for_operation(
+                me.node_rid.value, me.node_generation.value, call.operation.value
+            )
+        return await self._create(call, spot_id, deadline)
+
+    async def _run_create(self, call: SpotCreateCall, deadline: float) -> SpotCreateResult:
+        return await self._create(call, call.object_id, deadline)
+
+    async def _create(
+        self, call: SpotCreateCall, spot_id: SpotId, deadline: float
+    ) -> SpotCreateResult:
         reserved = reserved_shape_error(spot_id)
         if reserved is not None:
             await trio.lowlevel.checkpoint()

@@ -22,7 +22,7 @@ from typing import Any, final
 import attrs
 
 from ..ids import StableType
-from ..objects.handlers import MessageKind, method_handler
+from ..objects.handlers import MessageKind, call_shape_problem, is_async_callable, method_handler
 from ..objects.policy import RecreateOnRelocation, RelocationPolicy
 from ..objects.registry import Handler, HandlerRegistrations, HandlerTable, check_policy, parse_type
 from ..objects.timers.handlers import TimerHandlerRegistrations, TimerHandlers
@@ -218,12 +218,14 @@ class SpotRegistry:
                     f"spot type {st.value!r}: {callback.value} callback registered twice"
                 )
                 continue
-            if not callable(fn) or not (
-                inspect.iscoroutinefunction(fn) or not inspect.isfunction(fn)
-            ):
+            if not is_async_callable(fn):
                 problems.append(
                     f"spot type {st.value!r}: the {callback.value} callback must be an async def"
                 )
+                continue
+            shape = call_shape_problem(fn)
+            if shape is not None:
+                problems.append(f"spot type {st.value!r}: the {callback.value} callback: {shape}")
                 continue
             tables[st][callback] = fn
         return tables

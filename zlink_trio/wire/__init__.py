@@ -10,6 +10,7 @@ from .codec import decode as decode, encode as encode, evolve as evolve
 from .commands import RESERVED_COMMANDS as RESERVED_COMMANDS, Command as Command
 from .enums import (
     BindAction as BindAction,
+    BoundSessionCloseAction as BoundSessionCloseAction,
     CreateState as CreateState,
     GoodbyeReason as GoodbyeReason,
     JoinResult as JoinResult,
@@ -41,6 +42,7 @@ from .records import (
     ActorJournalEnd as ActorJournalEnd,
     ActorSend as ActorSend,
     BoundSessionBind as BoundSessionBind,
+    BoundSessionClose as BoundSessionClose,
     BoundSessionReplaced as BoundSessionReplaced,
     BoundSessionSend as BoundSessionSend,
     MessageFollowRelay as MessageFollowRelay,

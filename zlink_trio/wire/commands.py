@@ -48,6 +48,7 @@ class Command(enum.IntEnum):
     RELOCATION_CUTOVER = 123
     RELOCATION_ABORT = 124
     MESSAGE_FOLLOW_RELAY = 130
+    BOUND_SESSION_CLOSE = 140
 
 
 RESERVED_COMMANDS: Final[frozenset[int]] = frozenset({45})

@@ -7,6 +7,7 @@ import enum
 
 __all__ = [
     "BindAction",
+    "BoundSessionCloseAction",
     "CreateState",
     "GoodbyeReason",
     "JoinResult",
@@ -68,6 +69,15 @@ class BindAction(enum.IntEnum):
     BIND = 0
     UNBIND = 1
     DISCONNECT = 2
+
+
+class BoundSessionCloseAction(enum.IntEnum):
+    """What a command 140 tells the session owner about one binding."""
+
+    CLOSE_CONNECTION = 0
+    """The bound Actor asks for the physical connection to close (its session.close())."""
+    BINDING_ENDED = 1
+    """The binding ended at the Actor owner: the incarnation was destroyed."""
 
 
 class ObjectKind(enum.IntEnum):

@@ -28,7 +28,14 @@ from ..ids import (
 )
 from .base import WireRecord, invalid
 from .commands import Command
-from .enums import BindAction, CreateState, MessageKind, SealResult, TerminalResult
+from .enums import (
+    BindAction,
+    BoundSessionCloseAction,
+    CreateState,
+    MessageKind,
+    SealResult,
+    TerminalResult,
+)
 from .fields import (
     ACTOR_ID,
     AUTHORITY_OWNER_GENERATION,
@@ -91,6 +98,7 @@ __all__ = [
     "ActorJournalEnd",
     "ActorSend",
     "BoundSessionBind",
+    "BoundSessionClose",
     "BoundSessionReplaced",
     "BoundSessionSend",
     "MessageFollowRelay",
@@ -296,12 +304,17 @@ class BoundSessionBind(WireRecord):
     object_generation: ObjectGeneration = attrs.field(metadata=wire(OBJECT_GENERATION))
     target_rid: NodeRid = attrs.field(metadata=wire(RID))
     target_node_generation: NodeGeneration = attrs.field(metadata=wire(NODE_GENERATION))
-    authority_owner_generation: AuthorityOwnerGeneration = attrs.field(
-        metadata=wire(AUTHORITY_OWNER_GENERATION)
+    authority_owner_generation: AuthorityOwnerGeneration | None = attrs.field(
+        metadata=wire(nullable(AUTHORITY_OWNER_GENERATION))
     )
-    owner_lease_generation: OwnerLeaseGeneration = attrs.field(
-        metadata=wire(OWNER_LEASE_GENERATION)
+    """None when the session owner's ActorRef snapshot carries no owner generation (an
+    ActorRef names id, generation and location only): the owner then admits on
+    ObjectGeneration and NodeGeneration, and its BindTail tells the generation."""
+    owner_lease_generation: OwnerLeaseGeneration | None = attrs.field(
+        metadata=wire(nullable(OWNER_LEASE_GENERATION))
     )
+    """The caller's copy of the owner's lease generation, when it has one; carried, never
+    an admission input (spec 02 §5)."""
     session_rid: bytes = attrs.field(metadata=wire(SESSION_RID))
     binding_generation: int = attrs.field(metadata=wire(U64))
     action: BindAction = attrs.field(
@@ -319,6 +332,31 @@ class BoundSessionReplaced(WireRecord):
     COMMAND: ClassVar[Command] = Command.BOUND_SESSION_REPLACED
     source: ActorAuthorityFence = attrs.field(metadata=wire(Nested(ActorAuthorityFence)))
     previous: RetiredSessionBinding = attrs.field(metadata=wire(Nested(RetiredSessionBinding)))
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class BoundSessionClose(WireRecord):
+    """140 boundSessionClose (ours): Actor owner → session owner, one-way, about one
+    binding: ``CLOSE_CONNECTION`` is the Actor's bound-session close request (spec 02 §5:
+    "connection close 요청"); ``BINDING_ENDED`` tells the session owner the binding ended
+    at the owner (the incarnation was destroyed). The session owner applies it only when
+    every identity value matches its current binding, like a 36."""
+
+    COMMAND: ClassVar[Command] = Command.BOUND_SESSION_CLOSE
+    source_rid: NodeRid = attrs.field(metadata=wire(RID))
+    source_generation: NodeGeneration = attrs.field(metadata=wire(NODE_GENERATION))
+    actor_id: ActorId = attrs.field(metadata=wire(ACTOR_ID))
+    object_generation: ObjectGeneration = attrs.field(metadata=wire(OBJECT_GENERATION))
+    authority_owner_generation: AuthorityOwnerGeneration = attrs.field(
+        metadata=wire(AUTHORITY_OWNER_GENERATION)
+    )
+    session_owner_rid: NodeRid = attrs.field(metadata=wire(RID))
+    session_owner_generation: NodeGeneration = attrs.field(metadata=wire(NODE_GENERATION))
+    session_rid: bytes = attrs.field(metadata=wire(SESSION_RID))
+    binding_generation: int = attrs.field(metadata=wire(U64))
+    action: BoundSessionCloseAction = attrs.field(
+        metadata=wire(IntEnumField(BoundSessionCloseAction))
+    )
 
 
 # --- 39: Spot direct route ------------------------------------------------------------------
@@ -465,6 +503,7 @@ ALL_RECORDS: Final[tuple[type[WireRecord], ...]] = (
     RelocationCutover,
     RelocationAbort,
     MessageFollowRelay,
+    BoundSessionClose,
 )
 """Every record class, one per :class:`Command` member."""
 
@@ -497,5 +536,6 @@ Record = (
     | RelocationCutover
     | RelocationAbort
     | MessageFollowRelay
+    | BoundSessionClose
 )
 """Any decoded record; ``match`` on it is exhaustiveness-checked by mypy."""

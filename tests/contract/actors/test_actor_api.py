@@ -253,9 +253,12 @@ async def test_factory_receives_only_the_context(clock: object, store: CountingS
     host_app = App()
     host_app.enable_actor_dispatch()
     host_app.register_actor("probe", factory, relocation=RecreateOnRelocation())
-    host_app.register_actor_handler(
-        "probe", MessageKind.REQUEST, "session", lambda actor, payload: actor.session(payload)
-    )
+
+    async def session(actor: Any, payload: bytes) -> bytes:
+        reply: bytes = await actor.session(payload)
+        return reply
+
+    host_app.register_actor_handler("probe", MessageKind.REQUEST, "session", session)
     apps = [client_app(), host_app]
     async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:
         await cluster.wait_all_admitted()
@@ -326,9 +329,12 @@ async def test_a04_21_factory_exposing_another_context_never_publishes(
     app = App()
     app.enable_actor_dispatch()
     app.register_actor("shape", factory, relocation=RecreateOnRelocation())
-    app.register_actor_handler(
-        "shape", MessageKind.REQUEST, "echo", lambda actor, payload: actor.echo(payload)
-    )
+
+    async def echo(actor: Any, payload: bytes) -> bytes:
+        reply: bytes = await actor.echo(payload)
+        return reply
+
+    app.register_actor_handler("shape", MessageKind.REQUEST, "echo", echo)
     app.on_create_actor(on_create)
     apps = [client_app(), app]
     async with open_cluster(2, store=store, app=lambda i: apps[i]) as cluster:

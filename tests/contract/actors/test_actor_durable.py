@@ -8,7 +8,7 @@ import trio
 import trio.testing
 from actor_kit import Recorder, blackout, client_app, make_app
 
-from zlink_trio import ApplicationError, DeadlineExceeded, ProtocolError, Unavailable
+from zlink_trio import ApplicationError, DeadlineExceeded, Unavailable
 from zlink_trio.actors.results import Created
 from zlink_trio.config import MIB
 from zlink_trio.spots.approval import ActorCreateEvent, Approve, CreateDecision, Reject
@@ -253,8 +253,10 @@ async def test_a04_23_an_encode_failure_ends_at_once_after_one_attempt(
     clock: object, store: CountingStore
 ) -> None:
     """A04-23: an encode failure (the application approves or rejects with a reply that
-    cannot be encoded: over the 1 MiB payload limit) ends the create at once with the
-    typed ProtocolError, after exactly one attempt on the wire, never replayed; like any
+    cannot be sent: over max_reply_bytes, 1 MiB) ends the create at once with the typed
+    ApplicationError (the application's mistake, as for a handler reply; docs/decisions.md
+    "A create callback's bad reply"), after exactly one attempt on the wire, never
+    replayed; like any
     Failed create (A04-21) it leaves nothing behind: Find is None, the reserved capacity
     is given back, and the ActorId can be created right after."""
     rec = Recorder()
@@ -277,7 +279,7 @@ async def test_a04_23_an_encode_failure_ends_at_once_after_one_attempt(
         for attempt, request in enumerate((b"approve-too-big", b"reject-too-big"), 1):
             tap.clear()
             start = trio.current_time()
-            with pytest.raises(ProtocolError):
+            with pytest.raises(ApplicationError, match="max_reply_bytes"):
                 await caller.create("unencodable", "player").request(request).timeout(60)
             assert trio.current_time() - start == 0.0
             assert tap.count(node=me, command=Command.ACTOR_CREATE) == 1

@@ -645,14 +645,6 @@ async def test_a_stop_while_a_tick_waits_for_a_full_queue(
 # --- startup ------------------------------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: the timer handler's signature is never checked: an @on_timer method that "
-        "takes no payload parameter starts fine and raises TypeError at every "
-        "tick (handler_crashed), instead of a startup ConfigurationError"
-    ),
-)
 @pytest.mark.parametrize("backend", ["memory"])  # no Store involved
 async def test_a_timer_handler_with_a_wrong_signature_is_refused_at_startup(
     clock: trio.testing.MockClock,

@@ -278,14 +278,6 @@ async def test_s06_02_a_live_entry_spot_id_is_not_a_user_spot(
 # --- §3: create / get_or_create --------------------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: create(type) draws a fresh UUID per call, so a re-submission with the same "
-        "operation_id names another id and its retained terminal is refused as "
-        "'operation id already used' (InvalidOperation) instead of being returned"
-    ),
-)
 async def test_s06_07_create_type_replayed_with_its_operation_id_gets_its_terminal(
     clock: object, store: CountingStore
 ) -> None:
@@ -306,14 +298,6 @@ async def test_s06_07_create_type_replayed_with_its_operation_id_gets_its_termin
         assert probe.total_runs == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: an overlapping re-submission of create(type) with the same operation_id "
-        "reserves a SECOND framework UUID, joins the original attempt and then fails "
-        "InvalidOperation ('operation id already used') instead of returning its Created"
-    ),
-)
 async def test_s06_07_create_type_replay_overlapping_the_original(
     clock: object, store: CountingStore
 ) -> None:
@@ -640,14 +624,6 @@ async def test_s06_05_a_create_callback_returning_junk_is_an_application_error(
         assert hosted_spots(cluster.servers[0]) == ()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: an Approve whose reply is not bytes, or is over 1 MiB, ends the create with "
-        "ProtocolError ('cannot encode command 20 (TERMINAL_REPLY)') -- the wire-protocol "
-        "kind, even for a local create -- instead of ApplicationError"
-    ),
-)
 @pytest.mark.parametrize("request_bytes", [b"strreply", b"bigreply"])
 async def test_s06_05_a_bad_create_reply_is_the_applications_error(
     clock: object, store: CountingStore, request_bytes: bytes
@@ -1135,13 +1111,6 @@ async def test_s06_01_spot_types_need_a_server_mesh_and_a_store() -> None:
             raise AssertionError("the server must not start")  # pragma: no cover
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: PreserveStateWith takes any adapter object (None, an int) unchecked; the "
-        "registration is accepted at startup and would fail only at the first relocation"
-    ),
-)
 @pytest.mark.parametrize("adapter", [None, 42], ids=["none", "int"])
 async def test_s06_preserve_state_needs_an_adapter(adapter: object) -> None:
     """§8 ("PreserveStateWith는 Spot type에 맞는 SpotRelocationAdapter를 요구한다"): a
@@ -1160,14 +1129,6 @@ async def test_s06_preserve_state_needs_an_adapter(adapter: object) -> None:
             raise AssertionError("the server must not start")  # pragma: no cover
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a lifecycle callback that is a functools.partial of a plain def passes the "
-        "startup check (only inspect.isfunction objects are checked) and fails every "
-        "create later with ApplicationError ('NoneType can't be used in await')"
-    ),
-)
 async def test_s06_a_partial_of_a_plain_def_callback_is_refused_at_startup() -> None:
     """docs/api.md ("Handlers are async def: a marked plain def method is a startup
     ConfigurationError"; SPOTS_API.md: "a non-async def → error"): a CREATE callback
@@ -1534,15 +1495,6 @@ async def test_s06_19_a_hung_close_callback_is_bounded_by_the_nodes_stop(
         assert again.spot.node_rid == caller.identity.node_rid
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a retained create terminal is matched to a re-submission by the bare id "
-        "TEXT only (not its kind/namespace): an OperationId used for Actor 'same' and "
-        "then for User Spot 'same' returns the Actor's terminal as a SpotCreated for a "
-        "Spot that was never created (and vice versa)"
-    ),
-)
 @pytest.mark.parametrize("first", ["actor", "spot"])
 async def test_s06_07_an_operation_id_of_another_kinds_create_is_not_this_ones_terminal(
     clock: object, store: CountingStore, first: str
@@ -1667,14 +1619,6 @@ async def test_s06_07_waiters_on_a_creating_attempt_reserve_nothing(
         assert probe.runs("w") == 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "BUG: a plain-def FUNCTION handler given to App.register_spot_handler is accepted "
-        "at startup (HandlerRegistrations.validate checks only marked class methods); it "
-        "would fail every call later with TypeError ('can't be used in await')"
-    ),
-)
 async def test_s06_a_plain_def_function_handler_is_refused_at_startup() -> None:
     """SPOTS_API.md §1 ("handler/callback for an unregistered type, twice the same key, a
     non-``async def`` → error", checked at startup) / docs/api.md ("Handlers are async

@@ -59,9 +59,9 @@ class HoldAfter(StoreWrapper):
         return result
 
 
-def _cluster(rec: Recorder, target_store: object, recording: RecordingStore) -> Any:
+def _cluster(rec: Recorder, target_store: object, recording: RecordingStore, **caller: Any) -> Any:
     configs = [
-        client_config(**LEASES),
+        client_config(**LEASES, **caller),
         server_config(location_store=target_store, **LEASES),
     ]
     return open_cluster(
@@ -185,7 +185,9 @@ async def test_s06_15_a_resume_after_the_activation_deadline_aborts_with_the_exa
     the message is dropped (counted as activation_aborted), nothing runs."""
     rec = Recorder(factory_gate=trio.Event())
     recording = RecordingStore(store)
-    async with _cluster(rec, recording, recording) as cluster:
+    # A send's activation runs to the caller's create timeout (its own timeout bounds
+    # only its admission): 0.5 s here, so the deadline passes before the dead lease.
+    async with _cluster(rec, recording, recording, default_create_timeout=0.5) as cluster:
         await cluster.wait_all_admitted()
         caller = cluster.servers[0]
         await caller.spots.send("c1", "note", b"first").instance("cart").timeout(0.5)

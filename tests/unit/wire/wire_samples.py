@@ -34,6 +34,8 @@ from zlink_trio.wire import (
     BindAction,
     BindTail,
     BoundSessionBind,
+    BoundSessionClose,
+    BoundSessionCloseAction,
     BoundSessionReplaced,
     BoundSessionSend,
     CloseTail,
@@ -466,6 +468,24 @@ ALL_SAMPLES: Final[tuple[WireRecord, ...]] = (
         target_generation=gen(164),
         hops=1,
         inner=b"\x82\x18\x18\x00",
+    ),
+    attrs.evolve(
+        BOUND_SESSION_BIND,
+        action=BindAction.UNBIND,
+        authority_owner_generation=None,
+        owner_lease_generation=None,
+    ),
+    BoundSessionClose(
+        source_rid=RID_B,
+        source_generation=gen(171),
+        actor_id=ACTOR,
+        object_generation=ObjectGeneration(172),
+        authority_owner_generation=AuthorityOwnerGeneration(173),
+        session_owner_rid=RID_C,
+        session_owner_generation=gen(174),
+        session_rid=SESSION_RID,
+        binding_generation=175,
+        action=BoundSessionCloseAction.BINDING_ENDED,
     ),
 )
 """At least one sample of every record class and of every union variant."""

@@ -17,7 +17,13 @@ from typing import Any, Final, TypeVar, final
 
 from ...ids import InvalidId, StableType, check_text_id
 from ...wire.payloads import PayloadRegistry
-from ..handlers import TypedHandler, method_handler, typed_handler
+from ..handlers import (
+    TypedHandler,
+    call_shape_problem,
+    is_async_callable,
+    method_handler,
+    typed_handler,
+)
 
 __all__ = [
     "TIMER_MARK",
@@ -123,10 +129,14 @@ class TimerHandlerRegistrations:
             if name in tables[st]:
                 problems.append(f"{noun} type {st.value!r}: timer {name!r} has two handlers")
                 continue
-            if not callable(fn) or (inspect.isfunction(fn) and not inspect.iscoroutinefunction(fn)):
+            if not is_async_callable(fn):
                 problems.append(
                     f"{noun} type {st.value!r}: timer handler {name!r} must be an async def"
                 )
+                continue
+            shape = call_shape_problem(fn)
+            if shape is not None:
+                problems.append(f"{noun} type {st.value!r}: timer handler {name!r}: {shape}")
                 continue
             try:
                 typed = typed_handler(fn, payloads)

@@ -1,0 +1,251 @@
+"""The websocket round trip relay → Actor → push, next to a raw trio-websocket echo.
+
+Usage: python benchmarks/bench_stream.py [--seconds S] [--rounds N] [--same-process]
+
+One server process runs both endpoints in one ``trio.run``:
+
+* ``stream``: a zlink_trio node with a STREAM endpoint. Each client authenticates as its
+  own Actor (AutoBind.GET_OR_CREATE binds it before the timing starts); the client sends a
+  ``Send`` frame; it is relayed to the bound Actor (its own queue, a turn on the engine)
+  and the Actor's handler pushes the payload back (``context.session.push``): a ``Push``
+  frame. One round trip = Send out, Push in. Two forms of the relay: ``route_packet``
+  (declarative: the framework relays it from the connection's reader while the session
+  has nothing queued) and an ``on_packet`` handler (a session turn calls ``relay``).
+* ``raw``: a trio-websocket echo server (``serve_websocket``; the handler echoes each
+  message): one round trip = one message out, the same message back, with the payload of
+  the same size as the stream's frame.
+
+The clients run in a SECOND OS process (``--same-process``: in the server's process), 1
+client and 64 clients, each for ``--seconds``, ``--rounds`` times interleaved (stream, raw,
+stream, raw, ...); the best round of each is printed, the ratio stream/raw LAST.
+Machines are shared and noisy: only the same-run ratio means anything.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Any
+
+import trio
+from trio_websocket import open_websocket_url, serve_websocket
+
+from zlink_trio import (
+    App,
+    MeshConfig,
+    RecreateOnRelocation,
+    ServerConfig,
+    on_send,
+    open_server,
+)
+from zlink_trio.client import open_stream_client
+from zlink_trio.config import StreamConfig
+from zlink_trio.stream import Authenticated, AutoBind, Packet
+from zlink_trio.wire.stream import Push, Send, encode_frame
+
+PAYLOAD = b"x" * 64
+FRAME = encode_frame(Send(packet="move", payload=PAYLOAD))
+SERVED = [0]
+"""Round trips the server completed (Actor pushes and raw echoes): CPU per round trip."""
+
+
+def stream_app() -> App:
+    app = App()
+    app.enable_actor_dispatch()
+
+    class Player:
+        def __init__(self, context: Any) -> None:
+            self.context = context
+
+        @on_send("move")
+        async def move(self, payload: bytes) -> None:
+            SERVED[0] += 1
+            await self.context.session.push("moved", payload)
+
+    app.register_actor("player", Player, relocation=RecreateOnRelocation())
+
+    @app.authenticate
+    async def authenticate(request: Any) -> Authenticated:
+        return Authenticated(request.credentials.decode(), "player", bind=AutoBind.GET_OR_CREATE)
+
+    @app.on_packet("move")
+    async def move(packet: Packet, payload: bytes) -> None:
+        # The packet handler form: a session turn relays it.
+        session = packet.session
+        bound = session.actors.find(session.identity.actor_id)
+        assert bound is not None
+        await bound.relay(packet, payload)
+
+    # The declarative form: the framework relays it without a session turn.
+    app.route_packet("step", packet="move")
+    return app
+
+
+async def echo(request: Any) -> None:
+    ws = await request.accept()
+    try:
+        while True:
+            message = await ws.get_message()
+            SERVED[0] += 1
+            await ws.send_message(message)
+    except Exception:
+        return
+
+
+# ----- clients -----------------------------------------------------------------------------
+async def _stream_clients(url: str, clients: int, seconds: float, packet: str) -> float:
+    done = 0
+    ready = trio.Event()
+    started = 0
+
+    async def one(index: int) -> None:
+        nonlocal done, started
+        async with open_stream_client(url, f"bench-{index}".encode()) as client:
+            await client.receive()  # Bound
+            started += 1
+            if started == clients:
+                ready.set()
+            await ready.wait()
+            while True:
+                await client.send(packet, PAYLOAD)
+                while not isinstance(await client.receive(), Push):
+                    pass
+                done += 1
+
+    async with trio.open_nursery() as nursery:
+        for i in range(clients):
+            nursery.start_soon(one, i)
+        await ready.wait()
+        base, start = done, time.perf_counter()
+        await trio.sleep(seconds)
+        rate = (done - base) / (time.perf_counter() - start)
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+async def _raw_clients(url: str, clients: int, seconds: float) -> float:
+    done = 0
+    ready = trio.Event()
+    started = 0
+
+    async def one() -> None:
+        nonlocal done, started
+        async with open_websocket_url(url) as ws:
+            started += 1
+            if started == clients:
+                ready.set()
+            await ready.wait()
+            while True:
+                await ws.send_message(FRAME)
+                await ws.get_message()
+                done += 1
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(clients):
+            nursery.start_soon(one)
+        await ready.wait()
+        base, start = done, time.perf_counter()
+        await trio.sleep(seconds)
+        rate = (done - base) / (time.perf_counter() - start)
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+async def client_main(mode: str, url: str, clients: int, seconds: float) -> float:
+    if mode == "handler":
+        return await _stream_clients(url, clients, seconds, "move")
+    if mode == "route":
+        return await _stream_clients(url, clients, seconds, "step")
+    return await _raw_clients(url, clients, seconds)
+
+
+# ----- server + driver ---------------------------------------------------------------------
+async def _measure(
+    mode: str, url: str, clients: int, seconds: float, same_process: bool
+) -> tuple[float, float]:
+    """(round trips/s, server CPU µs per round trip: this process's CPU time over the
+    whole measurement, connects included, divided by the round trips served)."""
+    cpu, served = time.process_time(), SERVED[0]
+    rate = await _run_clients(mode, url, clients, seconds, same_process)
+    cpu_us = (time.process_time() - cpu) * 1e6 / max(1, SERVED[0] - served)
+    return rate, cpu_us
+
+
+async def _run_clients(
+    mode: str, url: str, clients: int, seconds: float, same_process: bool
+) -> float:
+    if same_process:
+        return await client_main(mode, url, clients, seconds)
+    command = [
+        sys.executable,
+        __file__,
+        "--client",
+        mode,
+        "--url",
+        url,
+        "--clients",
+        str(clients),
+        "--seconds",
+        str(seconds),
+    ]
+    result = await trio.run_process(command, capture_stdout=True)
+    return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["rate"])
+
+
+async def server_main(seconds: float, rounds: int, same_process: bool) -> None:
+    config = ServerConfig(
+        meshes=(MeshConfig(name="bench"),),
+        cluster_secret=b"b" * 32,
+        stream=StreamConfig(outbound_queue=4096),
+    )
+    async with open_server(config, stream_app()) as server, trio.open_nursery() as nursery:
+        raw = await nursery.start(serve_websocket, echo, "127.0.0.1", 0, None)
+        stream_url = server.stream.url
+        raw_url = f"ws://127.0.0.1:{raw.port}/"
+        where = "same process" if same_process else "client in a 2nd process"
+        for clients in (1, 64):
+            best = {"handler": 0.0, "route": 0.0, "raw": 0.0}
+            cpu = {"handler": 1e9, "route": 1e9, "raw": 1e9}
+            for _ in range(rounds):
+                for mode, url in (
+                    ("route", stream_url),
+                    ("raw", raw_url),
+                    ("handler", stream_url),
+                ):
+                    rate, cpu_us = await _measure(mode, url, clients, seconds, same_process)
+                    best[mode] = max(best[mode], rate)
+                    cpu[mode] = min(cpu[mode], cpu_us)
+            for mode, what in (
+                ("route", "route_packet relay->actor->push"),
+                ("handler", "on_packet handler relay->actor->push"),
+            ):
+                print(
+                    f"websocket round trip, {clients:2d} client(s), {where}: "
+                    f"{what} {best[mode]:8.0f}/s ({cpu[mode]:5.0f} us server CPU) | "
+                    f"raw trio-websocket echo {best['raw']:8.0f}/s ({cpu['raw']:5.0f} us) | "
+                    f"ratio {best[mode] / best['raw']:.2f}",
+                    flush=True,
+                )
+        nursery.cancel_scope.cancel()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--same-process", action="store_true")
+    parser.add_argument("--client", choices=["handler", "route", "raw"])
+    parser.add_argument("--url")
+    parser.add_argument("--clients", type=int, default=1)
+    args = parser.parse_args()
+    if args.client:
+        rate = trio.run(client_main, args.client, args.url, args.clients, args.seconds)
+        print(json.dumps({"rate": rate}))
+        return
+    trio.run(server_main, args.seconds, args.rounds, args.same_process)
+
+
+if __name__ == "__main__":
+    main()

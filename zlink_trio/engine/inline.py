@@ -1,0 +1,74 @@
+"""Inline turns: a lane's turn run in the task that brought its item, instead of a runner.
+
+A connection's reader that decodes a lone frame for an idle lane can run that lane's turn
+itself (:meth:`Lane.run_here <zlink_trio.engine.Lane.run_here>`): the item then costs no
+hand-off to a runner, no scheduler pass before the handler starts and none after it. The
+task lent to the turn is its *host* (:class:`TurnHost`), which the engine tells what
+happens:
+
+* ``enter_turn()`` / ``exit_turn()`` bracket the turn;
+* ``turn_suspended()`` is called the first time the turn waits for anything (its handler
+  yields to the scheduler): the host's own work (reading its connection) must go on in
+  another task from then on, because this one stays with the turn until it ends;
+* ``cancel_turn()`` cancels the turn when the engine halts or shuts down (what a runner's
+  cancel scope does for the turns it runs).
+
+The suspension is seen by driving the turn's coroutine one step by hand
+(:func:`watch_first_wait`): a turn that completes without waiting (the common case) costs
+one ``send`` and one ``StopIteration``; one that waits is then delegated as ``await``
+would, trap by trap, in the same task (a coroutine cannot change tasks: trio binds what it
+waits for, and every cancel scope it enters, to the task that runs it).
+"""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Awaitable, Callable, Generator
+from typing import Any, Protocol
+
+__all__ = ["TurnHost", "watch_first_wait"]
+
+
+class TurnHost(Protocol):
+    """The task an inline turn borrows (see the module docstring)."""
+
+    def enter_turn(self) -> None: ...
+
+    def turn_suspended(self) -> None: ...
+
+    def exit_turn(self) -> None: ...
+
+    def cancel_turn(self) -> None: ...
+
+
+@types.coroutine
+def watch_first_wait(
+    awaitable: Awaitable[None], first_wait: Callable[[], object]
+) -> Generator[Any, Any, None]:
+    """Await ``awaitable``, calling ``first_wait()`` just before it first yields to the
+    scheduler (never, if it completes without waiting). ``yield from`` semantics
+    otherwise: what the scheduler sends or throws goes to it; closing closes it."""
+    coro = awaitable.__await__()
+    try:
+        trap = coro.send(None)
+    except StopIteration:
+        return
+    first_wait()
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:  # Cancelled, KeyboardInterrupt: the turn decides
+            try:
+                trap = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                trap = coro.send(sent)
+            except StopIteration:
+                return
