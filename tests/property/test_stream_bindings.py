@@ -8,7 +8,8 @@ What must hold in every interleaving, whatever the model says:
 * at most one session has the Actor bound at any time (asked through each open session);
 * a push reaches only the session that holds the current binding, exactly once, and a push
   without a binding is session-not-bound;
-* each connection's binding gets its OnDisconnectActor at most once;
+* each binding (connection id + binding generation) gets its OnDisconnectActor at most
+  once (a connection may bind again after a NotifyDisconnected: a new binding);
 * a relay succeeds exactly when the session holds the current binding.
 """
 
@@ -76,7 +77,8 @@ def _app(node: int, refs: dict[str, ActorRef], disconnects: list[bytes]) -> App:
 
     @app.on_disconnect_actor
     async def on_disconnect(event: Any) -> None:
-        disconnects.append(event.connection_id)
+        # one notification per binding: a connection may bind again after a notify
+        disconnects.append(event.connection_id + event.binding_generation.to_bytes(8, "big"))
 
     @app.on_packet("bind")
     async def bind(packet: Packet, payload: bytes) -> None:

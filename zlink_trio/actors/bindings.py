@@ -115,6 +115,9 @@ class DisconnectEvent:
 
     actor: ActorRef
     connection_id: bytes
+    binding_generation: int = 0
+    """Which binding of that connection ended: a connection that binds the Actor again
+    after a NotifyDisconnected has a new binding, notified once in its turn."""
 
 
 OnDisconnectActor = Callable[[DisconnectEvent], Awaitable[object]]
@@ -461,7 +464,9 @@ class ActorBindings:
             spot_id = await slot.wait()
         if spot_id is None:
             return
-        event = DisconnectEvent(hosted.ref(), binding.identity.session_rid)
+        event = DisconnectEvent(
+            hosted.ref(), binding.identity.session_rid, binding.identity.binding_generation
+        )
         callback = self._on_disconnect
         for entry in self._entry_spots.values():
             if entry.spot_id == spot_id:
