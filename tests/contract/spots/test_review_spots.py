@@ -1131,7 +1131,7 @@ async def test_s06_preserve_state_needs_an_adapter(adapter: object) -> None:
 
 async def test_s06_a_partial_of_a_plain_def_callback_is_refused_at_startup() -> None:
     """docs/api.md ("Handlers are async def: a marked plain def method is a startup
-    ConfigurationError"; SPOTS_API.md: "a non-async def → error"): a CREATE callback
+    ConfigurationError"; docs/spots-internals.md: "a non-async def → error"): a CREATE callback
     ``functools.partial(plain_def)`` is refused at startup, not at every create."""
     import functools
 
@@ -1620,7 +1620,7 @@ async def test_s06_07_waiters_on_a_creating_attempt_reserve_nothing(
 
 
 async def test_s06_a_plain_def_function_handler_is_refused_at_startup() -> None:
-    """SPOTS_API.md §1 ("handler/callback for an unregistered type, twice the same key, a
+    """docs/spots-internals.md §1 ("handler/callback for an unregistered type, twice the same key, a
     non-``async def`` → error", checked at startup) / docs/api.md ("Handlers are async
     def"): ``register_spot_handler(type, REQUEST, "x", plain_def)`` is a startup
     ConfigurationError."""
