@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, final
+from typing import Any, Final, final
 
 from ..config import ServerConfig
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
-from ..ids import ActorId, OperationId
-from ..mesh.api import MeshNodeApi
+from ..ids import ActorId
+from ..mesh.api import EncodedCommand, MeshNodeApi
 from ..objects.durable import remaining_ms
 from ..objects.sinks import raise_for_failure
 from ..objects.unreachable import OwnerUnreachable
@@ -33,6 +33,7 @@ from ..store.api import LocationStore, ObjectKind
 from ..wire.enums import MessageKind
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
+from ..wire.templates import ActorSendTemplate
 from .authority import Authority
 from .host import ActorHost
 from .hosted import ActorItem, Deliver
@@ -40,15 +41,54 @@ from .hosted import ActorItem, Deliver
 __all__ = ["NEVER", "SEND_YIELD_EVERY", "ActorTarget", "Messenger"]
 
 
+_TEMPLATES_MAX: Final = 4096
+"""Routes whose command-24 template is kept (cleared when full, as the client's caches)."""
+
+
+@final
+class _ActorCommand(EncodedCommand):
+    """One remote message: its 24 as a body from the route's template (or as a record,
+    for an instrumented connection)."""
+
+    __slots__ = ("_kind", "_message_id", "_packet", "_payload", "_template", "_timeout_ms")
+
+    def __init__(
+        self,
+        template: ActorSendTemplate,
+        kind: MessageKind,
+        packet: str,
+        payload: bytes,
+        timeout_ms: int,
+        message_id: int,
+    ) -> None:
+        self._template = template
+        self._kind = kind
+        self._packet = packet
+        self._payload = payload
+        self._timeout_ms = timeout_ms
+        self._message_id = message_id
+
+    def __call__(self, correlation: int) -> ActorSend:
+        return self._template.record(
+            correlation, self._kind, self._packet, self._payload, self._timeout_ms, self._message_id
+        )
+
+    def body(self, correlation: int) -> bytes:
+        return self._template.body(
+            correlation, self._kind, self._packet, self._payload, self._timeout_ms, self._message_id
+        )
+
+
 @final
 class ActorTarget:
     """The :class:`~zlink_trio.routing.deliver.DeliveryTarget` of Actors."""
 
-    __slots__ = ("_host", "_node", "item", "ready_lane")
+    __slots__ = ("_host", "_node", "_templates", "item", "ready_lane")
 
     def __init__(self, node: MeshNodeApi, host: ActorHost) -> None:
         self._node = node
         self._host = host
+        self._templates: dict[int, tuple[Route, ActorId, ActorSendTemplate]] = {}
         self.ready_lane: Callable[[ActorId], Lane[ActorDeliveryLane, ActorItem] | None] = (
             host.ready_lane
         )
@@ -74,13 +114,13 @@ class ActorTarget:
         deadline: float,
         message_id: int,
     ) -> Callable[[int], ActorSend]:
-        me = self._node.identity
-        operation_id = OperationId(message_id)
-        timeout_ms = remaining_ms(deadline)
-
-        def build(correlation: int) -> ActorSend:
-            return ActorSend(
-                correlation=correlation,
+        # The constant part of the 24 (source, target, id, fences) is encoded once per
+        # route (one template per route, kept while the route is among the last ones).
+        templates = self._templates
+        memo = templates.get(id(route))
+        if memo is None or memo[0] is not route or memo[1] != key:
+            me = self._node.identity
+            template = ActorSendTemplate(
                 source_rid=me.node_rid,
                 source_generation=me.node_generation,
                 target_rid=route.node_rid,
@@ -89,14 +129,11 @@ class ActorTarget:
                 route_object_generation=route.object_generation,
                 expected_owner_generation=route.owner_generation,
                 owner_lease_generation=route.lease_generation,
-                message_kind=kind,
-                packet_name=packet,
-                payload=payload,
-                timeout_ms=timeout_ms,
-                operation_id=operation_id,
             )
-
-        return build
+            if len(templates) >= _TEMPLATES_MAX:
+                templates.clear()
+            templates[id(route)] = memo = (route, key, template)
+        return _ActorCommand(memo[2], kind, packet, payload, remaining_ms(deadline), message_id)
 
     def result(self, reply: TerminalReply) -> bytes | None:
         raise_for_failure(reply)

@@ -48,6 +48,7 @@ from ..ids import MeshName, NodeGeneration, NodeRid, SpotId
 from ..store.api import OwnerFence
 
 __all__ = [
+    "EncodedCommand",
     "InboundHandler",
     "LinkLost",
     "MeshNodeApi",
@@ -119,6 +120,26 @@ class PeerState(enum.Enum):
 
 
 InboundHandler = Callable[[PeerIdentity, Any], Awaitable[None]]
+
+
+class EncodedCommand:
+    """What :meth:`MeshNodeApi.request_with` / :meth:`~MeshNodeApi.send` take instead of a
+    record (or of a record builder): a command that can write its body without the record
+    being built (hot paths: the constant part of a request encoded once per route, and
+    the reply that answers it). Calling it builds the equivalent record (what an
+    instrumented connection — fault plan, wire tap — and the checked encoder see).
+
+    Subclasses implement both, with the same correlation (0 for a one-way send)."""
+
+    __slots__ = ()
+
+    def __call__(self, correlation: int) -> Any:
+        """The record."""
+        raise NotImplementedError
+
+    def body(self, correlation: int) -> bytes:
+        """``wire.encode(self(correlation))`` (raises ProtocolError as it does)."""
+        raise NotImplementedError
 
 
 class PendingReply(Protocol):

@@ -73,7 +73,7 @@ from .stats import NodePhase
 if TYPE_CHECKING:
     from .state import TransportState
 
-__all__ = ["BATCH_BYTES", "Connection"]
+__all__ = ["BATCH_BYTES", "ENCODED", "Connection"]
 
 logger = logging.getLogger("zlink_trio.mesh")
 
@@ -91,6 +91,14 @@ class _Rest:
 
 
 _REST: Final = _Rest()
+
+
+class _Encoded:
+    """Lane record of a frame whose body was encoded without its record being built
+    (``mesh.api.EncodedCommand``): only ever on a :attr:`Connection.plain` connection."""
+
+
+ENCODED: Final = _Encoded()
 _RUNNING: Final = NodePhase.RUNNING
 _NEVER: Final = math.inf
 
@@ -120,6 +128,7 @@ class Connection:
         "deliver",
         "dialed",
         "peer",
+        "plain",
         "preferred",
         "wake_at",
         "write_batch",
@@ -154,6 +163,9 @@ class Connection:
         """Write one batch taken from the lane (may be empty after a :attr:`wake_at`)."""
         self.deliver: Callable[[Any], Awaitable[None]] = self._dispatch
         """Handle one decoded inbound record."""
+        self.plain = True
+        """No instrumentation replaced the hooks: frames need no record, only their body
+        (an instrumented connection gets every frame's record)."""
         self.wake_at = _NEVER
         """The writer also wakes at this time (with an empty batch)."""
 

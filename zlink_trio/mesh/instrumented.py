@@ -100,6 +100,7 @@ class _Hooks:
         conn.write_direct = self.write_direct
         conn.write_batch = self.write_batch
         conn.deliver = self.deliver
+        conn.plain = False  # the plan and the tap see every frame's record
 
     def _pending(self) -> bool:
         return bool(self._delayed or self._reordered)

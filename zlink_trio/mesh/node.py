@@ -39,9 +39,11 @@ from ..errors import (
 )
 from ..ids import MeshName, NodeGeneration, NodeRid, SpotId, StableType, new_entry_spot_id
 from ..store.api import Endpoint, LocationStore, OwnerFence
-from ..wire import Command, encode, evolve
+from ..wire import Command, evolve
+from ..wire.templates import encode_fast
 from .acceptor import serve_inbound
 from .api import (
+    EncodedCommand,
     InboundHandler,
     NodeIdentity,
     PeerAddress,
@@ -49,6 +51,7 @@ from .api import (
     PeerNotAdmitted,
     PeerState,
 )
+from .connection import ENCODED as _ENCODED
 from .descriptors import advertised_host, build_descriptors
 from .dialer import dial_loop
 from .faults import FaultPlan
@@ -237,6 +240,11 @@ class MeshNode:
         if conn is None:
             await trio.lowlevel.checkpoint()
             raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
+        if isinstance(record, EncodedCommand):
+            if conn.plain:
+                await conn.send(_ENCODED, self._checked(record.body(0)), flush=flush, wait=wait)
+                return conn.peer
+            record = record(0)
         await conn.send(record, self._encode(record), flush=flush, wait=wait)
         return conn.peer
 
@@ -265,8 +273,12 @@ class MeshNode:
             raise PeerNotAdmitted(f"no admitted connection to {peer.node_rid} in {peer.mesh_name}")
         pending = self._replies.register(conn.peer, conn)
         try:
-            record = build(pending.correlation)
-            await conn.send(record, self._encode(record), checkpoint=False, wait=wait)
+            if conn.plain and isinstance(build, EncodedCommand):
+                body = self._checked(build.body(pending.correlation))
+                await conn.send(_ENCODED, body, checkpoint=False, wait=wait)
+            else:
+                record = build(pending.correlation)
+                await conn.send(record, self._encode(record), checkpoint=False, wait=wait)
         except BaseException:
             pending.discard()
             raise
@@ -626,9 +638,15 @@ class MeshNode:
         )
 
     def _encode(self, record: Any) -> bytes:
-        body = encode(record)
+        body = encode_fast(record)
         if len(body) > self.config.max_frame_bytes:
             raise ProtocolError(
                 f"command {int(record.COMMAND)}: {len(body)} bytes exceed max_frame_bytes"
             )
+        return body
+
+    def _checked(self, body: bytes) -> bytes:
+        """An encoded command's body, within ``max_frame_bytes``."""
+        if len(body) > self.config.max_frame_bytes:
+            raise ProtocolError(f"an encoded command: {len(body)} bytes exceed max_frame_bytes")
         return body

@@ -25,7 +25,8 @@ from ..wire.codec import decode, encode, evolve
 from ..wire.enums import TerminalResult
 from ..wire.payloads import TypedPayload
 from ..wire.records import TerminalReply
-from ..wire.tails import CreateTail, ReplyPayloadTail, Tail
+from ..wire.tails import CreateTail, Tail
+from ..wire.templates import ok_reply
 
 __all__ = [
     "LocalReply",
@@ -149,8 +150,7 @@ class RemoteSink:
     async def reply(self, payload: bytes | None, *, flush: bool = True) -> None:
         if self._done:
             return
-        tail = None if payload is None else ReplyPayloadTail(payload=payload)
-        await self._send(TerminalReply.ok(self._correlation, tail), flush=flush)
+        await self._send(ok_reply(self._correlation, payload), flush=flush)
 
     async def fail(self, error: ZLinkError) -> None:
         if self._done:

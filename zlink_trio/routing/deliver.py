@@ -68,6 +68,7 @@ from ..errors import (
     Unavailable,
 )
 from ..mesh.api import (
+    EncodedCommand,
     LinkLost,
     MeshNodeApi,
     PeerAddress,
@@ -155,7 +156,9 @@ class DeliveryTarget(Protocol[K_contra]):
         deadline: float,
         message_id: int,
     ) -> Callable[[int], Any]:
-        """``build(correlation)``: the wire command carrying this message to the owner."""
+        """``build(correlation)``: the wire command carrying this message to the owner
+        (a :class:`~zlink_trio.mesh.api.EncodedCommand` may also write its body without
+        the record being built)."""
         ...
 
     def result(self, reply: Any) -> bytes | None:
@@ -193,6 +196,12 @@ class Deadlines(Protocol):
     def watch(self, waiter: Any, deadline: float) -> int: ...
 
     def settled(self, ticket: int) -> None: ...
+
+
+def _one_way(build: Callable[[int], Any]) -> Any:
+    """What a one-way send hands the mesh: the command itself when it can encode its
+    body without building its record, else the record (a send carries no correlation)."""
+    return build if isinstance(build, EncodedCommand) else build(0)
 
 
 class Delivery(Generic[K]):
@@ -288,7 +297,7 @@ class Delivery(Generic[K]):
             else:
                 build = self._builder(key, route, _SEND, packet, payload, deadline)
                 try:
-                    await self._node.send(route.peer, build(0), wait=False)
+                    await self._node.send(route.peer, _one_way(build), wait=False)
                 except (PeerNotAdmitted, trio.WouldBlock):
                     pass  # nothing was queued: the general path waits for it
                 else:
@@ -503,7 +512,7 @@ class Delivery(Generic[K]):
                 build = self._builder(key, route, kind, packet, data, deadline)
                 try:
                     if kind is _SEND:
-                        await self._node.send(peer, build(0))  # a send carries no correlation
+                        await self._node.send(peer, _one_way(build))
                         return None
                     pending = await self._node.request_with(peer, build)
                 except PeerNotAdmitted:
