@@ -33,7 +33,13 @@ class Closing(RouterCore):
         while (running := self._passes.get(session_id)) is not None:
             await self._stop_pass(session_id)
             if self._passes.get(session_id) is running:
-                self._end_gate(session_id, running)  # its turn ignored the interrupt
+                # its turn ignored the interrupt (§6.3 A): force-close — its relay delivers
+                # nothing more (its remaining frames are lost, counted) and the subscribers
+                # complete at once, before the close steps
+                if running.running is not None:
+                    running.running.relay.close()
+                self._hub.complete(session_id)
+                self._end_gate(session_id, running)
         gate = Pass()
         gate.end_by = PassEnd.CALLER
         self._passes[session_id] = gate

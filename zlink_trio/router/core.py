@@ -67,6 +67,9 @@ class RouterStatistics:
     held_leases: int
     open_handles: int
     waiting_forwards: int
+    dropped_events: int = 0
+    """Frames dropped by the relays of this node's turns so far (reported at each relay's
+    close, §5.5.1)."""
 
 
 class RouterState(enum.Enum):
@@ -105,6 +108,7 @@ class RouterCore:
         self._status_seq = 0
         self._hub = SessionEventHub()
         self._remote_events = RemoteEventQueue()
+        self._dropped_events = 0
 
     def _accepting(self) -> bool:
         """Read afresh after every await: a close may have run meanwhile."""

@@ -42,6 +42,7 @@ __all__ = [
     "RemoteEventQueue",
     "SessionEventHub",
     "TurnEvent",
+    "TurnRelay",
     "event_from_wire",
     "event_to_wire",
 ]
@@ -130,14 +131,17 @@ class EventSubscription:
         self.completed = False
         self.dropped = 0
 
-    def offer(self, frame: TurnEvent) -> None:
+    def offer(self, frame: TurnEvent) -> bool:
+        """Buffer the frame; answers whether the oldest buffered frame was dropped for it."""
         if self.completed:
-            return
-        if len(self._frames) >= self._buffer:
+            return False
+        dropped = len(self._frames) >= self._buffer
+        if dropped:
             self._frames.popleft()
             self.dropped += 1
         self._frames.append(frame)
         self._wake.set()
+        return dropped
 
     def complete(self) -> None:
         self.completed = True
@@ -183,9 +187,9 @@ class SessionEventHub:
             if not subs:
                 self._subscribers.pop(session_id, None)
 
-    def publish(self, session_id: SessionId, frame: TurnEvent) -> None:
-        for subscription in list(self._subscribers.get(session_id, ())):
-            subscription.offer(frame)
+    def publish(self, session_id: SessionId, frame: TurnEvent) -> int:
+        """Offer the frame to every subscriber; answers how many dropped a frame for it."""
+        return sum(s.offer(frame) for s in list(self._subscribers.get(session_id, ())))
 
     def complete(self, session_id: SessionId) -> None:
         for subscription in self._subscribers.pop(session_id, []):
@@ -219,13 +223,20 @@ class RemoteEventQueue:
         self._wake = trio.Event()
         self.dropped = 0
 
-    def put(self, session_id: SessionId, frame: TurnEvent) -> None:
+    def put(self, session_id: SessionId, frame: TurnEvent) -> int:
+        """Queue the frame, never blocking; answers how many frames it cost (0 or 1: a
+        buffered one, or the incoming one itself)."""
         incoming = _Outgoing(session_id, frame)
         if len(self._items) >= self._capacity and not self._make_room(frame.event.grade):
             self.dropped += 1
-            return
+            return 1
+        room = len(self._items) >= self._capacity
         self._items.append(incoming)
         self._wake.set()
+        return 1 if room else 0
+
+    def __len__(self) -> int:
+        return len(self._items)
 
     def _make_room(self, grade: int) -> bool:
         for level in range(grade + 1):  # lowest grade first, never above the incoming one
@@ -245,3 +256,49 @@ class RemoteEventQueue:
             await self._wake.wait()
         item = self._items.pop(0)
         return item.session_id, item.frame
+
+
+@final
+class TurnRelay:
+    """One turn's relay (§5.5): the listener its ``run_turn`` gets. It stamps its TurnId on
+    every frame and fans it out to the node's subscribers and to the bounded remote queue,
+    never blocking the turn. It counts every frame its fan-out cost — a local subscriber's
+    oldest frame (``dropped_local``, once per subscriber), a remote frame on overflow
+    (``dropped_remote``: exactly the frames a remote receiver misses because of this turn)
+    — and, once closed, discards what the turn still emits (``discarded``: nobody receives
+    it). The router closes it when the turn ends, or when a release gives up waiting for
+    the turn, and reports the total when the turn ends."""
+
+    def __init__(
+        self,
+        session_id: SessionId,
+        turn_id: TurnId,
+        hub: SessionEventHub,
+        remote: RemoteEventQueue,
+    ) -> None:
+        self.session_id = session_id
+        self.turn_id = turn_id
+        self._hub = hub
+        self._remote = remote
+        self.dropped_local = 0
+        self.dropped_remote = 0
+        self.discarded = 0
+        """Frames emitted after the close (delivered nowhere)."""
+        self.closed = False
+
+    def __call__(self, event: AgentExecutionEvent, /) -> None:
+        if self.closed:
+            self.discarded += 1
+            return
+        frame = TurnEvent(self.turn_id, event)
+        self.dropped_local += self._hub.publish(self.session_id, frame)
+        self.dropped_remote += self._remote.put(self.session_id, frame)
+
+    @property
+    def dropped(self) -> int:
+        """Every gap this turn's relay caused (``getDroppedEventCount``)."""
+        return self.dropped_local + self.dropped_remote + self.discarded
+
+    def close(self) -> None:
+        """Deliver nothing more (idempotent)."""
+        self.closed = True

@@ -300,6 +300,7 @@ class SessionRouter(Signals, HolderLoss):
             held_leases=len(self._leases),
             open_handles=len(self._cache),
             waiting_forwards=len(self._forwards),
+            dropped_events=self._dropped_events,
         )
 
     async def _reserve(self, request: SubmitRequest) -> Reservation | SubmitDisposition:

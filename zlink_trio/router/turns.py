@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 
 import trio
 
@@ -28,7 +27,7 @@ from .handles import Handles
 from .ids import SessionId, TurnId
 from .inbox import InboundMessage
 from .lease import HeldLease, Reservation
-from .relay import TurnEvent, event_to_wire
+from .relay import TurnRelay, event_to_wire
 from .reservations import Reservations
 from .session_store import SessionHistory
 from .signals import SessionSignal, SignalKind
@@ -74,7 +73,7 @@ class Turns(Handles, Reservations):
             bound = await self._store.bound_agent(session_id)
             taken = await self._take_over(message, held)
             if bound is not None and bound != message.agent_ref:
-                self._relay(session_id, turn_id)(RejectedAt(RejectionReason.CONFLICTING_AGENT))
+                self._reject(session_id, turn_id, RejectedAt(RejectionReason.CONFLICTING_AGENT))
                 outcome = TurnFailed(
                     FailureCode.CONFLICTING_AGENT, f"{session_id} is bound to {bound}"
                 )
@@ -143,9 +142,10 @@ class Turns(Handles, Reservations):
             return TurnFailed(FailureCode.FAILED, f"opening the session failed: {exc!r}")
         if handle is None:  # the pass was stopped (or abandoned) during the open
             reason = gate.stop or InterruptReason.SESSION_RELEASED
-            self._relay(session_id, turn_id)(InterruptedAt(reason))
+            self._reject(session_id, turn_id, InterruptedAt(reason))
             return TurnFailed(FailureCode.INTERRUPTED, reason.value)
-        running = RunningTurn(turn_id, handle)
+        relay = self._relay(session_id, turn_id)
+        running = RunningTurn(turn_id, handle, relay)
         gate.running = running
         turn = TurnInput(
             turn_id=turn_id,
@@ -156,7 +156,6 @@ class Turns(Handles, Reservations):
             initiator=request.initiator,
             idempotency_key=request.idempotency_key,
         )
-        relay = self._relay(session_id, turn_id)
         result: TurnResult
         in_turn = IN_TURN.set(session_id)
         try:
@@ -187,20 +186,35 @@ class Turns(Handles, Reservations):
                     pass
             gate.injected.extend(running.injected)
             self._cache.touch(session_id)  # activity: idle time counts from the turn's end
+            self._close_relay(relay)
         return result
 
-    def _relay(
-        self, session_id: SessionId, turn_id: TurnId
-    ) -> Callable[[AgentExecutionEvent], None]:
+    def _relay(self, session_id: SessionId, turn_id: TurnId) -> TurnRelay:
         """One relay per turn, stamping its TurnId on every frame (§5.5): local subscribers
         and the bounded remote queue, never blocking the turn."""
+        return TurnRelay(session_id, turn_id, self._hub, self._remote_events)
 
-        def relay(event: AgentExecutionEvent) -> None:
-            frame = TurnEvent(turn_id, event)
-            self._hub.publish(session_id, frame)
-            self._remote_events.put(session_id, frame)
+    def _reject(self, session_id: SessionId, turn_id: TurnId, event: AgentExecutionEvent) -> None:
+        """A turn that never ran: its one (terminal) frame through a relay of its own."""
+        relay = self._relay(session_id, turn_id)
+        relay(event)
+        self._close_relay(relay)
 
-        return relay
+    def _close_relay(self, relay: TurnRelay) -> None:
+        """Close the turn's relay and report its drops (§5.5.1: a gap is never silent): a
+        warning naming the counts, and the node's ``statistics().dropped_events`` total."""
+        relay.close()
+        if relay.dropped:
+            log.warning(
+                "turn %s of %s: %d frame(s) dropped (%d local, %d remote, %d after its close)",
+                relay.turn_id,
+                relay.session_id,
+                relay.dropped,
+                relay.dropped_local,
+                relay.dropped_remote,
+                relay.discarded,
+            )
+            self._dropped_events += relay.dropped
 
     async def _dispatch_events(self) -> None:
         """The EVENT rail's dispatcher: a slow publish delays frames, never a turn."""

@@ -18,6 +18,7 @@ from .events import InterruptReason
 from .ids import TurnId
 from .inbox import InboundMessage
 from .lease import HeldLease, Reservation
+from .relay import TurnRelay
 from .values import Priority, SubmitRequest
 
 __all__ = ["Collected", "Injected", "Own", "Pass", "PassEnd", "RunningTurn", "Work"]
@@ -70,9 +71,10 @@ class Injected:
 
 @final
 class RunningTurn:
-    def __init__(self, turn_id: TurnId, handle: LiveSession) -> None:
+    def __init__(self, turn_id: TurnId, handle: LiveSession, relay: TurnRelay) -> None:
         self.turn_id = turn_id
         self.handle = handle
+        self.relay = relay
         self.scope = trio.CancelScope()
         self.reason: InterruptReason | None = None
         self.injected: list[Injected] = []
