@@ -98,7 +98,10 @@ def event_from_wire(payload: dict[str, Json]) -> TurnEvent | None:
         elif kind == "toolUseStarted":
             raw = payload.get("input")
             items = raw.items() if isinstance(raw, dict) else ()
-            event = ToolUseStarted(str(payload["tool"]), tuple((k, str(v)) for k, v in items))
+            event = ToolUseStarted(  # non-primitive values are lost (§5.5.2)
+                str(payload["tool"]),
+                tuple((k, _scalar(v)) for k, v in items if _is_scalar(v)),
+            )
         elif kind == "toolUseCompleted":
             event = ToolUseCompleted(
                 str(payload["tool"]), read_int(payload["durationMs"], "durationMs")
@@ -116,6 +119,20 @@ def event_from_wire(payload: dict[str, Json]) -> TurnEvent | None:
     except (KeyError, ValueError, TypeError):
         return None
     return TurnEvent(turn, event)
+
+
+def _is_scalar(value: Json) -> bool:
+    return isinstance(value, str | int | float | bool)
+
+
+def _scalar(value: Json) -> str:
+    """A primitive summary value as text: whole floats read as ints (JSON may widen 3 to
+    3.0), booleans in their JSON spelling."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
 
 
 @final
