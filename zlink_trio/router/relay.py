@@ -243,14 +243,13 @@ class RemoteEventQueue:
     def put(self, session_id: SessionId, frame: TurnEvent) -> int:
         """Queue the frame, never blocking; answers how many frames it cost (0 or 1: a
         buffered one, or the incoming one itself)."""
-        incoming = _Outgoing(session_id, frame)
-        if len(self._items) >= self._capacity and not self._make_room(frame.event.grade):
+        full = len(self._items) >= self._capacity
+        if full and not self._make_room(frame.event.grade):
             self.dropped += 1
             return 1
-        room = len(self._items) >= self._capacity
-        self._items.append(incoming)
+        self._items.append(_Outgoing(session_id, frame))
         self._wake.set()
-        return 1 if room else 0
+        return 1 if full else 0
 
     def __len__(self) -> int:
         return len(self._items)
