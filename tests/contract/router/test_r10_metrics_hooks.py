@@ -28,6 +28,9 @@ from zlink_trio.router import (
 )
 
 GHOST = NodeId("ghost")
+DRAIN = SessionRouterConfig(metrics_drain_timeout=10.0)
+"""Wait up to 10 s of wall-clock time for the queued hook calls at the block's exit (a
+loaded machine runs the hook threads late; the wait ends as soon as they ran)."""
 
 
 def _request(text: str, session: SessionId = S1, **kw: Any) -> SubmitRequest:
@@ -86,7 +89,9 @@ async def test_r10_159_lock_latency_for_a_won_and_a_lost_election(
     submit) and for a rejected one (B's submit while A holds the lease), with a latency."""
     metrics = Recorder()
     stage = Stage(scripts={"long": Script(duration=10.0)})
-    async with scripted_cluster(shared, world, registry, stage, ["a", "b"], metrics=metrics) as (
+    async with scripted_cluster(
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+    ) as (
         a,
         b,
     ):
@@ -105,7 +110,9 @@ async def test_r10_160_cache_hits_and_misses(
     """R10-160: a first submit per session is a miss, a follow-up on the same node a hit."""
     metrics = Recorder()
     stage = Stage()
-    async with scripted_cluster(shared, world, registry, stage, ["a"], metrics=metrics) as (a,):
+    async with scripted_cluster(
+        shared, world, registry, stage, ["a"], metrics=metrics, config=DRAIN
+    ) as (a,):
         for text, session in [("1", S1), ("2", S1), ("3", S2), ("4", S1), ("5", S2)]:
             await (await a.submit(_request(text, session))).result
     assert metrics.of("cache_miss") == [(S1,), (S2,)]
@@ -118,7 +125,7 @@ async def test_r10_161_evictions_by_lru_and_by_idle(
     """R10-161: the evict hook is called for an LRU eviction and for an idle one, naming
     the cause."""
     metrics = Recorder()
-    config = SessionRouterConfig(max_cached_sessions=1)
+    config = SessionRouterConfig(max_cached_sessions=1, metrics_drain_timeout=10.0)
     stage = Stage()
     async with scripted_cluster(
         shared, world, registry, stage, ["a"], metrics=metrics, config=config
@@ -148,7 +155,9 @@ async def test_r10_162_one_extend_failure_per_lost_lease(
     metrics = Recorder()
     stage = Stage(scripts={"long": Script(duration=50.0)})
     refusing = attrs.evolve(shared, leases=Refusing(shared.leases))
-    async with scripted_cluster(refusing, world, registry, stage, ["a"], metrics=metrics) as (a,):
+    async with scripted_cluster(
+        refusing, world, registry, stage, ["a"], metrics=metrics, config=DRAIN
+    ) as (a,):
         running = await a.submit(_request("long"))
         await trio.sleep(60)
         assert running.result.done()
@@ -162,7 +171,9 @@ async def test_r10_163_one_submit_outcome_per_submit(
     the peer's FORWARDED, a keyed retry answered from the cache EXECUTED_LOCALLY."""
     metrics = Recorder()
     stage = Stage(scripts={"long": Script(duration=10.0)})
-    async with scripted_cluster(shared, world, registry, stage, ["a", "b"], metrics=metrics) as (
+    async with scripted_cluster(
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+    ) as (
         a,
         b,
     ):
@@ -189,7 +200,9 @@ async def test_r10_164_holder_loss_once_per_won_reset(
     metrics = Recorder()
     stage = Stage()
     await shared.idempotency.put_if_absent(KEY, "h", ReserverId.new(GHOST), session_id=S1)
-    async with scripted_cluster(shared, world, registry, stage, ["a", "b"], metrics=metrics):
+    async with scripted_cluster(
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+    ):
         await trio.sleep(100)
     assert metrics.of("holder_lost") == [(KEY,)]
     assert await shared.idempotency.find(KEY) is None
@@ -223,7 +236,9 @@ async def test_r10_165_a_rejected_takeover_is_counted_an_unknown_one_is_not(
     metrics = Recorder()
     stage = Stage()
     throwing = attrs.evolve(shared, idempotency=Throwing(shared.idempotency))
-    async with scripted_cluster(throwing, world, registry, stage, ["a"], metrics=metrics) as (a,):
+    async with scripted_cluster(
+        throwing, world, registry, stage, ["a"], metrics=metrics, config=DRAIN
+    ) as (a,):
         await trio.sleep(1)
         await (await a.submit(_request("own"))).result
         await trio.testing.wait_all_tasks_blocked()
@@ -244,7 +259,15 @@ async def test_r10_166_rerings_count_retries_and_stop_once_drained(
     await shared.leases.try_acquire(S1, GHOST, 40.0)
     metrics = Recorder()
     async with open_session_router(
-        builder(shared, world, registry, "b", metrics=metrics, session_opener=ScriptedOpener(stage))
+        builder(
+            shared,
+            world,
+            registry,
+            "b",
+            metrics=metrics,
+            config=DRAIN,
+            session_opener=ScriptedOpener(stage),
+        )
     ) as b:
         waiting = await b.submit(_request("orphan"))
         assert waiting.kind.name == "FORWARDED"
