@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextvars
 import enum
 import logging
+import time
 from collections.abc import Callable
 
 import attrs
@@ -45,6 +46,13 @@ IN_TURN: contextvars.ContextVar[SessionId | None] = contextvars.ContextVar(
     "zlink_trio_router_in_turn", default=None
 )
 """The session whose turn the current task (or a task it spawned) runs inside (§7.3)."""
+
+
+def _wall_seq() -> int:
+    """A STATUS seq floor: wall-clock microseconds. The projection orders one origin's
+    snapshots by seq (§5.4), and a node restarted under the same NodeId must not start
+    below its previous incarnation (a peer would keep the dead one's view as newer)."""
+    return time.time_ns() // 1_000
 
 
 @attrs.frozen(kw_only=True)
@@ -105,7 +113,7 @@ class RouterCore:
         self._approvals: dict[SessionId, set[str]] = {}
         self._clock: Callable[[], float] = trio.current_time
         self._projection = StatusProjection()
-        self._status_seq = 0
+        self._status_seq = _wall_seq()
         self._hub = SessionEventHub()
         self._remote_events = RemoteEventQueue()
         self._dropped_events = 0
@@ -177,6 +185,11 @@ class RouterCore:
         if running is None or (turn_id is not None and running.turn_id != turn_id):
             return
         running.interrupt(reason)
+
+    def _next_status_seq(self) -> int:
+        """Strictly increasing, and never below the wall clock (see :func:`_wall_seq`)."""
+        self._status_seq = max(self._status_seq + 1, _wall_seq())
+        return self._status_seq
 
     def _snapshot(self, session_id: SessionId) -> ClusterSessionStatus:
         gate = self._passes.get(session_id)

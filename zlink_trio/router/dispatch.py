@@ -113,7 +113,7 @@ class Signals(Drain, Injection):
             tick += interval
             await trio.sleep_until(tick)
             for session_id in list(self._leases):
-                self._status_seq += 1
+                self._next_status_seq()
                 await self._publish(
                     SessionSignal(
                         kind=SignalKind.STATUS,

@@ -296,3 +296,26 @@ def test_r10_52_numbers_are_read_as_numbers_and_unknown_types_are_ignored() -> N
                             "durationMs": 2.5}) is None  # fmt: skip
     newer = {"turnId": "t", "type": "textDelta", "text": "x", "addedLater": {"k": 1}}
     assert event_from_wire(newer) == TurnEvent(t, AssistantTextDelta("x"))
+
+
+async def test_r10_42_a_restarted_holder_s_status_is_accepted(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-42 (the router's seq stamps): a node that restarts under the same NodeId after
+    many heartbeats takes its session again; its peer's projection accepts the new
+    incarnation's snapshots (its seq stamps continue above the old ones) instead of keeping
+    the dead incarnation's view as newer."""
+    stage = Stage(scripts={"old": Script(duration=100.0), "new": Script(duration=100.0)})
+    async with open_session_router(builder(shared, world, registry, "b")) as b:
+        async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a,):
+            old = await a.submit(_request("old"))
+            await trio.sleep(95)  # nine heartbeats
+            seen = b.status(S1)
+            assert seen is not None and seen.active_turn_id == old.turn_id
+            await old.result
+        async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a2,):
+            new = await a2.submit(_request("new"))
+            await trio.sleep(15)
+            seen = b.status(S1)
+            assert seen is not None and seen.active_turn_id == new.turn_id
+            await new.result
