@@ -15,7 +15,14 @@ from router_app import Registry, Shared, World
 from router_kit import AGENT, S1, S2
 from router_script import Script, Spied, Stage, scripted_cluster
 
-from zlink_trio.router import SessionId, SessionRouterConfig, SubmitRequest
+from zlink_trio.router import (
+    AgentExecutionResult,
+    SessionEvicted,
+    SessionId,
+    SessionRouterConfig,
+    SubmitRequest,
+    TurnInterrupted,
+)
 
 SIGNALS = {"publish": "publish"}
 ORDER = {"open", "turn start", "close", "lease release"}
@@ -194,7 +201,8 @@ async def test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_on
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
     """R10-37: a seeded stress of submits to eight sessions through a two-entry cache, on
-    two nodes (pins, unpins and LRU close requests racing): no deadlock (bounded), no two
+    two nodes, with releases among them (pins, unpins, LRU close requests and releases
+    racing): no deadlock (bounded), no two
     handles of a session ever run turns at once, every handle is closed exactly once, and
     once the turns are done no handle with a close request is left open (the open ones are
     exactly the cached ones)."""
@@ -215,12 +223,22 @@ async def test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_on
                     await trio.sleep(delay)
                     node = nodes[rng.randrange(2)]
                     disposition = await node.submit(_request(text, rng.choice(sessions)))
-                    results.append(await disposition.result)
+                    try:
+                        results.append(await disposition.result)
+                    except (SessionEvicted, TurnInterrupted) as ended:  # a release won
+                        results.append(ended)
+
+                async def release_at(delay: float) -> None:
+                    await trio.sleep(delay)
+                    await nodes[rng.randrange(2)].release_session(rng.choice(sessions))
 
                 for i in range(80):
                     nursery.start_soon(submit_at, rng.uniform(0, 60), f"m{i}")
+                for _ in range(10):
+                    nursery.start_soon(release_at, rng.uniform(0, 60))
             await trio.testing.wait_all_tasks_blocked()
             assert len(results) == 80
+            assert sum(isinstance(r, AgentExecutionResult) for r in results) >= 40
             assert stage.overlaps == 0
             assert all(count == 1 for count in stage.closes.values())
             cached = sum(n.statistics().open_handles for n in nodes)
