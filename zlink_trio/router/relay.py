@@ -251,9 +251,6 @@ class RemoteEventQueue:
         self._wake.set()
         return 1 if full else 0
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def _make_room(self, grade: int) -> bool:
         for level in range(grade + 1):  # lowest grade first, never above the incoming one
             for i, item in enumerate(self._items):

@@ -73,7 +73,9 @@ class Turns(Handles, Reservations):
             bound = await self._store.bound_agent(session_id)
             taken = await self._take_over(message, held)
             if bound is not None and bound != message.agent_ref:
-                self._reject(session_id, turn_id, RejectedAt(RejectionReason.CONFLICTING_AGENT))
+                self._single_frame(
+                    session_id, turn_id, RejectedAt(RejectionReason.CONFLICTING_AGENT)
+                )
                 outcome = TurnFailed(
                     FailureCode.CONFLICTING_AGENT, f"{session_id} is bound to {bound}"
                 )
@@ -142,7 +144,7 @@ class Turns(Handles, Reservations):
             return TurnFailed(FailureCode.FAILED, f"opening the session failed: {exc!r}")
         if handle is None:  # the pass was stopped (or abandoned) during the open
             reason = gate.stop or InterruptReason.SESSION_RELEASED
-            self._reject(session_id, turn_id, InterruptedAt(reason))
+            self._single_frame(session_id, turn_id, InterruptedAt(reason))
             return TurnFailed(FailureCode.INTERRUPTED, reason.value)
         relay = self._relay(session_id, turn_id)
         running = RunningTurn(turn_id, handle, relay)
@@ -194,7 +196,9 @@ class Turns(Handles, Reservations):
         and the bounded remote queue, never blocking the turn."""
         return TurnRelay(session_id, turn_id, self._hub, self._remote_events)
 
-    def _reject(self, session_id: SessionId, turn_id: TurnId, event: AgentExecutionEvent) -> None:
+    def _single_frame(
+        self, session_id: SessionId, turn_id: TurnId, event: AgentExecutionEvent
+    ) -> None:
         """A turn that never ran: its one (terminal) frame through a relay of its own."""
         relay = self._relay(session_id, turn_id)
         relay(event)
