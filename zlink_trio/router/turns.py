@@ -211,6 +211,6 @@ class Turns(Handles, Reservations):
                     kind=SignalKind.EVENT,
                     session_id=session_id,
                     origin=self.node_id,
-                    payload=event_to_wire(frame.turn_id, frame.event),
+                    payload=event_to_wire(frame.turn_id, frame.event, key=frame.idempotency_key),
                 )
             )
