@@ -56,18 +56,19 @@ class HolderLoss(Drain):
         session's next submit. Each sweep this node lists the sessions with messages waiting
         and starts a drain for each one it does not run (each its own task: a drain runs
         whole turns). Only messages older than a live waiter's recovery bound (lease +
-        one poll interval) count: younger ones are their waiting node's to re-ring. A
-        session held by a live node costs one refused acquire here (its own pass collects
-        the messages); one whose lease expired is claimed by exactly one node, which runs
-        them."""
+        one poll interval) count: younger ones are their waiting node's to re-ring, and so
+        is a session this node has a waiting forward for. A session held by a live node
+        costs one refused acquire here per sweep (its own pass collects the messages); one
+        whose lease expired is claimed by exactly one node, which runs them."""
         age = self._config.lock_lease + self._config.forward_poll_interval
         try:
             pending = await self._inbox.pending_sessions(trio.current_time() - age, _SWEEP_BATCH)
         except Exception:
             log.warning("the orphan scan could not read the inbox", exc_info=True)
             return
+        waited = {f.session_id for f in self._forwards.all()}  # re-rung by their waiters
         for session_id in pending:
-            if session_id not in self._passes and self._accepting():
+            if session_id not in self._passes and session_id not in waited and self._accepting():
                 self._nursery.start_soon(self._try_drain, session_id)
 
     async def _announce_holder_lost(
