@@ -237,6 +237,45 @@ async def test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail(
     assert "messageId" not in payload and payload.get("turnId") is None
 
 
+async def test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-63: the holder h is killed mid-turn, so touching stops; three surviving routers
+    sweep. Past the secondary TTL plus a sweep, compareAndReset has exactly one winner (one
+    holder-loss count in the cluster), exactly one InterruptedAt(HOLDER_LOST) frame is
+    emitted for the lost turn (each node's subscriber sees it once), and the waiting
+    forwarded future fails with HolderLost."""
+    world.duration = lambda t: 1000.0 if t == "job" else 1.0
+    counts = [HolderLosses() for _ in range(3)]
+    async with trio.open_nursery() as nursery:
+        h = await start_crashable(nursery, builder(shared, world, registry, "h"))
+        async with (
+            open_session_router(builder(shared, world, registry, "a", metrics=counts[0])) as a,
+            open_session_router(builder(shared, world, registry, "b", metrics=counts[1])) as b,
+            open_session_router(builder(shared, world, registry, "c", metrics=counts[2])) as c,
+            recording_bus(shared) as signals,
+            watching(a, S1) as fa,
+            watching(b, S1) as fb,
+            watching(c, S1) as fc,
+        ):
+            await (await h.submit(_request("bind"))).result
+            job = await a.submit(_request("job", idempotency_key=KEY))
+            await trio.sleep_until(12.0)  # touched at 1 s (takeover) and 10 s
+            crash_session_router(h)
+            with pytest.raises(HolderLost):
+                await job.result
+            assert trio.current_time() == 45.0
+            await trio.sleep(30)
+        nursery.cancel_scope.cancel()
+    assert sum(len(m.keys) for m in counts) == 1
+    assert (
+        len([s for s in signals if s.kind is SignalKind.EVENT and "idempotencyKey" in s.payload])
+        == 1
+    )
+    for frames in (fa, fb, fc):
+        assert len(_lost_frames(frames)) == 1
+
+
 async def test_r10_123_three_sweepers_one_winner_one_frame_one_announcement(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:

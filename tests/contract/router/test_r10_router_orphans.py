@@ -178,6 +178,27 @@ async def test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll(
     assert not world.turns[0].interrupted
 
 
+async def test_r10_75_a_recording_metrics_instance_counts_each_re_ring(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-75: on_forward_doorbell_rerung is called once per re-ring: a's forward waits
+    45 s in the inbox behind a live turn, its three poll ticks (15, 30, 45 s) re-publish
+    MESSAGE_ENQUEUED, and a's recording metrics counts exactly three; the holder, which
+    waits on nothing, counts none."""
+    world.duration = lambda t: 50.0 if t == "long" else 1.0
+    on_a, on_h = Rerings(), Rerings()
+    async with (
+        open_session_router(builder(shared, world, registry, "h", metrics=on_h)) as h,
+        open_session_router(builder(shared, world, registry, "a", metrics=on_a)) as a,
+        doorbells(shared) as rings,
+    ):
+        await h.submit(_request("long"))
+        await (await a.submit(_request("waiting"))).result
+    assert [t for t, o in rings if o == "a"] == [0.0, 15.0, 30.0, 45.0]
+    assert on_a.sessions == [S1, S1, S1]
+    assert on_h.sessions == []
+
+
 async def test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:

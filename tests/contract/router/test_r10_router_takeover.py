@@ -103,21 +103,11 @@ class Takeovers:
         return matched
 
 
-@pytest.mark.parametrize("mode", ["win", "done", "held", "expired", "raise", "applied-raise"])
-async def test_r10_68_a_collected_message_runs_whatever_its_takeover_answers(
-    mode: str,
-    shared: Shared,
-    world: World,
-    registry: Registry,
-    autojump_clock: trio.testing.MockClock,
-) -> None:
-    """R10-68 / R10-69 / R10-122 / R10-176: h holds the session; a forwards a keyed
-    message, and h's takeover of its reservation wins, is rejected (DONE — someone's
-    cached answer —, held by another node, expired) or throws (with or without the write
-    applied). In all six cases the message runs exactly once and a's caller gets h's answer
-    over the rail. markDone is attempted for a win and for an unknown (thrown) takeover,
-    never after a reject; after a reject the entry is as the store had it (the DONE answer
-    is still the first one); only a reject counts as a takeover rejection."""
+async def _collected_with_takeover(
+    mode: str, shared: Shared, world: World, registry: Registry
+) -> tuple[Takeovers, Rejections, Any]:
+    """h holds the session; a forwards a keyed message; h's takeover meets ``mode``.
+    Answers h's store spy, the rejection metrics and the entry after the turn."""
     world.duration = lambda _t: 1.0
     store = Takeovers(shared.idempotency, mode)
     metrics = Rejections()
@@ -131,13 +121,25 @@ async def test_r10_68_a_collected_message_runs_whatever_its_takeover_answers(
         assert forwarded.kind is DispositionKind.FORWARDED
         assert (await forwarded.result).text == "h:m:2"
         entry = await shared.idempotency.find(KEY)
+    return store, metrics, entry
+
+
+@pytest.mark.parametrize("mode", ["win", "done", "held", "expired", "raise", "applied-raise"])
+async def test_r10_68_a_collected_message_runs_whatever_its_takeover_answers(
+    mode: str,
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-68 / R10-122 / R10-176: h holds the session; a forwards a keyed message, and
+    h's takeover of its reservation wins, is rejected (DONE — someone's cached answer —,
+    held by another node, expired) or throws (with or without the write applied). In all
+    six cases the message runs exactly once and a's caller gets h's answer over the rail;
+    after a reject the entry is as the store had it (the DONE answer is still the first
+    one)."""
+    _, _, entry = await _collected_with_takeover(mode, shared, world, registry)
     assert [t.text for t in world.turns].count("m") == 1
-    rejected = mode in ("done", "held", "expired")
-    assert metrics.rejected == ([KEY] if rejected else [])
-    if rejected:
-        assert store.marks == []
-    else:
-        assert len(store.marks) == 1
     if mode == "done":
         assert entry is not None and entry.result == FIRST
     elif mode == "held":
@@ -150,6 +152,24 @@ async def test_r10_68_a_collected_message_runs_whatever_its_takeover_answers(
         assert entry.result is not None and entry.result["text"] == "h:m:2"
     else:  # "raise": the store never named h, so its markDone was refused there
         assert entry is not None and entry.holder_id is None
+
+
+@pytest.mark.parametrize("mode", ["win", "done", "held", "expired", "raise", "applied-raise"])
+async def test_r10_69_win_reject_unknown(
+    mode: str,
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    """R10-69: the takeover is a tri-state. A spy on h's store shows markDone attempted
+    for a win and for an unknown (the store threw, applied or not), never after a reject
+    (DONE, held, expired); the takeover-rejection metric counts the rejects only, never an
+    unknown."""
+    store, metrics, _ = await _collected_with_takeover(mode, shared, world, registry)
+    rejected = mode in ("done", "held", "expired")
+    assert metrics.rejected == ([KEY] if rejected else [])
+    assert len(store.marks) == (0 if rejected else 1)
 
 
 async def test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept(
