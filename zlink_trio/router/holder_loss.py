@@ -69,7 +69,27 @@ class HolderLoss(Drain):
         waited = {f.session_id for f in self._forwards.all()}  # re-rung by their waiters
         for session_id in pending:
             if session_id not in self._passes and session_id not in waited and self._accepting():
-                self._nursery.start_soon(self._try_drain, session_id)
+                self._nursery.start_soon(self._recover_orphans, session_id)
+
+    async def _recover_orphans(self, session_id: SessionId) -> None:
+        """Drain the session's old messages; or, when it has no record any more (deleted:
+        only delete_session removes one, and a drain never brings it back), purge them and
+        free their keys, so they neither wait forever nor keep the head of every scan."""
+        try:
+            bound = await self._store.bound_agent(session_id)
+        except Exception:
+            log.warning("the orphan scan could not read %s", session_id, exc_info=True)
+            return
+        if bound is not None:
+            await self._try_drain(session_id)
+            return
+        async with self._idle_gate(session_id) as gate:
+            if gate is not None:
+                log.warning("purging the messages left for deleted session %s", session_id)
+                try:
+                    await self._purge(session_id)
+                except Exception:
+                    log.warning("the purge of %s failed", session_id, exc_info=True)
 
     async def _announce_holder_lost(
         self, key: IdempotencyKey, session_id: SessionId | None

@@ -15,7 +15,7 @@ import pytest
 import trio
 import trio.testing
 from router_app import Registry, Shared, World, builder, start_crashable
-from router_kit import AGENT, KEY, S1
+from router_kit import AGENT, KEY, S1, message
 
 from zlink_trio.router import (
     DispositionKind,
@@ -24,6 +24,7 @@ from zlink_trio.router import (
     IdempotencyState,
     LeaseGranted,
     NodeId,
+    ReserverId,
     SessionId,
     SessionMetrics,
     SignalKind,
@@ -277,3 +278,29 @@ async def test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down(
         nursery.cancel_scope.cancel()
     assert down.failed_reads >= 19  # every poll tick read and failed
     assert IdempotencyKey("unused") != KEY
+
+
+async def test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-76 / R10-170 (the scan's other half): a keyed message delivered for a session
+    after its delete purged the inbox (its sender died) can never run — no drain brings a
+    deleted record back. The orphan scan purges it once it is older than lease + one poll
+    interval and frees its key, so it neither waits forever nor heads every later scan; the
+    record stays deleted."""
+    world.duration = lambda _t: 1.0
+    async with open_session_router(builder(shared, world, registry, "a")) as a:
+        await (await a.submit(_request("x"))).result
+        assert await a.delete_session(S1)
+        late = _request("late", idempotency_key=KEY)
+        reserver = ReserverId.new(NodeId("dead"))
+        await shared.idempotency.put_if_absent(KEY, late.input_hash(), reserver, session_id=S1)
+        assert await shared.idempotency.release_holder(KEY, reserver)
+        await shared.inbox.deliver(message("late", key=KEY))
+        await trio.sleep(46)
+        assert await shared.inbox.has_pending(S1)  # not yet older than 45 s at the 45 s sweep
+        await trio.sleep(15)
+        assert not await shared.inbox.has_pending(S1)
+        assert await shared.idempotency.find(KEY) is None
+        assert await shared.records.load(S1) is None
+    assert [t.text for t in world.turns] == ["x"]
