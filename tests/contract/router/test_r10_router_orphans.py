@@ -90,25 +90,41 @@ async def test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan(
     at each 15 s poll tick (each counted by on_forward_doorbell_rerung); the tick at 30 s,
     when h's lease (renewed last at 0 s) has expired, lets a peer claim the session and run
     the message — 28 s after h died, within lease + one poll interval — and the forward
-    completes. The waiter rings, it never drains itself: the message runs in a drain pass
-    while the waiter keeps its schedule."""
+    completes. The waiter rings, it never runs the turn itself: its poll read at 45 s
+    happens while the message's 20 s turn (30 → 50 s) runs in a drain pass."""
+
+    class Finds:
+        def __init__(self, target: Any) -> None:
+            self._target = target
+            self.at: list[float] = []
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._target, name)
+
+        async def find(self, key: IdempotencyKey) -> Any:
+            self.at.append(trio.current_time())
+            return await self._target.find(key)
+
     world.duration = lambda t: 1000.0 if t == "long" else 20.0
     rerings = Rerings()
+    finds = Finds(shared.idempotency)
+    a_shared = attrs.evolve(shared, idempotency=finds)
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with (
-            open_session_router(builder(shared, world, registry, "a", metrics=rerings)) as a,
+            open_session_router(builder(a_shared, world, registry, "a", metrics=rerings)) as a,
             open_session_router(builder(shared, world, registry, "b")),
             doorbells(shared) as rings,
         ):
             await h.submit(_request("long"))
-            waiting = await a.submit(_request("orphan"))
+            waiting = await a.submit(_request("orphan", idempotency_key=KEY))
             assert waiting.kind is DispositionKind.FORWARDED
             await trio.sleep_until(2.0)
             crash_session_router(h)
             answer = await waiting.result
             done_at = trio.current_time()
         nursery.cancel_scope.cancel()
+    assert finds.at == [15.0, 30.0, 45.0]
     orphan = next(t for t in world.turns if t.text == "orphan")
     assert orphan.start == 30.0 and orphan.node in ("a", "b")
     assert done_at == 50.0 and answer.text.endswith(":orphan:0")
