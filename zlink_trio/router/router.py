@@ -298,10 +298,13 @@ class SessionRouter(Signals, HolderLoss):
         """Tear the node down the way a crash does (``zlink_trio.testing``): cancel every
         task of the router without its shutdown path — no turn is interrupted, no handle
         closed, no lease returned (it expires), no key reset, nothing handed back, nothing
-        published; the serve block then exits."""
+        published; the serve block then exits. (In-process, its own subscribers' iterations
+        end and a later close returns at once: nothing waits on a dead node forever.)"""
         self._crashed = True
         self._state = RouterState.CLOSED
         self._nursery.cancel_scope.cancel()
+        self._hub.close()
+        self._closed.set()
 
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(

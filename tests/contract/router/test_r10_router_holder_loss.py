@@ -22,6 +22,7 @@ from zlink_trio.router import (
     DispositionKind,
     HolderLost,
     IdempotencyKey,
+    IdempotencyState,
     InterruptedAt,
     InterruptReason,
     NodeId,
@@ -378,3 +379,34 @@ async def test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer(
     rings = [s for s in signals if s.kind is SignalKind.MESSAGE_ENQUEUED and s.origin == a.node_id]
     assert len(rings) == 3  # the delivery's ring, then one per poll tick (15, 30 s)
     assert len(_lost_frames(frames)) == 1
+
+
+async def test_a_crashed_router_keeps_its_lease_and_answers_nothing_more(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """The crash helper itself (zlink_trio.testing.crash_session_router): no shutdown
+    path — the turn is cancelled, not interrupted or announced; the lease stays in the store
+    until it expires (30 s after its last renewal); the reservation is neither finished nor
+    reset; no signal is published after the crash; the handle is not closed. Its own event
+    subscribers end and a later close returns at once."""
+    world.duration = lambda _t: 1000.0
+    async with trio.open_nursery() as nursery, recording_bus(shared) as signals:
+        h = await start_crashable(nursery, builder(shared, world, registry, "h"))
+        async with watching(h, S1) as frames:
+            await h.submit(_request("job", idempotency_key=KEY))
+            await trio.sleep_until(15.0)
+            published = len(signals)
+            crash_session_router(h)
+            await trio.testing.wait_all_tasks_blocked()
+            assert frames[-1] is None  # the subscription ended
+        await h.aclose()
+        lease = await shared.leases.current(S1)
+        assert lease is not None and lease.expires_at == 40.0
+        entry = await shared.idempotency.find(KEY)
+        assert entry is not None and entry.state is IdempotencyState.IN_FLIGHT
+        assert entry.holder_id is not None and entry.holder_id.value.startswith("h/")
+        await trio.sleep_until(40.0)
+        assert await shared.leases.current(S1) is None
+        assert len(signals) == published
+        nursery.cancel_scope.cancel()
+    assert world.turns[0].interrupted and world.closed == []
