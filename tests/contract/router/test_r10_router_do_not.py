@@ -5,7 +5,6 @@ tests/unit/router/test_router_review.py)."""
 
 from __future__ import annotations
 
-import attrs
 import pytest
 import trio
 import trio.testing
@@ -162,4 +161,3 @@ async def test_r10_173_what_crosses_nodes_is_json_text(
         answer = await forwarded.result
         assert type(answer) is AgentExecutionResult and answer.artifacts == ()
         assert answer.text == "h:m:2"
-    assert attrs.has(type(answer))
