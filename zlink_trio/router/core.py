@@ -100,6 +100,9 @@ class RouterCore:
         self._metrics = MetricsDispatcher(parts.metrics)
         self._nursery = nursery
         self._state = RouterState.ACCEPTING
+        self._crashed = False
+        """Set by :meth:`_crash` (``zlink_trio.testing.crash_session_router``): the node
+        vanished; nothing it does from now on reaches the cluster."""
         self._closed = trio.Event()
         self._passes: dict[SessionId, Pass] = {}
         self._cache = HandleCache(parts.config.max_cached_sessions)
@@ -134,7 +137,12 @@ class RouterCore:
     def _cleanup(self) -> trio.CancelScope:
         """A shielded scope for one clean-up I/O step, bounded (``release_interrupt_timeout``)
         so no clean-up can hold the router's exit. (A composite clean-up is shielded without
-        a deadline of its own: each of its steps is bounded.)"""
+        a deadline of its own: each of its steps is bounded.) On a crashed router the scope
+        is cancelled already: a dead node's clean-up never happens."""
+        if self._crashed:
+            scope = trio.CancelScope()
+            scope.cancel()
+            return scope
         return trio.CancelScope(
             shield=True, deadline=trio.current_time() + self._config.release_interrupt_timeout
         )

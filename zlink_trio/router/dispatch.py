@@ -22,17 +22,41 @@ from .values import Priority
 __all__ = ["Signals"]
 
 log = logging.getLogger("zlink_trio.router")
+_RESUBSCRIBE_FIRST = 0.5
+_RESUBSCRIBE_MAX = 5.0
 
 
 class Signals(Drain, Injection):
     """Signal dispatch, YIELD hand-off and the STATUS heartbeat."""
 
     async def _listen(self, receive: trio.MemoryReceiveChannel[SessionSignal]) -> None:
-        async for signal in receive:
+        """Dispatch the subscription's signals (taken before the first submit, F0). When the
+        bus ends it (a lost connection), subscribe again, backing off from 0.5 s to 5 s while
+        the bus refuses; signals published meanwhile are lost (§10.1 row 3) — a missed
+        TURN_RESULT is recovered by the forward's polling (F7)."""
+        await self._hear(receive)
+        delay = _RESUBSCRIBE_FIRST
+        while self._state is not RouterState.CLOSED:
+            await trio.sleep(delay)
             try:
-                self._dispatch(signal)
+                async with self._bus.subscribe() as again:
+                    delay = _RESUBSCRIBE_FIRST
+                    log.info("%s subscribed to the signal bus again", self.node_id)
+                    await self._hear(again)
             except Exception:
-                log.warning("a %s signal could not be handled", signal.kind, exc_info=True)
+                log.warning("subscribing to the signal bus failed; retrying", exc_info=True)
+                delay = min(delay * 2, _RESUBSCRIBE_MAX)
+
+    async def _hear(self, receive: trio.MemoryReceiveChannel[SessionSignal]) -> None:
+        try:
+            async for signal in receive:
+                try:
+                    self._dispatch(signal)
+                except Exception:
+                    log.warning("a %s signal could not be handled", signal.kind, exc_info=True)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        log.warning("%s lost its signal bus subscription", self.node_id)
 
     def _dispatch(self, signal: SessionSignal) -> None:
         """Must not block: anything doing I/O goes to its own task."""

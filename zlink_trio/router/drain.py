@@ -80,11 +80,12 @@ class Drain(Turns, Forwarding, Renewal):
                 else:
                     await self._run_collected(session_id, gate, held, work.message)
         finally:
-            for work in queue:  # stopped early: hand what is left to the next holder
-                with self._cleanup():
-                    await self._requeue(work)
-            with trio.CancelScope(shield=True):  # each step is bounded
-                await self._end_pass_session(session_id, gate, held)
+            if not self._crashed:  # a crashed node hands nothing over and closes nothing
+                for work in queue:  # stopped early: hand what is left to the next holder
+                    with self._cleanup():
+                        await self._requeue(work)
+                with trio.CancelScope(shield=True):  # each step is bounded
+                    await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
 
     async def _end_pass_session(self, session_id: SessionId, gate: Pass, held: HeldLease) -> None:

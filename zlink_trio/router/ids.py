@@ -88,6 +88,13 @@ class TurnId:
         submitter and the holder name it alike without another envelope field."""
         return cls(f"turn-of-{message_id.value}")
 
+    @classmethod
+    def unknown(cls) -> Self:
+        """What a holder-loss frame carries (§6.3 D): no surviving node knows the id of the
+        turn that died with its holder (the reservation names the holder, not the turn), so
+        the frame names the turn by its idempotency key instead, and this id says so."""
+        return cls("turn-unknown")
+
     def __str__(self) -> str:
         return self.value
 

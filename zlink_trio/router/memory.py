@@ -214,6 +214,13 @@ class MemorySessionInbox:
         await trio.lowlevel.checkpoint()
         return bool(self._pending.get(session_id))
 
+    async def pending_sessions(
+        self, delivered_before: float, limit: int = 100
+    ) -> tuple[SessionId, ...]:
+        await trio.lowlevel.checkpoint()
+        oldest = [(min(m[2] for m in queued), s) for s, queued in self._pending.items() if queued]
+        return tuple(s for at, s in sorted(oldest) if at < delivered_before)[:limit]
+
     async def purge(self, session_id: SessionId) -> int:
         await trio.lowlevel.checkpoint()
         return len(self._pending.pop(session_id, []))

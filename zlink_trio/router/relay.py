@@ -34,7 +34,7 @@ from .events import (
     ToolUseCompleted,
     ToolUseStarted,
 )
-from .ids import SessionId, TurnId
+from .ids import IdempotencyKey, SessionId, TurnId
 from .primitives import Json, JsonMap, read_int
 
 __all__ = [
@@ -54,13 +54,21 @@ class TurnEvent:
 
     turn_id: TurnId
     event: AgentExecutionEvent
+    idempotency_key: IdempotencyKey | None = None
+    """Set on a holder-loss frame (§6.3 D), which names its turn by the key: its
+    ``turn_id`` is :meth:`TurnId.unknown` (no surviving node knows the dead turn's id)."""
 
 
-def event_to_wire(turn_id: TurnId, event: AgentExecutionEvent) -> JsonMap:
-    """``AgentExecutionEventPayload``: flat primitives stamped with the TurnId. Losses: an
-    error keeps only its message; a result keeps only its text (artifacts stay on the node
-    that made them); durations are whole ms."""
+def event_to_wire(
+    turn_id: TurnId, event: AgentExecutionEvent, *, key: IdempotencyKey | None = None
+) -> JsonMap:
+    """``AgentExecutionEventPayload``: flat primitives stamped with the TurnId (and the
+    idempotency key of a holder-loss frame). Losses: an error keeps only its message; a
+    result keeps only its text (artifacts stay on the node that made them); durations are
+    whole ms."""
     out: JsonMap = {"turnId": turn_id.value}
+    if key is not None:
+        out["idempotencyKey"] = key.value
     if isinstance(event, AssistantReasoningDelta):
         out.update(type="reasoningDelta", text=event.text)
     elif isinstance(event, AssistantTextDelta):
@@ -116,9 +124,11 @@ def event_from_wire(payload: dict[str, Json]) -> TurnEvent | None:
             event = RejectedAt(RejectionReason(payload["reason"]))
         else:
             return None
+        raw_key = payload.get("idempotencyKey")
+        key = None if raw_key is None else IdempotencyKey(str(raw_key))
     except (KeyError, ValueError, TypeError):
         return None
-    return TurnEvent(turn, event)
+    return TurnEvent(turn, event, key)
 
 
 def _is_scalar(value: Json) -> bool:

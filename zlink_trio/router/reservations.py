@@ -7,7 +7,7 @@ import logging
 
 from .core import RouterCore
 from .events import TurnResult, TurnSucceeded, turn_result_to_wire
-from .idempotency import HolderAcquired
+from .idempotency import HolderAcquired, Marked
 from .ids import ReserverId, TurnId
 from .inbox import InboundMessage
 from .lease import HeldLease, Reservation
@@ -57,14 +57,19 @@ class Reservations(RouterCore):
 
     async def _finish_reservation(
         self, reservation: Reservation, turn_id: TurnId, result: TurnResult
-    ) -> None:
-        """F6 first half: markDone a success; release the key of a failure so a retry runs."""
+    ) -> bool | None:
+        """F6 first half: markDone a success; release the key of a failure so a retry runs.
+        Both name this attempt's reserver, so the store refuses them once the reservation is
+        someone else's (reset by a sweep and reserved again by a retry): a late write or
+        release never clobbers a newer reservation. Answers whether the store took it
+        (None: it threw — unknown)."""
         try:
             if isinstance(result, TurnSucceeded):
-                await self._idempotency.mark_done(
+                marked = await self._idempotency.mark_done(
                     reservation.key, reservation.reserver, turn_result_to_wire(turn_id, result)
                 )
-            else:
-                await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
+                return isinstance(marked, Marked)
+            return await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
         except Exception:
             log.warning("idempotency update of %s failed", reservation.key, exc_info=True)
+            return None

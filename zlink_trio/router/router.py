@@ -294,6 +294,18 @@ class SessionRouter(Signals, HolderLoss):
         """Close at once: ``close_gracefully(0)``."""
         await self.close_gracefully(0)
 
+    def _crash(self) -> None:
+        """Tear the node down the way a crash does (``zlink_trio.testing``): cancel every
+        task of the router without its shutdown path — no turn is interrupted, no handle
+        closed, no lease returned (it expires), no key reset, nothing handed back, nothing
+        published; the serve block then exits. (In-process, its own subscribers' iterations
+        end and a later close returns at once: nothing waits on a dead node forever.)"""
+        self._crashed = True
+        self._state = RouterState.CLOSED
+        self._nursery.cancel_scope.cancel()
+        self._hub.close()
+        self._closed.set()
+
     def statistics(self) -> RouterStatistics:
         return RouterStatistics(
             active_passes=len(self._passes),
@@ -358,9 +370,10 @@ async def serve_session_router(parts: RouterParts) -> AsyncIterator[SessionRoute
             try:
                 yield router
             finally:
-                with trio.CancelScope(shield=True):
-                    await router.close_gracefully(config.release_interrupt_timeout)
-                    await router._metrics.drain(config.metrics_drain_timeout)
+                if not router._crashed:
+                    with trio.CancelScope(shield=True):
+                        await router.close_gracefully(config.release_interrupt_timeout)
+                        await router._metrics.drain(config.metrics_drain_timeout)
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(

@@ -103,6 +103,15 @@ class SessionInbox(Protocol):
 
     async def has_pending(self, session_id: SessionId) -> bool: ...
 
+    async def pending_sessions(
+        self, delivered_before: float, limit: int = 100
+    ) -> tuple[SessionId, ...]:
+        """Up to ``limit`` sessions with at least one message waiting that was delivered
+        before ``delivered_before`` (its envelope's ``delivered_at``), each once, oldest
+        first: the orphan scan's read (§14 — messages whose holder and waiting node both
+        died). A backend answers it from an index, not a full scan."""
+        ...
+
     async def purge(self, session_id: SessionId) -> int:
         """Drop the session's messages; returns how many."""
         ...

@@ -24,7 +24,7 @@ from .events import (
     TurnSucceeded,
 )
 from .handles import Handles
-from .ids import SessionId, TurnId
+from .ids import IdempotencyKey, SessionId, TurnId
 from .inbox import InboundMessage
 from .lease import HeldLease, Reservation
 from .relay import TurnRelay, event_to_wire
@@ -54,12 +54,15 @@ class Turns(Handles, Reservations):
             request.open_attributes,
         )
         reservation = own.reservation
+        finished: bool | None = False
         if reservation is not None:
-            await self._finish_reservation(reservation, own.turn_id, result)
+            finished = await self._finish_reservation(reservation, own.turn_id, result)
             held.slot.unbind(reservation)
             self._local_keyed.pop(reservation.key, None)
         self._settle(own.future, result)
-        if reservation is not None:  # F6 for callers attached by key on other nodes
+        if reservation is not None and finished is not False:
+            # F6 for callers attached by key on other nodes — unless the store said the
+            # reservation is no longer this attempt's: its key's callers wait on another
             await self._announce(session_id, own.turn_id, result, key=reservation.key)
         await self._finish_injected(session_id, gate, held, own.turn_id, result)
 
@@ -94,15 +97,16 @@ class Turns(Handles, Reservations):
         except Exception as exc:
             log.warning("message %s could not run", message.message_id, exc_info=True)
             outcome = TurnFailed(FailureCode.FAILED, f"the router could not run it: {exc!r}")
+        finished: bool | None = False
         if taken is not None:
-            await self._finish_reservation(taken, turn_id, outcome)
+            finished = await self._finish_reservation(taken, turn_id, outcome)
             held.slot.unbind(taken)
         await self._announce(  # F6: after markDone
             session_id,
             turn_id,
             outcome,
             message_id=message.message_id,
-            key=message.idempotency_key,
+            key=self._announced_key(message, finished),
         )
         await self._finish_injected(session_id, gate, held, turn_id, outcome)
 
@@ -118,16 +122,26 @@ class Turns(Handles, Reservations):
         is finished first, then its TURN_RESULT goes out (F6)."""
         injected, gate.injected = gate.injected, []
         for item in injected:
+            finished: bool | None = False
             if item.taken is not None:
-                await self._finish_reservation(item.taken, turn_id, result)
+                finished = await self._finish_reservation(item.taken, turn_id, result)
                 held.slot.unbind(item.taken)
             await self._announce(
                 session_id,
                 turn_id,
                 result,
                 message_id=item.message.message_id,
-                key=item.message.idempotency_key,
+                key=self._announced_key(item.message, finished),
             )
+
+    @staticmethod
+    def _announced_key(message: InboundMessage, finished: bool | None) -> IdempotencyKey | None:
+        """The key a collected message's TURN_RESULT names (for the callers attached by key,
+        §9.2 row 3): only when this attempt finished the reservation, or cannot tell (the
+        store threw). After a rejected takeover, or a finish the store refused (the
+        reservation was reset and taken by a retry meanwhile), the key's callers wait on
+        another attempt: the answer goes to this message's own caller only."""
+        return message.idempotency_key if finished is not False else None
 
     async def _run_turn(
         self,
@@ -229,6 +243,6 @@ class Turns(Handles, Reservations):
                     kind=SignalKind.EVENT,
                     session_id=session_id,
                     origin=self.node_id,
-                    payload=event_to_wire(frame.turn_id, frame.event),
+                    payload=event_to_wire(frame.turn_id, frame.event, key=frame.idempotency_key),
                 )
             )

@@ -33,6 +33,7 @@ from .descriptors import published_descriptors as published_descriptors
 from .flow import flow_count as flow_count, flow_counts as flow_counts
 from .history import RecordingStore as RecordingStore, StoreCall as StoreCall
 from .postgres import open_private_postgres as open_private_postgres
+from .router import crash_session_router as crash_session_router
 from .spots import (
     forget_spot_member as forget_spot_member,
     hosted_spots as hosted_spots,

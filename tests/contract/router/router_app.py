@@ -211,3 +211,19 @@ def no_overlap(turns: list[TurnLog]) -> bool:
 
 def frames(_e: AgentExecutionEvent) -> None:
     return None
+
+
+async def start_crashable(
+    nursery: trio.Nursery, node_builder: SessionRouterBuilder
+) -> SessionRouter:
+    """Serve a router in a task of its own, so ``crash_session_router`` can tear it down
+    without cancelling the test. Cancelling ``nursery`` closes it normally (if it never
+    crashed)."""
+
+    async def serve(task_status: trio.TaskStatus[SessionRouter] = trio.TASK_STATUS_IGNORED) -> None:
+        async with open_session_router(node_builder) as router:
+            task_status.started(router)
+            await trio.sleep_forever()
+
+    router: SessionRouter = await nursery.start(serve)
+    return router
