@@ -224,9 +224,21 @@ class FencedRecords:
         return await self._records.load(session_id)
 
     async def append(
-        self, session_id: SessionId, entries: Sequence[TranscriptEntry]
+        self,
+        session_id: SessionId,
+        entries: Sequence[TranscriptEntry],
+        *,
+        lease_token: int | None = None,
     ) -> SessionRecordView:
-        return await self._records.append(session_id, entries, self._store._token(session_id))
+        """Append fenced with the held lease; with ``lease_token``, only while the held lease
+        is still that one (a turn's writes end with the lease it started under: a turn a
+        release abandoned must not write under a lease this node claimed again since)."""
+        token = self._store._token(session_id)
+        if lease_token is not None and token != lease_token:
+            raise FencingRejected(
+                f"{session_id}: the lease {lease_token} this write was made under was given up"
+            )
+        return await self._records.append(session_id, entries, token)
 
     async def delete(self, session_id: SessionId) -> bool:
         return await self._records.delete(session_id, self._store._token(session_id))
@@ -238,13 +250,18 @@ class SessionHistory:
     every turn start, §10.4), append fenced with this node's lease. A turn writes at its end,
     never partial state midway (§2)."""
 
-    def __init__(self, records: FencedRecords, session_id: SessionId) -> None:
+    def __init__(
+        self, records: FencedRecords, session_id: SessionId, *, lease_token: int | None = None
+    ) -> None:
         self._records = records
         self.session_id = session_id
+        self._lease_token = lease_token
+        """The fencing token of the lease the turn started under (the router sets it): its
+        writes are refused once that lease is gone, even if this node holds a newer one."""
 
     async def load(self) -> tuple[TranscriptEntry, ...]:
         view = await self._records.load(self.session_id)
         return () if view is None else view.transcript
 
     async def append(self, entries: Sequence[TranscriptEntry]) -> None:
-        await self._records.append(self.session_id, entries)
+        await self._records.append(self.session_id, entries, lease_token=self._lease_token)

@@ -163,10 +163,15 @@ class Turns(Handles, Reservations):
         relay = self._relay(session_id, turn_id)
         running = RunningTurn(turn_id, handle, relay)
         gate.running = running
+        lease = self._store.held(session_id)
         turn = TurnInput(
             turn_id=turn_id,
             user_input=request.user_input,
-            history=SessionHistory(self._store.records, session_id),
+            history=SessionHistory(  # fenced with the lease this turn starts under
+                self._store.records,
+                session_id,
+                lease_token=lease.fencing_token if lease is not None else 0,
+            ),
             approvals=self.approvals(session_id),
             submit_options=request.submit_options,
             initiator=request.initiator,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 
-import pytest
 import trio
 import trio.testing
 from router_app import FakeSession, Opener, Registry, Shared, World, cluster
@@ -50,7 +49,6 @@ def _request(text: str) -> SubmitRequest:
     return SubmitRequest(session_id=S1, agent_ref=AGENT, user_input=text)
 
 
-@pytest.mark.xfail(strict=True, reason="a force-released turn writes under the node's next lease")
 async def test_a_force_released_turn_cannot_write_under_the_node_s_next_lease(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
