@@ -4,20 +4,25 @@ pins a defect found in review (its regression test)."""
 from __future__ import annotations
 
 import contextlib
+from typing import Any
 
+import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Opener, Registry, Shared, World, cluster
-from router_kit import AGENT, S1
+from router_app import FakeSession, Opener, Registry, Shared, World, builder, cluster
+from router_kit import AGENT, KEY, S1, message
 
 from zlink_trio.router import (
     AgentExecutionResult,
     EventListener,
+    InboundMessage,
     LiveSession,
     OpenRequest,
+    SessionInbox,
     SubmitRequest,
     TranscriptEntry,
     TurnInput,
+    open_session_router,
 )
 
 
@@ -68,3 +73,70 @@ async def test_a_force_released_turn_cannot_write_under_the_node_s_next_lease(
         record = await shared.records.load(S1)
     assert record is not None
     assert [e.text for e in record.transcript] == ["fresh", "re:fresh"]
+
+
+class _FailingDeliver:
+    """A node's view of the shared inbox whose ``deliver`` fails while ``down``."""
+
+    def __init__(self, target: SessionInbox) -> None:
+        self._target = target
+        self.down = False
+
+    async def deliver(self, message: InboundMessage) -> None:
+        if self.down:
+            raise OSError("inbox unreachable")
+        await self._target.deliver(message)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+@pytest.mark.xfail(strict=True, reason="a failed hand-over leaves the key reserved")
+async def test_a_keyed_submit_whose_hand_over_fails_frees_its_key(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§9.2 / F2: a keyed submit that must be forwarded and whose inbox hand-over fails
+    raises to its caller — the turn was not handed to anyone, so it will never run and its
+    reservation must be freed (as a failed claim frees it): a retry under the same key then
+    runs, instead of attaching to an orphaned IN_FLIGHT entry until the forward TTL."""
+    world.duration = lambda text: 30.0 if text == "long" else 1.0
+    inbox_b = _FailingDeliver(shared.inbox)
+    async with (
+        open_session_router(builder(shared, world, registry, "a")) as a,
+        open_session_router(builder(shared, world, registry, "b", inbox=inbox_b)) as b,
+    ):
+        long = await a.submit(_request("long"))  # a holds the session
+        await trio.testing.wait_all_tasks_blocked()
+        keyed = SubmitRequest(session_id=S1, agent_ref=AGENT, user_input="k", idempotency_key=KEY)
+        inbox_b.down = True
+        with pytest.raises(OSError):
+            await b.submit(keyed)
+        inbox_b.down = False
+        retry = await b.submit(keyed)
+        with trio.fail_after(60):
+            answer = await retry.result
+        await long.result
+    assert answer.text.endswith(":k:1")
+    assert [t.text for t in world.turns] == ["long", "k"]
+
+
+@pytest.mark.xfail(strict=True, reason="a queued own turn whose hand-back fails never settles")
+async def test_a_queued_own_turn_whose_hand_back_fails_settles_its_caller(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§6.3 A / F4: a release stops a pass whose own submit waits behind an older collected
+    message; the waiting turn is handed back to the inbox for the next holder. When that
+    hand-back fails, the caller must still get an answer (an error), never wait forever."""
+    world.duration = lambda text: 30.0 if text == "old" else 1.0
+    inbox_a = _FailingDeliver(shared.inbox)
+    async with open_session_router(builder(shared, world, registry, "a", inbox=inbox_a)) as a:
+        await (await a.submit(_request("warm"))).result  # the record exists
+        await shared.inbox.deliver(message("old"))  # no doorbell
+        await trio.sleep(1)
+        own = await a.submit(_request("own"))  # its pass runs "old" first (older)
+        await trio.testing.wait_all_tasks_blocked()
+        assert [t.text for t in world.turns] == ["warm", "old"]
+        inbox_a.down = True
+        await a.release_session(S1)
+        with trio.fail_after(60), pytest.raises(Exception):  # noqa: B017 (any answer)
+            await own.result
