@@ -49,12 +49,17 @@ class Forwarding(RouterCore):
         forward = Forward(message.session_id, message.message_id, message.idempotency_key, future)
         # registered before any I/O of the hand-over, so a TURN_RESULT cannot be missed
         self._forwards.add(forward)
+        released = False
         try:
             if reservation is not None:
-                await self._idempotency.release_holder(reservation.key, reservation.reserver)
+                released = await self._idempotency.release_holder(
+                    reservation.key, reservation.reserver
+                )
             await self._inbox.deliver(message)
         except BaseException:
             self._forwards.drop(forward)
+            if reservation is not None:  # handed to nobody: it will not run, free its key
+                await self._free_unhanded(reservation, released)
             raise
         await self._ring(message.session_id, message.priority)
         if self._state is RouterState.CLOSED:  # closed during the hand-over: no waiter
@@ -65,6 +70,19 @@ class Forwarding(RouterCore):
             return future
         self._nursery.start_soon(self._wait_forward, forward)
         return future
+
+    async def _free_unhanded(self, reservation: Reservation, released: bool) -> None:
+        """A hand-over that failed: the caller gets the error and nobody will run the turn,
+        so its reservation is reset (a retry under the key runs, as after a failed claim)
+        instead of waiting holderless for the forward TTL. Released already, it is taken
+        back first (compare_and_reset is holder-matched)."""
+        with self._cleanup():
+            try:
+                if released:
+                    await self._idempotency.acquire_holder(reservation.key, reservation.reserver)
+                await self._idempotency.compare_and_reset(reservation.key, reservation.reserver)
+            except Exception:
+                log.warning("could not free key %s of a failed hand-over", reservation.key)
 
     async def _wait_forward(self, forward: Forward) -> None:
         """F7's fallback and the forward deadline: poll the idempotency store every
