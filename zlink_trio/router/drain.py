@@ -8,7 +8,7 @@ import logging
 import trio
 
 from .core import RouterState
-from .errors import RouterShuttingDown
+from .errors import RouterShuttingDown, SessionEvicted
 from .events import InterruptReason
 from .forwarding import Forwarding
 from .ids import InboundMessageId, SessionId
@@ -154,4 +154,15 @@ class Drain(Turns, Forwarding, Renewal):
             if held is not None:
                 held.slot.unbind(own.reservation)
         self._local_futures.discard(own.future)
-        await self._hand_to_inbox(message, own.reservation, own.future)
+        try:
+            await self._hand_to_inbox(message, own.reservation, own.future)
+        except BaseException as exc:
+            # handed to nobody (its key, if any, is freed): it will not run; its caller,
+            # whom no waiter serves now, must hear so rather than wait forever
+            own.future.set_exception(
+                SessionEvicted(
+                    f"{request.session_id} was given up before this turn ran and handing it "
+                    f"to the next holder failed ({exc!r}); it did not run, retry"
+                )
+            )
+            raise

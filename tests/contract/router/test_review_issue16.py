@@ -119,7 +119,6 @@ async def test_a_keyed_submit_whose_hand_over_fails_frees_its_key(
     assert [t.text for t in world.turns] == ["long", "k"]
 
 
-@pytest.mark.xfail(strict=True, reason="a queued own turn whose hand-back fails never settles")
 async def test_a_queued_own_turn_whose_hand_back_fails_settles_its_caller(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
