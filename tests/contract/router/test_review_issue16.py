@@ -18,7 +18,10 @@ from zlink_trio.router import (
     InboundMessage,
     LiveSession,
     OpenRequest,
+    Priority,
+    SessionId,
     SessionInbox,
+    SessionRouterConfig,
     SubmitRequest,
     TranscriptEntry,
     TurnInput,
@@ -138,3 +141,84 @@ async def test_a_queued_own_turn_whose_hand_back_fails_settles_its_caller(
         await a.release_session(S1)
         with trio.fail_after(60), pytest.raises(Exception):  # noqa: B017 (any answer)
             await own.result
+
+
+class _SlowClose(FakeSession):
+    """Its handle takes 2 s to close."""
+
+    async def aclose(self) -> None:
+        await trio.sleep(2.0)
+        await super().aclose()
+
+
+class _SlowCloseOpener(Opener):
+    def __init__(self, world: World, node: str, registry: Registry) -> None:
+        super().__init__(world, node, registry)
+        self._world, self._node = world, node
+
+    async def open(self, request: OpenRequest) -> LiveSession:
+        plain = await super().open(request)
+        assert isinstance(plain, FakeSession)
+        return _SlowClose(self._world, self._node, request.session_id, plain.runtime)
+
+
+@pytest.mark.xfail(strict=True, reason="a doorbell heard during an idle eviction is lost")
+async def test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§6.3 B / §5.4: a submit that arrives while the cache sweeper closes the session's
+    idle handle finds the gate held and is forwarded; its doorbell, heard while the gate is
+    held, is dropped. When the eviction returns the lease with messages waiting it must ring
+    again (as a hand-off does), so the turn starts then — not at the forward waiter's next
+    poll (``forward_poll_interval`` later)."""
+    config = SessionRouterConfig(idle_ttl=10.0)
+    opener = _SlowCloseOpener(world, "a", registry)
+    async with cluster(shared, world, registry, ["a"], session_opener=opener, config=config) as (
+        a,
+    ):
+        await (await a.submit(_request("one"))).result
+        await trio.sleep_until(60.5)  # the 60 s sweep is closing the handle (until 62 s)
+        two = await a.submit(_request("two"))
+        await two.result
+    started = {t.text: t.start for t in world.turns}
+    assert started["two"] <= 63.0
+
+
+class _SlowReplies:
+    """A view of the shared inbox whose ``collect`` answers 0.1 s after it read (a network
+    round trip): a message delivered meanwhile is not in the answer."""
+
+    def __init__(self, target: SessionInbox) -> None:
+        self._target = target
+
+    async def collect(self, session_id: SessionId, up_to: Priority) -> tuple[InboundMessage, ...]:
+        taken = await self._target.collect(session_id, up_to)
+        await trio.sleep(0.1)
+        return taken
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._target, name)
+
+
+@pytest.mark.xfail(strict=True, reason="a doorbell heard during a pass's last collect is lost")
+async def test_a_doorbell_heard_during_the_last_collect_of_a_pass_is_not_lost(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§5.4 / F4: a MESSAGE_ENQUEUED the holder hears while its pass holds the gate is
+    dropped (the pass collects before each turn). A message delivered after the pass's last
+    collect read the inbox, but before the pass ended, rings while the gate is still held:
+    the holder must still run it now, not when the submitter's waiter re-rings
+    (``forward_poll_interval`` later)."""
+    slow = _SlowReplies(shared.inbox)
+    async with (
+        open_session_router(builder(shared, world, registry, "a", inbox=slow)) as a,
+        open_session_router(builder(shared, world, registry, "b")) as b,
+    ):
+        one = await a.submit(_request("one"))  # collect 0–0.1, turn 0.1–1.1, collect 1.1–1.2
+        await trio.sleep_until(1.15)
+        two = await b.submit(_request("two"))  # delivered and rung at 1.15: gate held
+        assert type(two).__name__ == "Forwarded"
+        await one.result
+        await two.result
+    started = {t.text: t.start for t in world.turns}
+    assert started["two"] <= 2.0
