@@ -11,7 +11,7 @@ from .application import LiveSession, OpenRequest
 from .closing import Closing
 from .core import RouterState
 from .ids import SessionId
-from .values import LiveSessionOptions, OpenAttributes, SubmitRequest
+from .values import LiveSessionOptions, OpenAttributes, Priority, SubmitRequest
 from .work import Pass
 
 __all__ = ["Handles"]
@@ -109,3 +109,8 @@ class Handles(Closing):
             self._metrics.emit("on_evicted", session_id, "idle")
             await self._close_handle(session_id)
             await self._return_lease(session_id)
+        # a submit meanwhile was forwarded and its doorbell, heard while the gate was held,
+        # dropped: ring again now that the gate is free (as a hand-off does)
+        with self._cleanup():
+            if self._accepting() and await self._pending(session_id):
+                await self._ring(session_id, Priority.LATER)

@@ -162,7 +162,6 @@ class _SlowCloseOpener(Opener):
         return _SlowClose(self._world, self._node, request.session_id, plain.runtime)
 
 
-@pytest.mark.xfail(strict=True, reason="a doorbell heard during an idle eviction is lost")
 async def test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
