@@ -74,7 +74,9 @@ class Signals(Drain, Injection):
             gate = self._passes.get(sid)
             if gate is None:
                 self._nursery.start_soon(self._try_drain, sid)
-            elif gate.running is not None and signal.payload.get("priority") == "NOW":
+                return
+            gate.rung = True
+            if gate.running is not None and signal.payload.get("priority") == "NOW":
                 self._nursery.start_soon(self._inject_now, sid, gate)
         elif kind is SignalKind.TURN_RESULT:
             self._on_turn_result(signal.payload)

@@ -65,13 +65,18 @@ class Drain(Turns, Forwarding, Renewal):
         held = self._leases[session_id]
         try:
             while not gate.stopped(held):
+                gate.rung = False
                 try:  # always collect before a turn, every tier (F4)
                     collected = await self._inbox.collect(session_id, Priority.LATER)
                 except Exception:
                     log.warning("collect of %s failed", session_id, exc_info=True)
                     collected = ()
                 queue.extend(Collected(m) for m in collected)
-                if not queue or gate.stopped(held):  # a yield, loss or eviction meanwhile
+                if gate.stopped(held):  # a yield, loss or eviction meanwhile
+                    break
+                if not queue:
+                    if gate.rung:  # rung during the collect: it may have read too early
+                        continue
                     break
                 queue.sort(key=lambda w: (w.priority, w.delivered_at))
                 work = queue.pop(0)

@@ -106,6 +106,10 @@ class Pass:
         self.evicted: LiveSession | None = None
         """The session's handle the LRU bound pushed out of the cache while this gate was
         held: closed when the gate is given up, not before (the pin delays the close)."""
+        self.rung = False
+        """A MESSAGE_ENQUEUED was heard while this gate was held (since the pass's last
+        collect began): the pass looks again before it ends, so a message delivered after
+        that collect read the inbox is not left waiting for a re-ring."""
         self.done = trio.Event()
         self.inject_lock = trio.Lock()
         """Held while NOW messages are injected into the running turn (one injector at a

@@ -199,7 +199,6 @@ class _SlowReplies:
         return getattr(self._target, name)
 
 
-@pytest.mark.xfail(strict=True, reason="a doorbell heard during a pass's last collect is lost")
 async def test_a_doorbell_heard_during_the_last_collect_of_a_pass_is_not_lost(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
