@@ -16,6 +16,7 @@ from zlink_trio.router import (
     AgentExecutionResult,
     EventListener,
     InboundMessage,
+    InterruptReason,
     LiveSession,
     OpenRequest,
     Priority,
@@ -25,6 +26,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TranscriptEntry,
     TurnInput,
+    TurnInterrupted,
     open_session_router,
 )
 
@@ -220,3 +222,20 @@ async def test_a_doorbell_heard_during_the_last_collect_of_a_pass_is_not_lost(
         await two.result
     started = {t.text: t.start for t in world.turns}
     assert started["two"] <= 2.0
+
+
+@pytest.mark.xfail(strict=True, reason="a targeted interrupt before the turn starts is lost")
+async def test_a_targeted_interrupt_right_after_submit_stops_that_turn(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§8 / R10-108: ``interrupt(id, reason, turn_id)`` names the turn ``submit`` just
+    returned (EXECUTED_LOCALLY). The turn starts on a task of its own (its session is opened
+    there first), so a caller that interrupts at once must not find "no active turn" and
+    lose the interrupt: the named turn ends interrupted. (Untargeted interrupts keep the
+    no-op rule: they do not carry over to a later turn.)"""
+    world.duration = lambda _t: 50.0
+    async with cluster(shared, world, registry, ["a"]) as (a,):
+        running = await a.submit(_request("stop me"))
+        a.interrupt(S1, InterruptReason.USER, running.turn_id)
+        with trio.fail_after(60), pytest.raises(TurnInterrupted):
+            await running.result
