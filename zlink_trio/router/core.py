@@ -190,6 +190,12 @@ class RouterCore:
     ) -> None:
         gate = self._passes.get(session_id)
         running = None if gate is None else gate.running
+        if gate is not None and turn_id is not None and gate.upcoming == turn_id:
+            # the named turn was returned by submit but has not started (its pass opens the
+            # session first): it starts interrupted
+            if gate.upcoming_interrupt is None:
+                gate.upcoming_interrupt = reason
+            return
         if running is None or (turn_id is not None and running.turn_id != turn_id):
             return
         running.interrupt(reason)

@@ -147,6 +147,7 @@ class SessionRouter(Signals, HolderLoss):
         if reservation is not None:
             self._local_keyed[reservation.key] = future
             self._leases[sid].slot.bind(reservation)
+        gate.upcoming = turn_id
         self._nursery.start_soon(self._drain_pass, sid, gate, own)
         self._metrics.emit("on_submit", sid, DispositionKind.EXECUTED_LOCALLY)
         return ExecutedLocally(turn_id, future)

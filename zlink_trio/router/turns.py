@@ -152,6 +152,11 @@ class Turns(Handles, Reservations):
         options: LiveSessionOptions,
         attributes: OpenAttributes,
     ) -> TurnResult:
+        early = gate.upcoming_interrupt if gate.upcoming == turn_id else None
+        if early is not None:  # interrupted by its id before it started: it does not run
+            gate.upcoming = gate.upcoming_interrupt = None
+            self._single_frame(session_id, turn_id, InterruptedAt(early))
+            return TurnFailed(FailureCode.INTERRUPTED, early.value)
         try:
             handle = await self._ensure_open(session_id, gate, request, options, attributes)
         except Exception as exc:
@@ -163,6 +168,10 @@ class Turns(Handles, Reservations):
         relay = self._relay(session_id, turn_id)
         running = RunningTurn(turn_id, handle, relay)
         gate.running = running
+        if gate.upcoming == turn_id:  # started: interrupts name the running turn from now on
+            if gate.upcoming_interrupt is not None:  # heard during the open
+                running.interrupt(gate.upcoming_interrupt)
+            gate.upcoming = gate.upcoming_interrupt = None
         lease = self._store.held(session_id)
         turn = TurnInput(
             turn_id=turn_id,

@@ -106,6 +106,10 @@ class Pass:
         self.evicted: LiveSession | None = None
         """The session's handle the LRU bound pushed out of the cache while this gate was
         held: closed when the gate is given up, not before (the pin delays the close)."""
+        self.upcoming: TurnId | None = None
+        """The own turn this pass was started for, until it starts (submit returned its id)."""
+        self.upcoming_interrupt: InterruptReason | None = None
+        """A targeted interrupt naming ``upcoming`` heard before that turn started."""
         self.rung = False
         """A MESSAGE_ENQUEUED was heard while this gate was held (since the pass's last
         collect began): the pass looks again before it ends, so a message delivered after

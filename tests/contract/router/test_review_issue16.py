@@ -224,7 +224,6 @@ async def test_a_doorbell_heard_during_the_last_collect_of_a_pass_is_not_lost(
     assert started["two"] <= 2.0
 
 
-@pytest.mark.xfail(strict=True, reason="a targeted interrupt before the turn starts is lost")
 async def test_a_targeted_interrupt_right_after_submit_stops_that_turn(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -239,3 +238,27 @@ async def test_a_targeted_interrupt_right_after_submit_stops_that_turn(
         a.interrupt(S1, InterruptReason.USER, running.turn_id)
         with trio.fail_after(60), pytest.raises(TurnInterrupted):
             await running.result
+
+
+class _SlowOpener(Opener):
+    """Opening a session takes 2 s."""
+
+    async def open(self, request: OpenRequest) -> LiveSession:
+        await trio.sleep(2.0)
+        return await super().open(request)
+
+
+async def test_a_targeted_interrupt_during_the_session_s_open_stops_that_turn(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§8 / R10-108: the same while the pass opens the session for the named turn (the
+    turn is not running yet): it ends interrupted as soon as it starts."""
+    world.duration = lambda _t: 50.0
+    opener = _SlowOpener(world, "a", registry)
+    async with cluster(shared, world, registry, ["a"], session_opener=opener) as (a,):
+        running = await a.submit(_request("stop me"))
+        await trio.sleep(1.0)  # opening
+        a.interrupt(S1, InterruptReason.USER, running.turn_id)
+        with trio.fail_after(60), pytest.raises(TurnInterrupted):
+            await running.result
+        assert trio.current_time() < 10.0
