@@ -262,3 +262,23 @@ async def test_a_targeted_interrupt_during_the_session_s_open_stops_that_turn(
         with trio.fail_after(60), pytest.raises(TurnInterrupted):
             await running.result
         assert trio.current_time() < 10.0
+
+
+@pytest.mark.xfail(
+    strict=True, reason="release_session on a non-holder leaves the holder's handle and lease"
+)
+async def test_release_session_on_a_non_holder_gives_the_holder_s_handle_back(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """§5.1 / §6.3 A: releaseSession, like submit, does not expose the node (§5.1: which
+    node holds the session is the router's business). Called on a node that does not hold
+    the session, it purges the inbox and broadcasts EVICT — but the holder, hearing a
+    peer's EVICT, keeps its open handle and its lease: the handle is not given back."""
+    async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
+        await (await a.submit(_request("one"))).result
+        assert a.statistics().open_handles == 1
+        await b.release_session(S1)
+        await trio.testing.wait_all_tasks_blocked()
+        stats = a.statistics()
+        closes = world.closes.get("a", 0)
+    assert (stats.open_handles, stats.held_leases, closes) == (0, 0, 1)
