@@ -183,12 +183,17 @@ class SessionRouter(Signals, HolderLoss):
         """Give the handle back; the history stays (§6.3 A), in this order: interrupt the
         turn (SESSION_RELEASED), wait up to ``release_interrupt_timeout`` for it, close the
         handle (at most ``handle_close_timeout``), drop it from the cache, purge the inbox,
-        return the lease, broadcast EVICT, complete the subscribers."""
+        return the lease, broadcast EVICT, complete the subscribers. On a node that does not
+        hold the session, the holder is asked to give it back (YIELD, as delete does)."""
         async with self._exclusive(session_id):
+            holder_here = session_id in self._leases
             await self._close_handle(session_id)
             await self._purge(session_id)
             await self._return_lease(session_id)
             self._approvals.pop(session_id, None)
+            if not holder_here:  # the node is not exposed (§5.1): the holder gives it back
+                for signal in yield_signals(session_id, self.node_id):
+                    await self._publish(signal)
             await self._publish(self._evict_signal(session_id))
             self._hub.complete(session_id)
 

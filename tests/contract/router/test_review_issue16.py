@@ -264,9 +264,6 @@ async def test_a_targeted_interrupt_during_the_session_s_open_stops_that_turn(
         assert trio.current_time() < 10.0
 
 
-@pytest.mark.xfail(
-    strict=True, reason="release_session on a non-holder leaves the holder's handle and lease"
-)
 async def test_release_session_on_a_non_holder_gives_the_holder_s_handle_back(
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
