@@ -25,6 +25,7 @@ from ..objects.create_source import CreateSource
 from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
+from ..objects.relocation import ActorRelocationParticipant
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
@@ -142,6 +143,9 @@ class ActorRuntime:
         """Session bindings of the hosted Actors (spec 02): command 38, relay checks,
         ``context.session`` push/close."""
         self.client.bindings = self.bindings
+        self.relocation_participants: list[ActorRelocationParticipant] = []
+        """Framework state that moves with a relocating Actor, called in the order of
+        :mod:`zlink_trio.objects.relocation` (docs/relocation.md, "Participants")."""
         self.target: CreateTarget[ActorId] = CreateTarget(
             kind=ActorTargetKind(
                 config=config,
