@@ -108,6 +108,11 @@ class ActorHost:
     def __iter__(self) -> Iterator[HostedActor]:
         return iter(self._actors.values())
 
+    def has_temporary_queue(self, actor_id: ActorId) -> bool:
+        """A creation attempt or a relocation target's temporary queue is registered for
+        ``actor_id`` here (inbound dispatch parks there, before any follow route)."""
+        return actor_id in self._staging
+
     @property
     def staging_count(self) -> int:
         return len(self._staging)

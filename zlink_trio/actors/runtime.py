@@ -377,6 +377,8 @@ class ActorRuntime:
                     "this owner never had"
                 )
             return None
+        if self.host.has_temporary_queue(record.actor_id):
+            return None  # the temporary queue is checked first (A04-04)
         route = self.follow.lookup(record.actor_id)
         if route is None:
             return None  # admission decides (staging, or a stale route)
@@ -398,7 +400,6 @@ class ActorRuntime:
         me = self._node.identity
         forwarded = evolve(
             record,
-            correlation=0,
             source_rid=me.node_rid,
             source_generation=me.node_generation,
             target_rid=route.target_rid,

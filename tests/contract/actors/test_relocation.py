@@ -1,0 +1,109 @@
+"""Live Actor relocation (spec 04 §6.1, §6.7, §9; spec 06 §6, §8; spec 02 §8.1 order;
+docs/relocation.md): ``server.relocate`` between nodes over real TCP, on both stores."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from relocation_kit import RelocLog, create_on, make_reloc_app
+
+from zlink_trio import (
+    AuthorityOwnerGeneration,
+    InvalidOperation,
+    NotFound,
+)
+from zlink_trio.store.api import ObjectKey
+from zlink_trio.testing import CountingStore, open_cluster
+
+
+def _apps(log: RelocLog):  # type: ignore[no-untyped-def]
+    return lambda i: make_reloc_app(log, f"node{i}")
+
+
+async def test_a04_13_relocation_keeps_state_generation_and_raises_owner_generation(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-13 (PreserveStateWith and the move): an Actor of node 0 relocates to node 1 and
+    back to node 0: its captured state is restored on each target, the ObjectGeneration
+    never changes, the AuthorityOwnerGeneration rises by one per move (target-only CAS),
+    and messages by ActorId reach the current owner."""
+    log = RelocLog()
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "mover", "counter")
+        for i in range(3):
+            await c.actors.send(actor, "add", str(i).encode())
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"3@node0"
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None
+        generation = row.object_generation
+        assert row.owner_generation == AuthorityOwnerGeneration(1)
+
+        result = await a.relocate(actor, to=b.identity.node_rid)
+        assert result.owner_generation == AuthorityOwnerGeneration(2)
+        assert result.object_generation == generation
+
+        async def owner_is(server: object, gen: int) -> None:
+            with trio.fail_after(30):
+                while True:
+                    row = await store.read(ObjectKey.actor(actor))
+                    assert row is not None
+                    if row.owner_generation == AuthorityOwnerGeneration(gen):
+                        assert row.owner.node_rid == server.identity.node_rid  # type: ignore[attr-defined]
+                        assert row.object_generation == generation
+                        return
+                    await trio.sleep(0.01)
+
+        await owner_is(b, 2)
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"3@node1"
+        assert log.restored == [(actor, b"3")]
+
+        await b.relocate(actor, to=a.identity.node_rid)
+        await owner_is(a, 3)
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"3@node0"
+        assert log.factory_runs[actor] == 3
+        ref = await c.actors.find(actor)
+        assert ref is not None and ref.object_generation == generation
+
+
+async def test_a04_13_recreate_on_relocation_keeps_the_generation_not_the_state(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-13 (RecreateOnRelocation): the target recreates the Actor with its factory and
+    no application state; the ObjectGeneration is the same; queued work still moves."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "fresh", "fresh")
+        await b.actors.send(actor, "add", b"1")
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"1@node0"
+        before = await b.actors.find(actor)
+        assert before is not None
+        await a.relocate(actor, to=b.identity.node_rid)
+        # b's own route cache still names node 0: Message Follow brings it to node 1.
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+        after = await a.actors.find(actor)
+        assert after is not None and after.object_generation == before.object_generation
+        assert log.restored == []
+
+
+async def test_disable_relocation_refuses_and_the_actor_stays(
+    clock: object, store: CountingStore
+) -> None:
+    """A DisableRelocation type refuses the move (InvalidOperation) and keeps running; an
+    Actor not hosted on the node is NotFound; the node itself is not a target."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "pin", "pinned")
+        with pytest.raises(InvalidOperation):
+            await a.relocate(actor, to=b.identity.node_rid)
+        with pytest.raises(NotFound):
+            await b.relocate(actor, to=a.identity.node_rid)
+        moving = await create_on(b, cluster.servers, 0, "self", "counter")
+        with pytest.raises(InvalidOperation):
+            await a.relocate(moving, to=a.identity.node_rid)
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
