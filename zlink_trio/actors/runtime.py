@@ -68,7 +68,7 @@ from .client import ActorClient
 from .destroy import ActorDestroyKind
 from .follow import FollowRoute, FollowRoutes
 from .host import ActorHost
-from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
+from .hosted import RELOCATING, Deliver, Destroying, HostedActor, Ready, lease_lost_error
 from .join import JoinRegistrar
 from .join_target import JoinTarget
 from .joining import JoinRunner
@@ -79,7 +79,7 @@ from .registry import ActorTypes
 from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
-from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
+from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats, RelocationStatistics
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -539,6 +539,17 @@ class ActorRuntime:
             create_replays=self.source.replays,
             rejected=self.target.rejected,
             failed_creates=self.target.failed,
+            relocation=RelocationStatistics(
+                sealed=sum(1 for hosted in self.host if hosted.state is RELOCATING),
+                in_flight=len(self.relocator.in_flight),
+                moved_out=self.relocator.moved_out,
+                aborted=self.relocator.aborted,
+                restores=self.relocation_target.factory_runs,
+                committed=self.relocation_target.committed,
+                discarded=self.relocation_target.discarded,
+                cutover_timeouts=self.relocation_target.cutover_timeouts,
+                followed=self.follow.followed,
+            ),
         )
 
 

@@ -114,7 +114,9 @@ def make_reloc_app(log: RelocLog, node_name: str) -> App:
     return app
 
 
-async def create_on(server: Any, servers: list[Any], index: int, prefix: str, stable_type: str) -> str:
+async def create_on(
+    server: Any, servers: list[Any], index: int, prefix: str, stable_type: str
+) -> str:
     """Create an Actor that placement put on ``servers[index]`` (others destroyed)."""
     wanted = servers[index].identity.node_rid
     for i in range(64):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 from relocation_kit import RelocLog, create_on, make_reloc_app
 
 from zlink_trio import (
@@ -107,3 +108,70 @@ async def test_disable_relocation_refuses_and_the_actor_stays(
         with pytest.raises(InvalidOperation):
             await a.relocate(moving, to=a.identity.node_rid)
         assert await b.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_04_a04_05_temporary_queue_then_merge_order(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-04: a message that reaches the target while Restore runs goes into the
+    temporary queue (registered before dispatch looks for the instance) and no handler
+    runs it before the commit; it runs once afterwards. A04-05: on the target the saved
+    work (queued at the seal), then the pre-boundary relay (held at the source after the
+    seal), then the remaining temporary work, then what arrived after the switch, run in
+    that order, and nothing runs before the commit. (Memory store: the interleaving is
+    made exact with MockClock's ``wait_all_tasks_blocked``.)"""
+    log = RelocLog()
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "order", "counter")
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+        # First move node 0 → node 1; c's route cache still names node 0 afterwards.
+        await a.relocate(actor, to=b.identity.node_rid)
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+
+        stats = a.statistics().actors
+        assert stats is not None
+        followed_before = stats.relocation.followed
+        assert followed_before == 1  # c's request above went node 0 → node 1
+        log.gate = trio.Event()
+        log.restore_gate = trio.Event()
+        log.restore_entered = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.actors.request(actor, "hold", b"").timeout(30)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            await b.actors.send(actor, "add", b"saved-1")
+            await b.actors.send(actor, "add", b"saved-2")
+            results: list[object] = []
+
+            async def move() -> None:
+                results.append(await b.relocate(actor, to=a.identity.node_rid))
+
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()  # the seal item is queued
+            assert b.statistics().actors is not None
+            assert b.statistics().actors.relocation.in_flight == 1
+            log.gate.set()  # the handler ends normally; the seal turn runs next
+            await log.restore_entered.wait()  # node 0 restores: the source is sealed
+            await b.actors.send(actor, "add", b"held-1")  # held at the source
+            await c.actors.send(actor, "add", b"temp-1")  # c's cache: node 0 → temp queue
+            # Nothing of this Actor runs anywhere while Restore is held.
+            handled_before = list(log.payloads(actor))
+            assert handled_before == []
+            log.restore_gate.set()
+        await log.wait_for(lambda: len(log.payloads(actor)) == 4)
+        stats = a.statistics().actors
+        assert stats is not None
+        # temp-1 entered node 0's temporary queue (checked before its follow route)
+        assert stats.relocation.followed == followed_before
+        assert stats.relocation.committed == 1 and stats.relocation.restores == 1
+        await c.actors.send(actor, "add", b"after-1")
+        await log.wait_for(lambda: len(log.payloads(actor)) == 5)
+        assert log.payloads(actor) == [b"saved-1", b"saved-2", b"held-1", b"temp-1", b"after-1"]
+        assert {node for a_, p, _, node in log.handled if a_ == actor and p == "add"} == {"node0"}
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"6@node0"
