@@ -20,6 +20,7 @@ from typing import final
 import attrs
 import trio
 
+from .._exceptions import raise_single_error
 from ..config import ServerConfig
 from ..engine.oneshot import OneShot
 from ..errors import (
@@ -37,6 +38,7 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OperationId,
+    OwnerLeaseGeneration,
     StableType,
 )
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
@@ -142,7 +144,7 @@ class ActorRelocator:
             raise InvalidOperation("the relocation target is this node")
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
-        generation = await self._target_generation(hosted, to)
+        generation, lease = await self._target_generation(hosted, to)
         unit = RelocationUnit(
             relocation_id=OperationId(secrets.randbits(128) or 1),
             actor_id=actor_id,
@@ -157,17 +159,22 @@ class ActorRelocator:
         self.in_flight[actor_id] = unit.relocation_id
         try:
             result: list[RelocationResult] = []
-            async with trio.open_nursery() as nursery:  # this relocation's own nursery
-                result.append(await self._run(hosted, unit, policy, nursery))
+            try:
+                async with trio.open_nursery() as nursery:  # this relocation's own nursery
+                    result.append(await self._run(hosted, unit, policy, lease, nursery))
+            except BaseExceptionGroup as group:
+                raise_single_error(group)  # one error leaves as itself
             return result[0]
         finally:
             self.in_flight.pop(actor_id, None)
 
-    async def _target_generation(self, hosted: HostedActor, to: NodeRid) -> NodeGeneration:
+    async def _target_generation(
+        self, hosted: HostedActor, to: NodeRid
+    ) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
         for record in await self._store.list_nodes(hosted.mesh_name):
             descriptor = record.descriptor
             if descriptor.node_rid == to and record.live:
-                return descriptor.node_generation
+                return descriptor.node_generation, record.lease_generation
         raise Unavailable(f"node {to.hex[:12]} is not a live node of the Actor's mesh")
 
     # --- the move ------------------------------------------------------------------------
@@ -176,6 +183,7 @@ class ActorRelocator:
         hosted: HostedActor,
         unit: RelocationUnit,
         policy: object,
+        lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
@@ -220,7 +228,7 @@ class ActorRelocator:
                         hosted, unit, sealed, Unavailable("the relocation was cancelled")
                     )
             raise
-        return await self._after_accepted(hosted, unit, peer, sealed, nursery)
+        return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery)
 
     async def _seal(self, hosted: HostedActor) -> None:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
@@ -365,12 +373,13 @@ class ActorRelocator:
         unit: RelocationUnit,
         peer: PeerAddress,
         sealed: list[ActorRelocationParticipant],
+        lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
     ) -> RelocationResult:
         """Relay-ready accepted: never back. Unpublish here, install the follow route,
         relay what was held, send the cutover."""
         items = self._host.unpublish_relocated(hosted)
-        self._follow.install(unit)
+        self._follow.install(unit, lease)
         self.moved_out += 1
         for participant in sealed:
             try:

@@ -247,6 +247,7 @@ class ActorRuntime:
             spots=spots,
         )
         self.follow = FollowRoutes(config.message_follow_duration)
+        self.messenger.target_adapter.follow = self.follow
         """Message Follow routes of the Actors that moved away from here."""
         self.relocator = ActorRelocator(
             config=config,
@@ -303,7 +304,13 @@ class ActorRuntime:
     async def _on_actor_send(self, peer: PeerIdentity, record: ActorSend) -> None:
         message_id = record.operation_id
         # Ingress matched the source to ``peer``: the link's window (see .dedupe).
-        if message_id is not None and not self._dedupe.first(peer, message_id.value):
+        # A followed record (follow_hops > 0) keeps its original caller's message id, which
+        # the relaying node deduplicated on arrival: it is not in this link's id space.
+        if (
+            message_id is not None
+            and record.follow_hops == 0
+            and not self._dedupe.first(peer, message_id.value)
+        ):
             # A repeated frame: the first arrival was (or is being) handled; an application
             # message never runs twice, and the original answers a request.
             self._flow.emit(

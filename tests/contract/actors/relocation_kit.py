@@ -70,6 +70,12 @@ def make_reloc_app(log: RelocLog, node_name: str) -> App:
             self._log("add", payload)
             self.total += 1
 
+        @on_request("add-req")
+        async def add_req(self, payload: bytes) -> bytes:
+            self._log("add-req", payload)
+            self.total += 1
+            return b"ok"
+
         @on_request("get")
         async def get(self, payload: bytes) -> bytes:
             self._log("get", payload)

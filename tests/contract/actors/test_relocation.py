@@ -9,12 +9,15 @@ import trio.testing
 from relocation_kit import RelocLog, create_on, make_reloc_app
 
 from zlink_trio import (
+    ApplicationError,
     AuthorityOwnerGeneration,
     InvalidOperation,
     NotFound,
+    ZLinkError,
 )
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
+from zlink_trio.wire.commands import Command
 
 
 def _apps(log: RelocLog):  # type: ignore[no-untyped-def]
@@ -175,3 +178,175 @@ async def test_a04_04_a04_05_temporary_queue_then_merge_order(
         assert log.payloads(actor) == [b"saved-1", b"saved-2", b"held-1", b"temp-1", b"after-1"]
         assert {node for a_, p, _, node in log.handled if a_ == actor and p == "add"} == {"node0"}
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"6@node0"
+
+
+async def _moved_once(
+    cluster: object, log: RelocLog, prefix: str
+) -> tuple[object, object, object, str]:
+    """Three nodes; an Actor created on node 0 (c's route cache names node 0), moved to
+    node 1 (so node 0 has a follow route and c's cache is stale)."""
+    a, b, c = cluster.servers  # type: ignore[attr-defined]
+    actor = await create_on(c, cluster.servers, 0, prefix, "counter")  # type: ignore[attr-defined]
+    assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+    await a.relocate(actor, to=b.identity.node_rid)
+    assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+    return a, b, c, actor
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_07_a04_08_failure_before_relay_ready_restores_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-07 (before acceptance): Restore fails explicitly on the target: the relocation
+    raises, the source stays owner (row unchanged), the held messages run at the source
+    in arrival order and the target ran none of them; its temporary queue was discarded
+    unrun. A04-08: a later attempt's handler never sees what the earlier attempt's
+    temporary queue held, and a duplicated Restore (the fault transport writes 121 twice)
+    builds one instance."""
+    log = RelocLog()
+    plan = FaultPlan(seed=14)
+    async with open_cluster(3, store=store, app=_apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c, actor = await _moved_once(cluster, log, "fail")
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None and row.owner_generation == AuthorityOwnerGeneration(2)
+        log.restore_gate = trio.Event()
+        log.restore_entered = trio.Event()
+        log.fail_restore = True
+        failure: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                try:
+                    await b.relocate(actor, to=a.identity.node_rid)
+                except ZLinkError as exc:
+                    failure.append(exc)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            await b.actors.send(actor, "add", b"held-1")  # held at the source
+            await b.actors.send(actor, "add", b"held-2")
+            await c.actors.send(actor, "add", b"temp-x")  # node 0's temporary queue
+            await trio.testing.wait_all_tasks_blocked()
+            log.restore_gate.set()
+        assert len(failure) == 1 and isinstance(failure[0], ApplicationError)
+        await log.wait_for(lambda: len(log.payloads(actor)) == 2)
+        assert log.payloads(actor) == [b"held-1", b"held-2"]
+        assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node1"}
+        after = await store.read(ObjectKey.actor(actor))
+        assert after is not None and after.owner_generation == AuthorityOwnerGeneration(2)
+        assert after.owner.node_rid == b.identity.node_rid
+        stats_a, stats_b = a.statistics().actors, b.statistics().actors
+        assert stats_a is not None and stats_b is not None
+        assert stats_a.relocation.discarded == 1 and stats_b.relocation.aborted == 1
+
+        # A new attempt, its Restore duplicated on the wire: one instance, and the earlier
+        # attempt's temporary work (temp-x) never runs.
+        log.fail_restore = False
+        log.restore_gate = None
+        runs = log.factory_runs[actor]
+        duplicate = plan.duplicate(command=Command.RELOCATION_RESTORE, count=1)
+        await b.relocate(actor, to=a.identity.node_rid)
+        assert duplicate.fired == 1
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"2@node0"
+        assert log.factory_runs[actor] == runs + 1
+        assert b"temp-x" not in log.payloads(actor)
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_07_cutover_lost_falls_back_after_1000_ms(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (after acceptance) and the cutover fallback: the cutover (123) is held back
+    on the wire; 1,000 ms after its relay-ready reply the target logs cutover_timeout and
+    commits anyway; the source never runs the relayed messages again and each runs once on
+    the target."""
+    log = RelocLog()
+    plan = FaultPlan(seed=15)
+    async with open_cluster(2, store=store, app=_apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "late", "counter")
+        log.gate = trio.Event()
+        late = plan.delay(5.0, command=Command.RELOCATION_CUTOVER)
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.actors.request(actor, "hold", b"").timeout(30)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            await b.actors.send(actor, "add", b"q1")
+
+            async def move() -> None:
+                await a.relocate(actor, to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            log.gate.set()
+        accepted_at = trio.current_time()
+        await log.wait_for(lambda: log.payloads(actor) == [b"q1"])
+        assert late.fired == 1
+        stats = b.statistics().actors
+        assert stats is not None and stats.relocation.cutover_timeouts == 1
+        assert trio.current_time() - accepted_at >= 0.999
+        assert [n for x, p, _, n in log.handled if x == actor and p == "add"] == ["node1"]
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"2@node1"
+
+
+async def test_a04_06_flood_during_moves_runs_each_message_exactly_once_in_order(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-06: while the Actor moves back and forth between three nodes (12 moves),
+    callers on every node flood it with numbered sends and requests: each message runs
+    exactly once, each caller's messages in the order it sent them, nothing is lost, the
+    ObjectGeneration never changes and the AuthorityOwnerGeneration rises by one per
+    move."""
+    log = RelocLog()
+    moves = 12
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        servers = cluster.servers
+        actor = await create_on(servers[2], servers, 0, "flood", "counter")
+        generation = (await servers[2].actors.find(actor)).object_generation  # type: ignore[union-attr]
+        done = trio.Event()
+        sent: dict[int, list[bytes]] = {0: [], 1: [], 2: []}
+
+        async def flood(index: int) -> None:
+            server = servers[index]
+            n = 0
+            while not done.is_set():
+                payload = f"{index}:{n}".encode()
+                if n % 3 == 0:
+                    await server.actors.request(actor, "add-req", payload).timeout(30)
+                else:
+                    await server.actors.send(actor, "add", payload)
+                sent[index].append(payload)
+                n += 1
+                await trio.sleep(0.002)
+
+        owner = 0
+        async with trio.open_nursery() as nursery:
+            for index in range(3):
+                nursery.start_soon(flood, index)
+            for move in range(moves):
+                target = (owner + 1) % 3
+                result = await servers[owner].relocate(actor, to=servers[target].identity.node_rid)
+                assert result.owner_generation == AuthorityOwnerGeneration(move + 2)
+                owner = target
+                await trio.sleep(0.02)
+            done.set()
+        total = sum(len(v) for v in sent.values())
+        await log.wait_for(
+            lambda: len(log.payloads(actor, "add")) + len(log.payloads(actor, "add-req")) == total
+        )
+        handled = [d for x, p, d, _ in log.handled if x == actor and p in ("add", "add-req")]
+        assert len(handled) == len(set(handled)) == total  # exactly once, nothing lost
+        for index in range(3):
+            mine = [d for d in handled if d.startswith(f"{index}:".encode())]
+            assert mine == sent[index]  # per caller, in order
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None
+        assert row.object_generation == generation
+        assert row.owner_generation == AuthorityOwnerGeneration(moves + 1)
+        assert row.owner.node_rid == servers[owner].identity.node_rid
