@@ -385,14 +385,12 @@ class ActorHost:
         lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         hosted.state = READY
         self._actors[hosted.actor_id] = hosted
-        for item in merged:
-            lane.submit_nowait(item)
         staging = self._staging.pop(hosted.actor_id, None)
         if staging is not None:
-            parked, staging.parked = staging.parked, []
-            for item in parked:
-                lane.submit_nowait(item)
+            merged = [*merged, *staging.parked]
+            staging.parked = []
             staging.event.set()
+        lane.merge_nowait(merged)  # a held burst is never cut by the lane's capacity
 
     # --- admission --------------------------------------------------------------------------
     def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:

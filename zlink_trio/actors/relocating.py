@@ -41,7 +41,14 @@ from ..ids import (
     OwnerLeaseGeneration,
     StableType,
 )
-from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
+from ..mesh.api import (
+    LinkLost,
+    MeshNodeApi,
+    PeerAddress,
+    PeerGone,
+    PeerIdentity,
+    PeerNotAdmitted,
+)
 from ..objects.durable import remaining_ms
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
@@ -54,6 +61,7 @@ from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
 from ..wire.relocation import (
     RelocationAbort,
+    RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
     RelocationRelayReady,
@@ -83,6 +91,9 @@ class RelocationResult:
     owner_generation: AuthorityOwnerGeneration
     relayed: int
     """Payloads relayed to the target (saved work and held ingress)."""
+    committed: bool
+    """The target reported its commit (125) within ``relocation_timeout``; False: it did
+    not (it may still have committed, or died: the Store row tells)."""
 
 
 class _Abort(Exception):
@@ -116,6 +127,7 @@ class ActorRelocator:
         self._nursery = nursery
         self._flow = flow
         self.in_flight: dict[ActorId, OperationId] = {}
+        self._commits: dict[OperationId, trio.Event] = {}
         self.moved_out = 0
         self.aborted = 0
 
@@ -157,6 +169,7 @@ class ActorRelocator:
             target_generation=generation,
         )
         self.in_flight[actor_id] = unit.relocation_id
+        self._commits[unit.relocation_id] = trio.Event()
         try:
             result: list[RelocationResult] = []
             try:
@@ -167,6 +180,13 @@ class ActorRelocator:
             return result[0]
         finally:
             self.in_flight.pop(actor_id, None)
+            self._commits.pop(unit.relocation_id, None)
+
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
+        """125 from a target: the move of ``record.relocation_id`` committed there."""
+        event = self._commits.get(record.relocation_id)
+        if event is not None:
+            event.set()
 
     async def _target_generation(
         self, hosted: HostedActor, to: NodeRid
@@ -395,6 +415,9 @@ class ActorRelocator:
         except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
             # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
             logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
+        committed = self._commits[unit.relocation_id]
+        with trio.move_on_after(self._config.relocation_timeout):
+            await committed.wait()
         return RelocationResult(
             relocation_id=unit.relocation_id,
             actor_id=unit.actor_id,
@@ -403,6 +426,7 @@ class ActorRelocator:
             target_rid=unit.target_rid,
             owner_generation=unit.target_owner_generation,
             relayed=relayed,
+            committed=committed.is_set(),
         )
 
     async def _relay(

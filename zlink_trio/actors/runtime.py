@@ -294,6 +294,7 @@ class ActorRuntime:
         node.on(Command.RELOCATION_RESTORE, self.relocation_target.on_restore)
         node.on(Command.RELOCATION_CUTOVER, self.relocation_target.on_cutover)
         node.on(Command.RELOCATION_ABORT, self.relocation_target.on_abort)
+        node.on(Command.RELOCATION_COMMITTED, self.relocator.on_committed)
         self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
