@@ -351,3 +351,25 @@ async def test_a04_06_flood_during_moves_runs_each_message_exactly_once_in_order
         assert row.object_generation == generation
         assert row.owner_generation == AuthorityOwnerGeneration(moves + 1)
         assert row.owner.node_rid == servers[owner].identity.node_rid
+
+
+async def test_owner_fence_an_older_owner_generation_runs_at_the_current_owner(
+    clock: object, store: CountingStore
+) -> None:
+    """The owner fence at ingress (docs/relocation.md): the Actor moves node 0 → node 1 →
+    node 0; a caller whose route cache still names node 0 with AuthorityOwnerGeneration 1
+    reaches the activation hosted there now (generation 3) and it runs: a message is
+    never refused for its sender's cache age."""
+    log = RelocLog()
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "back", "counter")
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+        assert (await a.relocate(actor, to=b.identity.node_rid)).committed
+        assert (await b.relocate(actor, to=a.identity.node_rid)).committed
+        store.reset()
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+        assert store.reads == 0
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None and row.owner_generation == AuthorityOwnerGeneration(3)
