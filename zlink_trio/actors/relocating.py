@@ -68,6 +68,7 @@ from ..wire.relocation import (
     RelocationRestore,
 )
 from ..wire.tails import ReplyPayloadTail
+from .authority import actor_key
 from .follow import FollowRoutes
 from .host import ActorHost
 from .hosted import READY, RELOCATING, ActorWork, Deliver, HostedActor, fail_sink
@@ -418,6 +419,8 @@ class ActorRelocator:
         committed = self._commits[unit.relocation_id]
         with trio.move_on_after(self._config.relocation_timeout):
             await committed.wait()
+        if not committed.is_set():
+            await self._clean_up_unconfirmed(unit)
         return RelocationResult(
             relocation_id=unit.relocation_id,
             actor_id=unit.actor_id,
@@ -428,6 +431,34 @@ class ActorRelocator:
             relayed=relayed,
             committed=committed.is_set(),
         )
+
+    async def _clean_up_unconfirmed(self, unit: RelocationUnit) -> None:
+        """No commit reported within ``relocation_timeout`` after acceptance: if the row
+        still names this lifecycle (the target never committed — it died, or its CAS
+        failed), the incarnation ends here by one fenced release (the id is not wedged
+        on an owner that no longer hosts it; the move never goes back). If the target
+        committed meanwhile (its 125 was lost) the row names it and nothing changes; a
+        target committing after this release loses its CAS and discards."""
+        key = actor_key(unit.actor_id)
+        try:
+            row = await self._store.read(key)
+            if (
+                row is None
+                or row.object_generation != unit.object_generation
+                or row.owner.node_rid != unit.source_rid
+                or row.owner.node_generation != unit.source_generation
+                or row.owner_generation != unit.source_owner_generation
+            ):
+                return
+            result = await self._store.release(key, row.store_version)
+            logger.warning(
+                "relocation of %r: the target did not commit within %.1f s; released (%r)",
+                unit.actor_id.value,
+                self._config.relocation_timeout,
+                result,
+            )
+        except ZLinkError as exc:
+            logger.info("cleanup of the unconfirmed move of %r: %r", unit.actor_id, exc)
 
     async def _relay(
         self,
