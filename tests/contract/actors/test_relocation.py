@@ -373,3 +373,28 @@ async def test_owner_fence_an_older_owner_generation_runs_at_the_current_owner(
         assert store.reads == 0
         row = await store.read(ObjectKey.actor(actor))
         assert row is not None and row.owner_generation == AuthorityOwnerGeneration(3)
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_timers_move_with_the_actor(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """Spec 06 §8 / 04 §6.1 (both policies keep framework timers): a periodic timer
+    registered on node 0 keeps ticking on node 1 after the move, on its grid, without the
+    application registering it again; node 0 ticks no more."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "timed", "fresh")
+        assert await b.actors.request(actor, "tick-every", b"1.0").timeout(10) == b"ok"
+        await log.wait_for(lambda: len(log.ticks) == 2)
+        assert {node for _, node in log.ticks} == {"node0"}
+        assert (await a.relocate(actor, to=b.identity.node_rid)).committed
+        moved_at = len(log.ticks)
+        await log.wait_for(lambda: len(log.ticks) >= moved_at + 3)
+        assert {node for _, node in log.ticks[moved_at:]} == {"node1"}
+        timers = b.statistics().timers
+        assert timers is not None and timers.registered == 1
+        old = a.statistics().timers
+        assert old is not None and old.registered == 0
