@@ -132,7 +132,9 @@ class ActorRelocator:
         self.moved_out = 0
         self.aborted = 0
 
-    async def relocate(self, actor_id: ActorId, to: NodeRid) -> RelocationResult:
+    async def relocate(
+        self, actor_id: ActorId, to: NodeRid, *, draining: bool = False
+    ) -> RelocationResult:
         """Move the Actor ``actor_id`` hosted here to node ``to`` (a live peer of its mesh).
 
         Raises:
@@ -142,7 +144,7 @@ class ActorRelocator:
                 be reached before relay-ready (the Actor stays here, nothing lost).
         """
         refused = self._node.admission_error()
-        if refused is not None:
+        if refused is not None and not draining:
             raise refused
         hosted = self._host.get(actor_id)
         if hosted is None or hosted.state is not READY:
@@ -175,7 +177,7 @@ class ActorRelocator:
             result: list[RelocationResult] = []
             try:
                 async with trio.open_nursery() as nursery:  # this relocation's own nursery
-                    result.append(await self._run(hosted, unit, policy, lease, nursery))
+                    result.append(await self._run(hosted, unit, policy, lease, nursery, draining))
             except BaseExceptionGroup as group:
                 raise_single_error(group)  # one error leaves as itself
             return result[0]
@@ -206,6 +208,7 @@ class ActorRelocator:
         policy: object,
         lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
+        draining: bool,
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
@@ -249,7 +252,7 @@ class ActorRelocator:
                         hosted, unit, sealed, Unavailable("the relocation was cancelled")
                     )
             raise
-        return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery)
+        return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
 
     async def _seal(self, hosted: HostedActor) -> None:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
@@ -396,6 +399,7 @@ class ActorRelocator:
         sealed: list[ActorRelocationParticipant],
         lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
+        draining: bool,
     ) -> RelocationResult:
         """Relay-ready accepted: never back. Unpublish here, install the follow route,
         relay what was held, send the cutover."""
@@ -418,7 +422,11 @@ class ActorRelocator:
             logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
         committed = self._commits[unit.relocation_id]
         with trio.move_on_after(self._config.relocation_timeout):
-            await committed.wait()
+            if draining:
+                # A closing node drops inbound commands (125 too): the Store tells.
+                await self._wait_committed_in_store(unit, committed)
+            else:
+                await committed.wait()
         if not committed.is_set():
             await self._clean_up_unconfirmed(unit)
         return RelocationResult(
@@ -431,6 +439,77 @@ class ActorRelocator:
             relayed=relayed,
             committed=committed.is_set(),
         )
+
+    async def _wait_committed_in_store(self, unit: RelocationUnit, committed: trio.Event) -> None:
+        """Read the row until it names the target's owner generation (backing off)."""
+        key = actor_key(unit.actor_id)
+        delay = 0.01
+        while not committed.is_set():
+            try:
+                row = await self._store.read(key)
+            except ZLinkError as exc:
+                logger.info("reading the moved row of %r: %r", unit.actor_id, exc)
+                row = None
+            if (
+                row is not None
+                and row.owner.node_rid == unit.target_rid
+                and row.owner_generation == unit.target_owner_generation
+            ):
+                committed.set()
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    async def relocate_out(self) -> int:
+        """Drain by relocation (a clean stop, after the settle): every Ready Actor hosted
+        here whose type may relocate moves to a live peer of its mesh that registers its
+        type (spread round-robin, 16 at a time); what cannot move stays for the release
+        step. Returns the number moved."""
+        me = self._node.identity
+        plans: list[tuple[ActorId, NodeRid]] = []
+        peers: dict[tuple[object, object], list[NodeRid]] = {}
+        turn: dict[tuple[object, object], int] = {}
+        for hosted in list(self._host):
+            if hosted.state is not READY or isinstance(
+                hosted.actor_type.relocation, DisableRelocation
+            ):
+                continue
+            key = (hosted.mesh_name, hosted.actor_type.stable_type)
+            if key not in peers:
+                try:
+                    records = await self._store.list_nodes(hosted.mesh_name)
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: no node list: %r", exc)
+                    return 0
+                peers[key] = [
+                    r.descriptor.node_rid
+                    for r in records
+                    if r.live
+                    and r.descriptor.node_rid != me.node_rid
+                    and hosted.actor_type.stable_type in r.descriptor.actor_types
+                ]
+            candidates = peers[key]
+            if not candidates:
+                continue
+            index = turn.get(key, 0)
+            turn[key] = index + 1
+            plans.append((hosted.actor_id, candidates[index % len(candidates)]))
+        moved = 0
+        limiter = trio.CapacityLimiter(16)
+
+        async def move(actor_id: ActorId, to: NodeRid) -> None:
+            nonlocal moved
+            async with limiter:
+                try:
+                    await self.relocate(actor_id, to, draining=True)
+                    moved += 1
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: %r stays: %r", actor_id, exc)
+
+        async with trio.open_nursery() as nursery:
+            for actor_id, to in plans:
+                nursery.start_soon(move, actor_id, to)
+        return moved
 
     async def _clean_up_unconfirmed(self, unit: RelocationUnit) -> None:
         """No commit reported within ``relocation_timeout`` after acceptance: if the row

@@ -398,3 +398,32 @@ async def test_timers_move_with_the_actor(
         assert timers is not None and timers.registered == 1
         old = a.statistics().timers
         assert old is not None and old.registered == 0
+
+
+async def test_drain_by_relocation_moves_what_can_move_and_releases_the_rest(
+    clock: object, store: CountingStore
+) -> None:
+    """Drain by relocation (owner-loss issue's clean stop, step 3): stopping node 0 moves
+    its relocatable Actors to the live peer (state and generation kept, owner generation
+    + 1) and releases the DisableRelocation one (Missing afterwards)."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        movers = [await create_on(b, cluster.servers, 0, f"drain{i}", "counter") for i in range(3)]
+        pinned = await create_on(b, cluster.servers, 0, "drainpin", "pinned")
+        for actor in movers:
+            await b.actors.send(actor, "add", b"x")
+        generations = {}
+        for actor in movers:
+            ref = await b.actors.find(actor)
+            assert ref is not None and ref.node_rid == a.identity.node_rid
+            generations[actor] = ref.object_generation
+        await cluster.stop(0)
+        for actor in movers:
+            row = await store.read(ObjectKey.actor(actor))
+            assert row is not None and row.owner.node_rid == b.identity.node_rid
+            assert row.object_generation == generations[actor]
+            assert row.owner_generation == AuthorityOwnerGeneration(2)
+            assert await b.actors.request(actor, "get", b"").timeout(10) == b"1@node1"
+        assert await store.read(ObjectKey.actor(pinned)) is None
