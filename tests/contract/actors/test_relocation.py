@@ -60,6 +60,10 @@ async def test_a04_13_relocation_keeps_state_generation_and_raises_owner_generat
                     await trio.sleep(0.01)
 
         await owner_is(b, 2)
+        moved = await store.read(ObjectKey.actor(actor))
+        assert moved is not None and moved.membership is not None
+        # an Entry Actor moves into the target node's Entry Spot
+        assert moved.membership != row.membership and moved.membership.is_reserved_entry_shape
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"3@node1"
         assert log.restored == [(actor, b"3")]
 
