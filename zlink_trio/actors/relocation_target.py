@@ -156,6 +156,11 @@ class RelocationTarget:
 
     # --- 120 ------------------------------------------------------------------------------
     async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        """120, in the connection's reader: the checks and the Store read run in a task
+        (the reader goes on with the next frame)."""
+        self._nursery.start_soon(self._prepare, peer, record, name="zlink_trio.relocation.prepare")
+
+    async def _prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)
         me = self._node.identity
         if (
@@ -222,6 +227,13 @@ class RelocationTarget:
 
     # --- 121 ------------------------------------------------------------------------------
     async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        """121, in the connection's reader: the Restore (Store read, factory, adapter)
+        runs in a task."""
+        self._nursery.start_soon(
+            self._restore_once, peer, record, name="zlink_trio.relocation.restore"
+        )
+
+    async def _restore_once(self, peer: PeerIdentity, record: RelocationRestore) -> None:
         attempt = self._attempts.get(record.relocation_id)
         if attempt is None or attempt.held.source != (peer.node_rid, peer.node_generation):
             await self._answer(peer, record, Unavailable("no prepared relocation of that id here"))
