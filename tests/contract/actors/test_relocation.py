@@ -302,13 +302,13 @@ async def test_a04_07_cutover_lost_falls_back_after_1000_ms(
 async def test_a04_06_flood_during_moves_runs_each_message_exactly_once_in_order(
     clock: object, store: CountingStore
 ) -> None:
-    """A04-06: while the Actor moves back and forth between three nodes (12 moves),
+    """A04-06: while the Actor moves back and forth between three nodes (20 moves),
     callers on every node flood it with numbered sends and requests: each message runs
     exactly once, each caller's messages in the order it sent them, nothing is lost, the
     ObjectGeneration never changes and the AuthorityOwnerGeneration rises by one per
     move."""
     log = RelocLog()
-    moves = 12
+    moves = 20
     async with open_cluster(3, store=store, app=_apps(log)) as cluster:
         await cluster.wait_all_admitted()
         servers = cluster.servers
