@@ -13,6 +13,7 @@ from zlink_trio import (
     AuthorityOwnerGeneration,
     InvalidOperation,
     NotFound,
+    Unavailable,
     ZLinkError,
 )
 from zlink_trio.store.api import ObjectKey
@@ -474,3 +475,35 @@ async def test_a04_07_cutover_dropped_by_the_fault_transport(
         # the latest, in virtual time here); once it reconnected, calls work.
         await trio.sleep(10)
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"6@node1"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_destroy_during_a_move_is_unavailable_and_the_move_completes(
+    clock: object, store: CountingStore
+) -> None:
+    """A destroy that arrives while the Actor is sealed for a move ends Unavailable (the
+    Actor is not destroyed under the move, as a Close of a sealed Spot, spec 06 §7); the
+    move completes and a destroy afterwards (on the new owner) succeeds."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "nodestroy", "counter")
+        ref = await b.actors.find(actor)
+        assert ref is not None
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(actor, to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            with pytest.raises(Unavailable):
+                await a.actors.destroy(ref)
+            log.restore_gate.set()
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+        moved = await b.actors.find(actor)
+        assert moved is not None
+        await b.actors.destroy(moved)
+        assert await store.read(ObjectKey.actor(actor)) is None
