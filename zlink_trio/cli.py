@@ -5,21 +5,32 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
+from .ops.status import add_status_parser, run as run_status
 from .store.cli import add_store_parser, run as run_store
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on standard error (and exit status 2), never a
+    usage dump: ``zlink-trio node: error: ... (see zlink-trio node --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zlink-trio",
         description="Trio runtime for distributed Spots, Actors and STREAM sessions.",
     )
     parser.add_argument("--version", action="version", version=f"zlink-trio {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_store_parser(commands)
     add_node_parser(commands)
+    add_status_parser(commands)
     return parser
 
 
@@ -33,6 +44,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_store(args)
     if args.command == "node":
         return run_node(args)
+    if args.command == "status":
+        return run_status(args)
     return 0
 
 
