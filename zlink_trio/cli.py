@@ -9,6 +9,7 @@ from typing import NoReturn
 
 from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
+from .ops.cluster import add_cluster_parser, run as run_cluster
 from .ops.status import add_status_parser, run as run_status
 from .store.cli import add_store_parser, run as run_store
 
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_store_parser(commands)
     add_node_parser(commands)
     add_status_parser(commands)
+    add_cluster_parser(commands)
     return parser
 
 
@@ -46,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_node(args)
     if args.command == "status":
         return run_status(args)
+    if args.command == "cluster":
+        return run_cluster(args)
     return 0
 
 
