@@ -40,6 +40,7 @@ import json
 import signal
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -238,7 +239,13 @@ async def _report_peers(node: Any) -> None:
         await node.wait_peers_change()
 
 
-async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | None = None) -> int:
+async def serve(
+    config: ServerConfig,
+    *,
+    report_peers: bool = False,
+    app: App | None = None,
+    metrics: tuple[str, int] | None = None,
+) -> int:
     """Run the node until SIGTERM/SIGINT (0) or a lost lease (3)."""
     from .server import open_server, runtime_of  # the server stack loads only when a node runs
 
@@ -247,6 +254,7 @@ async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | 
         async with open_server(config, app) as server:
             node = runtime_of(server).node
             endpoint = server.endpoint
+            metrics_listeners = await bind_metrics(metrics)
             _emit(
                 "ready",
                 rid=server.identity.node_rid.hex,
@@ -269,6 +277,8 @@ async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | 
 
                 if report_peers:
                     nursery.start_soon(_report_peers, node)
+                if metrics_listeners is not None:
+                    await start_metrics(nursery, server, metrics_listeners)
                 nursery.start_soon(lease_watch)
                 async for _ in signals:
                     _emit("stopping")
@@ -287,7 +297,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
     try:
-        return trio.run(lambda: serve(config, report_peers=args.report_peers, app=app))
+        metrics = metrics_address(args)
+        return trio.run(
+            lambda: serve(config, report_peers=args.report_peers, app=app, metrics=metrics)
+        )
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
@@ -390,3 +403,40 @@ def warn_loudly(config: ServerConfig, app: App | None) -> None:
         )
     if app is None:
         warn("no --app: this node hosts no Actor or Spot type")
+
+
+def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``(host, port)`` of ``--metrics-port`` (None without it).
+
+    Raises:
+        ConfigurationError: a bad port, or the ``metrics`` extra is not installed.
+    """
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"--metrics-port: expected a port number, got {port!r}")
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "--metrics-port needs the metrics extra: pip install 'zlink-trio[metrics]'"
+        ) from None
+    return (args.metrics_host or "127.0.0.1", port)
+
+
+async def bind_metrics(address: tuple[str, int] | None) -> list[trio.SocketListener] | None:
+    """The metrics listeners, bound before the node reports ready (a taken port is the
+    node's one startup error line)."""
+    if address is None:
+        return None
+    return await trio.open_tcp_listeners(address[1], host=address[0])
+
+
+async def start_metrics(
+    nursery: trio.Nursery, server: Any, listeners: list[trio.SocketListener]
+) -> None:
+    from .metrics import serve_metrics
+
+    endpoint = await nursery.start(partial(serve_metrics, server, listeners=listeners))
+    _emit("metrics", url=f"http://{endpoint.host}:{endpoint.port}/metrics")

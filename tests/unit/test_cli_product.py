@@ -131,3 +131,42 @@ def test_a_node_without_a_shared_store_says_so(tmp_path: Path) -> None:
     assert "WARNING: no --pg-dsn" in err and "PRIVATE in-memory" in err
     assert "WARNING: no --app" in err
     assert [json.loads(line)["event"] for line in out.splitlines()] == ["stopping", "stopped"]
+
+
+def test_metrics_port_serves_prometheus_text() -> None:
+    pytest.importorskip("prometheus_client")
+    import urllib.request
+
+    command = [
+        sys.executable, "-m", "zlink_trio.cli", "node", "--mesh", "world",
+        "--secret-hex", SECRET, "--listen", "127.0.0.1:0", "--metrics-port", "0",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True
+    ) as process:
+        assert process.stdout is not None
+        assert json.loads(process.stdout.readline())["event"] == "ready"
+        metrics = json.loads(process.stdout.readline())
+        assert metrics["event"] == "metrics"
+        with urllib.request.urlopen(metrics["url"], timeout=10) as response:
+            text = response.read().decode()
+        process.send_signal(2)
+        process.communicate(timeout=30)
+    assert process.returncode == 0
+    assert "zlink_node_up 1.0" in text and 'zlink_peers{state="admitted"} 0.0' in text
+
+
+def test_a_taken_metrics_port_is_one_line_and_exit_1(capsys: pytest.CaptureFixture[str]) -> None:
+    pytest.importorskip("prometheus_client")
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        argv = ["node", "--mesh", "world", "--secret-hex", SECRET, "--metrics-port", str(port)]
+        assert main(argv) == 1
+    captured = capsys.readouterr()
+    assert captured.err.startswith("zlink-trio node: cannot run") and captured.err.count("\n") == 1
+    assert "Traceback" not in captured.err
