@@ -32,3 +32,19 @@ def test_the_demo_runs_to_a_passing_summary() -> None:
     assert int(counts["rebinds"]) >= 1  # the scripted disconnect at least
     assert "node3: stopping" in out and "node3: restarted (lifecycle 2)" in out
     assert "relocation: not shown" in out  # honest about what this build cannot show
+
+
+@pytest.mark.postgres
+def test_the_demo_on_postgresql_runs_one_process_per_node(pg_dsn: str) -> None:
+    """`--store postgresql://...`: each node is its own process; the last one is SIGKILLed
+    and started again; the invariants still hold (the rooms live on the other nodes)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "zlink_trio.cli", "demo", "--duration", "10", "--clients", "3",
+         "--store", pg_dsn],
+        capture_output=True, text=True, timeout=240, env={**os.environ, "COLUMNS": "120"},
+    )  # fmt: skip
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "node3: SIGKILL" in out and "demo: all invariants hold" in out
+    counts = dict(re.findall(r"│ (.+?)\s+│\s+(\d+) │", out))
+    assert counts["lost"] == "0" and counts["duplicated"] == "0"

@@ -94,3 +94,89 @@ def store_config(store: str, schema: str) -> Any:
     from ..store.memory import MemoryLocationStore
 
     return MemoryLocationStore()
+
+
+@attrs.define(eq=False)
+class ProcessNode:
+    """One node of the demo as its own process (:mod:`zlink_trio.demo.node`) on a
+    PostgreSQL store: stopped with SIGTERM (its counters come back), or killed with SIGKILL
+    (its lifecycle's counters die with it)."""
+
+    index: int
+    label: str
+    dsn: str
+    schema: str
+    secret: bytes
+    tally: Tally
+    host_rooms: bool
+    url: str | None = None
+    process: trio.Process | None = None
+    lifecycles: int = 0
+    killed: int = 0
+    server: None = None
+
+    @property
+    def up(self) -> bool:
+        return self.url is not None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._run)
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        command = [
+            sys.executable, "-m", "zlink_trio.demo.node", "--label", self.label,
+            "--dsn", self.dsn, "--schema", self.schema, "--secret-hex", self.secret.hex(),
+            *(() if self.host_rooms else ("--no-rooms",)),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
+        self.process = process
+        started = False
+        buffer = b""
+        try:
+            assert process.stdout is not None
+            async for chunk in process.stdout:
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    event = json.loads(line)
+                    if event["event"] == "ready":
+                        self.url = event["url"]
+                        self.lifecycles += 1
+                        started = True
+                        task_status.started()
+                    elif event["event"] == "tally":
+                        self.tally.handled[self.label] += event["handled"]
+                        self.tally.pushed[self.label] += event["pushed"]
+                        self.tally.turns[self.label] += event["turns"]
+                        self.tally.lobby_activations += event["lobby_activations"]
+        finally:
+            self.url = None
+            with trio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                await process.wait()
+        if not started:
+            raise OSError(f"{self.label} exited before it was ready (status {process.returncode})")
+
+    async def stop(self) -> None:
+        """SIGTERM (a clean stop); returns once the process exited."""
+        import signal
+
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            await self.process.wait()
+        self.url = None
+
+    async def kill(self) -> None:
+        """SIGKILL; returns once the process is gone."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+            self.killed += 1
+        self.url = None

@@ -7,17 +7,19 @@
 
 What it does, in order (times are fractions of ``--duration``):
 
-* starts ``--nodes`` nodes in this process on one Location Store (in memory, or the
-  PostgreSQL named by ``--store``: a fresh schema, dropped at the end), each with a STREAM
-  websocket endpoint; rooms and the lobby are hosted by every node but the last, players
-  by all;
+* starts ``--nodes`` nodes, each with a STREAM websocket endpoint: in this process on one
+  in-memory Location Store, or -- ``--store postgresql://...`` -- one OS process per node
+  (:mod:`zlink_trio.demo.node`) on a fresh schema of that PostgreSQL (dropped at the end),
+  with a client-role node in this process that creates and reads the rooms; rooms and the
+  lobby are hosted by every node but the last, players by all;
 * creates the rooms, then starts ``--clients`` scripted clients (real websocket sessions)
   that join a room and chat and move; the lobby Instance Spot is cold-activated by the
   first join;
 * at 30 % disconnects one client and rebinds it on another node (its player stays where
   it is);
-* at 45 % stops the last node (a clean stop: its players are released, their clients
-  rebind on the other nodes) and at 65 % starts it again (a new lifecycle);
+* at 45 % stops the last node -- in process a clean stop (its players are released), with
+  one process per node a SIGKILL (its players are reclaimed once its lease expired) -- and
+  at 65 % starts it again (a new lifecycle); its clients rebind on the other nodes;
 * at 100 % stops the clients, reads every room's chat history and prints the summary.
 
 Invariants (exit status 1 if any fails): every chat the server accepted is in its room's
@@ -41,12 +43,13 @@ import uuid
 from collections import Counter
 from typing import Any, TextIO
 
+import attrs
 import trio
 
 from ..errors import ZLinkError
 from .app import Tally
 from .clients import ClientStats, ScriptedClient
-from .cluster import DemoNode, is_postgres, store_config
+from .cluster import DemoNode, ProcessNode, is_postgres, node_config, store_config
 
 __all__ = ["add_demo_parser", "run"]
 
@@ -80,8 +83,23 @@ class Demo:
         store = store_config(args.store, self.schema)
         secret = secrets.token_bytes(32)
         n = args.nodes
-        self.nodes = [
-            DemoNode(i, f"node{i + 1}", store, secret, self.tally, host_rooms=(n == 1 or i < n - 1))
+        self.processes = is_postgres(args.store)
+        self.store = store
+        self.secret = secret
+        self.nodes: list[Any] = [
+            ProcessNode(
+                i,
+                f"node{i + 1}",
+                args.store,
+                self.schema,
+                secret,
+                self.tally,
+                host_rooms=(n == 1 or i < n - 1),
+            )
+            if self.processes
+            else DemoNode(
+                i, f"node{i + 1}", store, secret, self.tally, host_rooms=(n == 1 or i < n - 1)
+            )
             for i in range(n)
         ]
         self.clients: list[ScriptedClient] = []
@@ -99,8 +117,9 @@ class Demo:
     def pick_url(self, start: int) -> str | None:
         for k in range(len(self.nodes)):
             node = self.nodes[(start + k) % len(self.nodes)]
-            if node.url is not None:
-                return node.url
+            url: str | None = node.url
+            if url is not None:
+                return url
         return None
 
     def view(self) -> Any:
@@ -113,7 +132,9 @@ class Demo:
         for node in self.nodes:
             server = node.server
             if server is None:
-                table.add_row(node.label, "[red]down[/red]", "-", "-", "-", "-", "-")
+                state = "[green]up[/green] (own process)" if node.up else "[red]down[/red]"
+                port = node.url.rsplit(":", 1)[1].rstrip("/") if node.url else "-"
+                table.add_row(node.label, state, port, "-", "-", "-", "-")
                 continue
             stats = server.statistics()
             table.add_row(
@@ -138,11 +159,13 @@ class Demo:
         args = self.args
         try:
             async with trio.open_nursery() as nursery:
-                for node in self.nodes:
-                    await node.start(nursery)
-                    self.log(f"{node.label} up: STREAM {node.url}")
-                server = self.nodes[0].server
-                assert server is not None
+                async with trio.open_nursery() as starting:  # one after another in process
+                    for node in self.nodes:
+                        if self.processes:
+                            starting.start_soon(self._start, node, nursery)
+                        else:
+                            await self._start(node, nursery)
+                server = await self._driver(nursery)
                 for room in self.rooms:
                     await server.spots.get_or_create(room, "room").timeout(10)
                 self.log(f"rooms {', '.join(self.rooms)} created")
@@ -168,7 +191,10 @@ class Demo:
                     self.log(f"{args.clients} clients joining")
                     await self._script(nursery)
                     clients_done.set()
-                status = await self._summary()
+                histories, ticks = await self._histories(server)
+                for node in self.nodes:  # stop them all: process nodes report their counters
+                    await node.stop()
+                status = self._summary(histories, ticks)
                 nursery.cancel_scope.cancel()
         finally:
             if is_postgres(args.store):
@@ -219,12 +245,18 @@ class Demo:
             if len(self.nodes) > 1:
                 victim = self.nodes[-1]
                 await at(0.45)
-                self.log(f"{victim.label}: stopping (clean drain; its players are released)")
-                await victim.stop()
+                if self.processes:
+                    self.log(f"{victim.label}: SIGKILL (its players are reclaimed after its lease)")
+                    await victim.kill()
+                else:
+                    self.log(f"{victim.label}: stopping (clean drain; its players are released)")
+                    await victim.stop()
                 self.log(f"{victim.label}: down")
                 await at(0.65)
-                await victim.start(nursery)
-                self.log(f"{victim.label}: restarted (lifecycle {victim.lifecycles})")
+                if self.processes:  # a process takes seconds to start: the script goes on
+                    nursery.start_soon(self._start, victim, nursery)
+                else:
+                    await self._start(victim, nursery)
             await at(1.0)
             side.cancel_scope.cancel()
         if self.live:
@@ -237,10 +269,37 @@ class Demo:
 
         return Console(file=self.out)
 
-    async def _summary(self) -> int:
-        from rich.table import Table
+    async def _start(self, node: Any, nursery: trio.Nursery) -> None:
+        again = node.lifecycles > 0
+        try:
+            await node.start(nursery)
+        except (OSError, RuntimeError) as exc:
+            self.log(f"{node.label}: did not start: {exc}")
+            return
+        if again:
+            self.log(f"{node.label}: restarted (lifecycle {node.lifecycles})")
+        else:
+            self.log(f"{node.label} up: STREAM {node.url}")
 
-        server = next(n.server for n in self.nodes if n.server is not None)
+    async def _driver(self, nursery: trio.Nursery) -> Any:
+        """The server that creates the rooms and reads them at the end: node 1 in process,
+        or (one process per node) a client-role node of this process on the same store."""
+        if not self.processes:
+            return self.nodes[0].server
+        from ..app import App
+        from ..config import MeshConfig, ObjectRole
+        from ..server import serve_server
+
+        config = attrs.evolve(
+            node_config("driver", self.store, self.secret),
+            meshes=(MeshConfig(name="demo", object_role=ObjectRole.CLIENT),),  # type: ignore[arg-type]
+            stream=None,
+        )
+        return await nursery.start(serve_server, config, App())
+
+    async def _histories(
+        self, server: Any
+    ) -> tuple[dict[str, list[dict[str, Any]]], dict[str, int]]:
         histories: dict[str, list[dict[str, Any]]] = {}
         ticks: dict[str, int] = {}
         for room in self.rooms:
@@ -248,6 +307,11 @@ class Demo:
             histories[room] = json.loads(raw or b"[]")
             state = await server.spots.request(room, "state", b"").timeout(10)
             ticks[room] = json.loads(state or b"{}").get("ticks", 0)
+        return histories, ticks
+
+    def _summary(self, histories: dict[str, list[dict[str, Any]]], ticks: dict[str, int]) -> int:
+        from rich.table import Table
+
         in_history = Counter((line["player"], line["id"]) for h in histories.values() for line in h)
         s = self.stats
         lost = len(s.accepted - set(in_history))
@@ -283,7 +347,7 @@ class Demo:
             summary.add_row(what, str(value))
         console.print(summary)
         load = Table(title="per-node load (handler turns)", title_justify="left")
-        for column in ("node", "turns", "room chats", "pushes", "lifecycles"):
+        for column in ("node", "turns", "room chats", "pushes", "lifecycles", "SIGKILLed"):
             load.add_column(column)
         for node in self.nodes:
             load.add_row(
@@ -292,8 +356,14 @@ class Demo:
                 str(self.tally.handled[node.label]),
                 str(self.tally.pushed[node.label]),
                 str(node.lifecycles),
+                str(getattr(node, "killed", 0)),
             )
         console.print(load)
+        if any(getattr(node, "killed", 0) for node in self.nodes):
+            console.print(
+                "(a SIGKILLed lifecycle's own counters die with it: its turns and pushes are "
+                "not in this table; the rooms' histories, read from the live nodes, are whole)"
+            )
         console.print(RELOCATION_NOTE)
         for what, ok in checks.items():
             console.print(f"{'[green]OK[/green]  ' if ok else '[red]FAIL[/red]'} {what}")
