@@ -10,6 +10,7 @@ from typing import NoReturn
 from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
 from .demo.run import add_demo_parser, run as run_demo
+from .demo.terminal import add_client_parser, run as run_client
 from .ops.cluster import add_cluster_parser, run as run_cluster
 from .ops.status import add_status_parser, run as run_status
 from .store.cli import add_store_parser, run as run_store
@@ -31,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"zlink-trio {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     add_demo_parser(commands)
+    add_client_parser(commands)
     add_store_parser(commands)
     add_node_parser(commands)
     add_status_parser(commands)
@@ -46,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "demo":
         return run_demo(args)
+    if args.command == "client":
+        return run_client(args)
     if args.command == "store":
         return run_store(args)
     if args.command == "node":

@@ -48,3 +48,35 @@ def test_the_demo_on_postgresql_runs_one_process_per_node(pg_dsn: str) -> None:
     assert "node3: SIGKILL" in out and "demo: all invariants hold" in out
     counts = dict(re.findall(r"│ (.+?)\s+│\s+(\d+) │", out))
     assert counts["lost"] == "0" and counts["duplicated"] == "0"
+
+
+def test_the_terminal_client_joins_chats_and_sees_the_room() -> None:
+    """`zlink-trio client ws://...` against a running demo: it joins, asks where things
+    run, chats (its own line comes back as a push) and quits on /quit."""
+    command = [sys.executable, "-m", "zlink_trio.cli", "demo", "--duration", "20", "--clients", "2"]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
+    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as demo:
+        try:
+            assert demo.stdout is not None
+            url = None
+            for line in demo.stdout:
+                found = re.search(r"node1 up: STREAM (ws://\S+)", line)
+                if found:
+                    url = found.group(1)
+                    break
+            assert url is not None
+            client = subprocess.run(
+                [sys.executable, "-m", "zlink_trio.cli", "client", url, "--name", "tester",
+                 "--codec", "json"],
+                input="/where\nhello there\n/move 1 2\n/quit\n", capture_output=True,
+                text=True, timeout=60, env=env,
+            )  # fmt: skip
+        finally:
+            demo.kill()
+            demo.wait()
+    assert client.returncode == 0, client.stderr
+    out = client.stdout
+    assert "* tester joined room-1 (your player on node" in out
+    assert '"player": "tester"' in out and '"room_node": "node' in out
+    assert "[room-1] tester: hello there" in out
+    assert "'position': [1, 2]" in out
