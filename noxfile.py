@@ -76,13 +76,7 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def bench(session: nox.Session) -> None:
-    """Every benchmark, each printing its same-run raw baseline and the ratio last."""
-    session.install("-e", ".[test,bench]")
-    for script in (
-        "bench_engine.py",
-        "bench_wire.py",
-        "bench_mesh.py",
-        "bench_actors.py",
-        "bench_store_cas.py",
-    ):
-        session.run("python", f"benchmarks/{script}")
+    """Every benchmark (each printing its same-run raw baseline and the ratio last), written
+    into docs/performance.md by ``zlink-trio bench`` (with the ratio plot)."""
+    session.install("-e", ".[test,bench,plot]")
+    session.run("zlink-trio", "bench", *session.posargs)

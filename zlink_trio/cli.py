@@ -11,6 +11,7 @@ from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
 from .demo.run import add_demo_parser, run as run_demo
 from .demo.terminal import add_client_parser, run as run_client
+from .ops.bench import add_bench_parser, run as run_bench
 from .ops.cluster import add_cluster_parser, run as run_cluster
 from .ops.status import add_status_parser, run as run_status
 from .store.cli import add_store_parser, run as run_store
@@ -37,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_node_parser(commands)
     add_status_parser(commands)
     add_cluster_parser(commands)
+    add_bench_parser(commands)
     return parser
 
 
@@ -58,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_status(args)
     if args.command == "cluster":
         return run_cluster(args)
+    if args.command == "bench":
+        return run_bench(args)
     return 0
 
 
