@@ -15,6 +15,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -43,26 +44,38 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
             pytest.fail(f"CI must run the browser test: {missing}")
         pytest.skip(missing)
 
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    # The browser starts first (it can take seconds on a loaded machine): the demo stops
+    # its last node at 45 % of its duration, and the page must be on it before that.
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM  # type: ignore[assignment]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--window-size=1280,900"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
     command = [
         sys.executable, "-m", "zlink_trio.cli", "demo", "--web-port", "0",
-        "--duration", "24", "--clients", "3", "--rooms", "1",
+        "--duration", "30", "--clients", "3", "--rooms", "1",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
     output: list[str] = []
-    with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as demo:
-        try:
-            _drive(demo, output, tmp_path)
-        finally:
-            if demo.poll() is None:
-                demo.kill()
-            demo.wait()
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as demo:
+            try:
+                _drive(driver, demo, output, tmp_path)
+            finally:
+                if demo.poll() is None:
+                    demo.kill()
+                demo.wait()
+    finally:
+        driver.quit()
     assert demo.returncode == 0, "".join(output)
     assert "demo: all invariants hold" in "".join(output)
 
 
-def _drive(demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -77,34 +90,25 @@ def _drive(demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> No
     reader = threading.Thread(target=lambda: output.extend(demo.stdout), daemon=True)  # type: ignore[arg-type]
     reader.start()
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM  # type: ignore[assignment]
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
-                 "--disable-background-networking", "--window-size=1280,900"):  # fmt: skip
-        options.add_argument(flag)
-    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
-    try:
-        # connect to the last node first: the demo stops it mid-run
-        driver.get(f"{url}?node=2&name=web-tester")
-        wait = WebDriverWait(driver, 40)
-        text = lambda element_id: driver.find_element(By.ID, element_id).text  # noqa: E731
-        wait.until(lambda d: text("session-node") == "node3")
-        wait.until(lambda d: int(text("member-count") or 0) >= 2)
-        assert text("room-node").startswith("node") and text("player-node").startswith("node")
-        box = driver.find_element(By.ID, "text")
-        box.send_keys("hello from chromium")
-        driver.find_element(By.CSS_SELECTOR, "#say button").click()
-        wait.until(lambda d: "web-tester: hello from chromium" in text("chat"))
-        # node3 stops: the page's session ends and it rebinds on another node
-        wait.until(lambda d: text("session-node") not in ("node3", "-"))
-        wait.until(lambda d: int(text("member-count") or 0) >= 2)
-        notices = text("notices")
-        assert "session on node3" in notices and notices.count("session on") >= 2, notices
-        shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / "browser-demo.png"
-        shot.parent.mkdir(parents=True, exist_ok=True)
-        assert driver.save_screenshot(str(shot))
-        print(f"screenshot: {shot}")
-    finally:
-        driver.quit()
+    # connect to the last node first: the demo stops it mid-run
+    driver.get(f"{url}?node=2&name=web-tester")
+    wait = WebDriverWait(driver, 40)
+    text = lambda element_id: driver.find_element(By.ID, element_id).text  # noqa: E731
+    wait.until(lambda d: text("session-node") == "node3")
+    wait.until(lambda d: int(text("member-count") or 0) >= 2)
+    assert text("room-node").startswith("node") and text("player-node").startswith("node")
+    box = driver.find_element(By.ID, "text")
+    box.send_keys("hello from chromium")
+    driver.find_element(By.CSS_SELECTOR, "#say button").click()
+    wait.until(lambda d: "web-tester: hello from chromium" in text("chat"))
+    # node3 stops: the page's session ends and it rebinds on another node
+    wait.until(lambda d: text("session-node") not in ("node3", "-"))
+    wait.until(lambda d: int(text("member-count") or 0) >= 2)
+    notices = text("notices")
+    assert "session on node3" in notices and notices.count("session on") >= 2, notices
+    shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / "browser-demo.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
     demo.wait(timeout=90)
     reader.join(timeout=10)
