@@ -30,7 +30,7 @@ def test_the_demo_runs_to_a_passing_summary() -> None:
     assert int(counts["accepted (answered with a sequence number)"]) > 0
     assert int(counts["lobby activations"]) == 1
     assert int(counts["rebinds"]) >= 1  # the scripted disconnect at least
-    assert "node3: stopping" in out and "node3: restarted (lifecycle 2)" in out
+    assert "node3: clean stop" in out and "node3: restarted (lifecycle 2)" in out
     assert "relocation: not shown" in out  # honest about what this build cannot show
 
 

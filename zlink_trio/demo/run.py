@@ -57,6 +57,16 @@ RELOCATION_NOTE = (
     "relocation: not shown: this build has no server.relocate, so the demo does not move "
     "rooms or players between live nodes"
 )
+SPOT_RELOCATION_NOTE = (
+    "rooms are not relocated: this build relocates Actors only (no Spot relocation)"
+)
+
+
+def can_relocate() -> bool:
+    """Whether this build's Server has ``relocate`` (live Actor relocation)."""
+    from ..server import Server
+
+    return callable(getattr(Server, "relocate", None))
 
 
 def add_demo_parser(commands: Any) -> None:
@@ -104,6 +114,9 @@ class Demo:
         ]
         self.clients: list[ScriptedClient] = []
         self.done = trio.Event()
+        self.relocations: list[tuple[str, str, str, float, bool]] = []
+        """(actor, from node, to node, seconds until relocate returned, committed)."""
+        self.relocation_errors: list[str] = []
 
     # --- output ------------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -236,6 +249,9 @@ class Demo:
                 side.start_soon(live_view)
             else:
                 side.start_soon(progress)
+            if self.clients and can_relocate() and not self.processes:
+                await at(0.2)
+                await self._relocate_players()
             if self.clients:
                 await at(0.3)
                 mover = self.clients[0]
@@ -249,7 +265,15 @@ class Demo:
                     self.log(f"{victim.label}: SIGKILL (its players are reclaimed after its lease)")
                     await victim.kill()
                 else:
-                    self.log(f"{victim.label}: stopping (clean drain; its players are released)")
+                    self.log(
+                        f"{victim.label}: clean stop (its players are "
+                        + (
+                            "relocated to live nodes where possible, else "
+                            if can_relocate()
+                            else ""
+                        )
+                        + "released)"
+                    )
                     await victim.stop()
                 self.log(f"{victim.label}: down")
                 await at(0.65)
@@ -257,6 +281,9 @@ class Demo:
                     nursery.start_soon(self._start, victim, nursery)
                 else:
                     await self._start(victim, nursery)
+            if self.clients and can_relocate() and not self.processes:
+                await at(0.8)
+                await self._relocate_players()
             await at(1.0)
             side.cancel_scope.cancel()
         if self.live:
@@ -268,6 +295,39 @@ class Demo:
         from rich.console import Console
 
         return Console(file=self.out)
+
+    async def _relocate_players(self) -> None:
+        """Move bound players live to another node mid-traffic: player-1 and every browser
+        player (``web-*``), each from its owner to the next live node."""
+        from ..store.api import Namespace, ObjectKey
+
+        store = self.store
+        web = [r.key.object_id for r in await store.list_rows(Namespace.ACTOR, after=None, limit=1000)
+               if r.key.object_id.startswith("web-")]  # fmt: skip
+        for actor in ["player-1", *web]:
+            by_rid = {n.server.identity.node_rid: n for n in self.nodes if n.server is not None}
+            row = await store.read(ObjectKey.actor(actor))
+            if row is None or row.owner.node_rid not in by_rid:
+                continue
+            source = by_rid[row.owner.node_rid]
+            targets = [n for n in self.nodes if n.server is not None and n is not source]
+            if not targets:
+                return
+            target = targets[0]
+            started = trio.current_time()
+            try:
+                result = await source.server.relocate(actor, to=target.server.identity.node_rid)
+            except ZLinkError as exc:
+                self.relocation_errors.append(f"{actor}: {type(exc).__name__}: {exc}")
+                self.log(f"{actor}: relocation {source.label} -> {target.label} refused: {exc}")
+                continue
+            pause = trio.current_time() - started
+            committed = bool(getattr(result, "committed", True))
+            self.relocations.append((actor, source.label, target.label, pause, committed))
+            self.log(
+                f"{actor}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
+                f" (bound session kept; {getattr(result, 'relayed', 0)} messages relayed)"
+            )
 
     async def _start(self, node: Any, nursery: trio.Nursery) -> None:
         again = node.lifecycles > 0
@@ -324,6 +384,13 @@ class Demo:
             "every room's timer ticked": all(t > 0 for t in ticks.values()) or not self.clients,
             "the lobby was cold-activated exactly once": self.tally.lobby_activations == 1
             or not self.clients,
+            "the live relocations committed": all(r[4] for r in self.relocations)
+            and (
+                bool(self.relocations)
+                or not can_relocate()
+                or self.processes
+                or len(self.clients) < 2
+            ),
         }
         console = self._console()
         summary = Table(title="summary", title_justify="left")
@@ -364,7 +431,21 @@ class Demo:
                 "(a SIGKILLed lifecycle's own counters die with it: its turns and pushes are "
                 "not in this table; the rooms' histories, read from the live nodes, are whole)"
             )
-        console.print(RELOCATION_NOTE)
+        if not can_relocate():
+            console.print(RELOCATION_NOTE)
+        elif self.processes:
+            console.print("relocation: not shown with one process per node (the demo moves "
+                          "Actors from inside their owner's process only)")  # fmt: skip
+        else:
+            moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
+            for column in ("actor", "from", "to", "relocate() took", "committed"):
+                moves.add_column(column)
+            for actor, source, target, pause, committed in self.relocations:
+                moves.add_row(actor, source, target, f"{pause * 1000:.0f} ms", str(committed))
+            console.print(moves)
+            for error in self.relocation_errors:
+                console.print(f"relocation refused: {error}")
+            console.print(SPOT_RELOCATION_NOTE)
         for what, ok in checks.items():
             console.print(f"{'[green]OK[/green]  ' if ok else '[red]FAIL[/red]'} {what}")
         failed = [what for what, ok in checks.items() if not ok]
