@@ -55,6 +55,8 @@ class ScriptedClient:
     session_node: str = "-"
     player_node: str = "-"
     next_id: int = 0
+    sessions: int = 0
+    """Sessions this client opened so far."""
     _client: StreamClient | None = None
     _reconnect: trio.Event = attrs.field(factory=trio.Event)
 
@@ -88,6 +90,7 @@ class ScriptedClient:
         async with open_stream_client(url, self.name.encode(), hello_timeout=5) as client:
             self._client = client
             self.stats.connects += 1
+            self.sessions += 1
             joined = await self._request("join", {"room": self.room})
             self.player_node = joined.get("player_node", "?")
             async with trio.open_nursery() as nursery:

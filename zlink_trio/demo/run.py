@@ -114,8 +114,9 @@ class Demo:
         ]
         self.clients: list[ScriptedClient] = []
         self.done = trio.Event()
-        self.relocations: list[tuple[str, str, str, float, bool]] = []
-        """(actor, from node, to node, seconds until relocate returned, committed)."""
+        self.relocations: list[tuple[str, str, str, float, bool, int]] = []
+        """(actor, from node, to node, seconds until relocate returned, committed, its
+        client's session count when it moved)."""
         self.relocation_errors: list[str] = []
 
     # --- output ------------------------------------------------------------------------------
@@ -323,11 +324,16 @@ class Demo:
                 continue
             pause = trio.current_time() - started
             committed = bool(getattr(result, "committed", True))
-            self.relocations.append((actor, source.label, target.label, pause, committed))
+            owner = self._client_of(actor)
+            sessions = owner.sessions if owner is not None else 0
+            self.relocations.append((actor, source.label, target.label, pause, committed, sessions))
             self.log(
                 f"{actor}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
-                f" (bound session kept; {getattr(result, 'relayed', 0)} messages relayed)"
+                f" ({getattr(result, 'relayed', 0)} messages relayed)"
             )
+
+    def _client_of(self, actor: str) -> ScriptedClient | None:
+        return next((c for c in self.clients if c.name == actor), None)
 
     async def _start(self, node: Any, nursery: trio.Nursery) -> None:
         again = node.lifecycles > 0
@@ -438,10 +444,15 @@ class Demo:
                           "Actors from inside their owner's process only)")  # fmt: skip
         else:
             moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
-            for column in ("actor", "from", "to", "relocate() took", "committed"):
+            for column in ("actor", "from", "to", "relocate() took", "committed",
+                           "its client's new sessions since"):  # fmt: skip
                 moves.add_column(column)
-            for actor, source, target, pause, committed in self.relocations:
-                moves.add_row(actor, source, target, f"{pause * 1000:.0f} ms", str(committed))
+            for actor, source, target, pause, committed, sessions in self.relocations:
+                owner = self._client_of(actor)
+                since = "-" if owner is None else str(owner.sessions - sessions)
+                moves.add_row(
+                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since
+                )
             console.print(moves)
             for error in self.relocation_errors:
                 console.print(f"relocation refused: {error}")
