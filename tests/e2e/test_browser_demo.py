@@ -19,8 +19,12 @@ from typing import Any
 
 import pytest
 
+from zlink_trio.server import Server
+
 pytestmark = [pytest.mark.slow, pytest.mark.process, pytest.mark.e2e]
 
+RELOCATES = callable(getattr(Server, "relocate", None))
+"""This build relocates Actors live: the page must show its player's move."""
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DRIVER = shutil.which("chromedriver")
 
@@ -73,6 +77,10 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
         driver.quit()
     assert demo.returncode == 0, "".join(output)
     assert "demo: all invariants hold" in "".join(output)
+    if RELOCATES:
+        assert "web-tester: relocated live node" in "".join(output)
+    else:
+        assert "relocation: not shown" in "".join(output)
 
 
 def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
@@ -101,6 +109,8 @@ def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path
     box.send_keys("hello from chromium")
     driver.find_element(By.CSS_SELECTOR, "#say button").click()
     wait.until(lambda d: "web-tester: hello from chromium" in text("chat"))
+    if RELOCATES:  # the demo moves the browser's player live at 20 % of its duration
+        wait.until(lambda d: "your player moved: node" in text("notices"))
     # node3 stops: the page's session ends and it rebinds on another node
     wait.until(lambda d: text("session-node") not in ("node3", "-"))
     wait.until(lambda d: int(text("member-count") or 0) >= 2)
