@@ -57,6 +57,8 @@ class ScriptedClient:
     next_id: int = 0
     sessions: int = 0
     """Sessions this client opened so far."""
+    refused: int = 0
+    """This client's chats answered by an error so far."""
     _client: StreamClient | None = None
     _reconnect: trio.Event = attrs.field(factory=trio.Event)
 
@@ -127,6 +129,7 @@ class ScriptedClient:
                     reply = await self._request("chat", chat)
                 except (ZLinkError, trio.TooSlowError) as exc:
                     self.stats.failed[type(exc).__name__] += 1
+                    self.refused += 1
                     if isinstance(exc, ConnectionLost):
                         scope.cancel()
                         return

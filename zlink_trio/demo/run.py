@@ -114,7 +114,7 @@ class Demo:
         ]
         self.clients: list[ScriptedClient] = []
         self.done = trio.Event()
-        self.relocations: list[tuple[str, str, str, float, bool, int]] = []
+        self.relocations: list[tuple[str, str, str, float, bool, int, int]] = []
         """(actor, from node, to node, seconds until relocate returned, committed, its
         client's session count when it moved)."""
         self.relocation_errors: list[str] = []
@@ -326,7 +326,10 @@ class Demo:
             committed = bool(getattr(result, "committed", True))
             owner = self._client_of(actor)
             sessions = owner.sessions if owner is not None else 0
-            self.relocations.append((actor, source.label, target.label, pause, committed, sessions))
+            refused = owner.refused if owner is not None else 0
+            self.relocations.append(
+                (actor, source.label, target.label, pause, committed, sessions, refused)
+            )
             self.log(
                 f"{actor}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
                 f" ({getattr(result, 'relayed', 0)} messages relayed)"
@@ -406,6 +409,7 @@ class Demo:
             ("chats sent", s.sent),
             ("accepted (answered with a sequence number)", len(s.accepted)),
             ("refused (an error answered; never re-sent)", sum(s.failed.values())),
+            *((f"  refused: {kind}", n) for kind, n in sorted(s.failed.items())),
             ("handled (appended by a room)", handled),
             ("pushed (to bound sessions)", sum(self.tally.pushed.values())),
             ("received by clients", sum(s.received.values())),
@@ -445,13 +449,14 @@ class Demo:
         else:
             moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
             for column in ("actor", "from", "to", "relocate() took", "committed",
-                           "its client's new sessions since"):  # fmt: skip
+                           "its client since: new sessions", "refused chats"):  # fmt: skip
                 moves.add_column(column)
-            for actor, source, target, pause, committed, sessions in self.relocations:
+            for actor, source, target, pause, committed, sessions, refused in self.relocations:
                 owner = self._client_of(actor)
                 since = "-" if owner is None else str(owner.sessions - sessions)
+                failed = "-" if owner is None else str(owner.refused - refused)
                 moves.add_row(
-                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since
+                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since, failed
                 )
             console.print(moves)
             for error in self.relocation_errors:
