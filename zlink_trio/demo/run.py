@@ -454,19 +454,20 @@ class Demo:
             for actor, source, target, pause, committed, sessions, refused in self.relocations:
                 owner = self._client_of(actor)
                 since = "-" if owner is None else str(owner.sessions - sessions)
-                failed = "-" if owner is None else str(owner.refused - refused)
+                refused_since = "-" if owner is None else str(owner.refused - refused)
                 moves.add_row(
-                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since, failed
-                )
+                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since,
+                    refused_since,
+                )  # fmt: skip
             console.print(moves)
             for error in self.relocation_errors:
                 console.print(f"relocation refused: {error}")
             console.print(SPOT_RELOCATION_NOTE)
         for what, ok in checks.items():
             console.print(f"{'[green]OK[/green]  ' if ok else '[red]FAIL[/red]'} {what}")
-        failed = [what for what, ok in checks.items() if not ok]
-        console.print("demo: all invariants hold" if not failed else f"demo: FAILED: {failed}")
-        return 0 if not failed else 1
+        broken = [what for what, ok in checks.items() if not ok]
+        console.print("demo: all invariants hold" if not broken else f"demo: FAILED: {broken}")
+        return 0 if not broken else 1
 
 
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
