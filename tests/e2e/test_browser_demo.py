@@ -101,7 +101,13 @@ def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path
     # connect to the last node first: the demo stops it mid-run
     driver.get(f"{url}?node=2&name=web-tester")
     wait = WebDriverWait(driver, 40)
-    text = lambda element_id: driver.find_element(By.ID, element_id).text  # noqa: E731
+
+    def text(element_id: str) -> str:
+        # textContent, not .text: a chat line scrolled out of its box is not "visible" text
+        return str(
+            driver.execute_script(f"return document.getElementById('{element_id}').textContent")
+        )
+
     wait.until(lambda d: text("session-node") == "node3")
     wait.until(lambda d: int(text("member-count") or 0) >= 2)
     assert text("room-node").startswith("node") and text("player-node").startswith("node")
