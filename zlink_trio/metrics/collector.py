@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
+import attrs
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -24,6 +25,7 @@ __all__ = ["STORE_LATENCY_BUCKETS", "ServerCollector", "new_registry"]
 
 STORE_LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
+_RELOCATION_GAUGES = frozenset({"sealed", "in_flight"})
 _ACTOR_OUTCOMES = ("ok", "failed", "no_handler", "expired", "dropped", "refused")
 _SPOT_OUTCOMES = {
     "packet": "packet_handlers",
@@ -81,6 +83,23 @@ class ServerCollector(Collector):
             for outcome, field in _SPOT_OUTCOMES.items():
                 spot_calls.add_metric([s.stable_type, outcome], getattr(s, field))
         yield from (ready, backlog, dispatch, spot_calls)
+
+        relocation = getattr(stats.actors, "relocation", None)  # a build with relocation
+        if relocation is not None:
+            now = GaugeMetricFamily(
+                "zlink_relocations_now", "Actors sealed / relocations coordinated now",
+                labels=["state"],
+            )  # fmt: skip
+            done = CounterMetricFamily(
+                "zlink_relocations", "Live relocation outcomes on this node", labels=["outcome"]
+            )
+            for field in attrs.fields(type(relocation)):
+                value = getattr(relocation, field.name)
+                if field.name in _RELOCATION_GAUGES:
+                    now.add_metric([field.name], value)
+                else:
+                    done.add_metric([field.name], value)
+            yield from (now, done)
 
         engine = stats.engine
         lanes = GaugeMetricFamily("zlink_engine_lanes", "Engine lanes", labels=["state"])

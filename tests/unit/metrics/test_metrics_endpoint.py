@@ -95,3 +95,25 @@ async def test_metrics_report_the_nodes_own_numbers() -> None:
                 assert await http_get(endpoint.port, "/health") == (200, "ok\n")
                 assert (await http_get(endpoint.port, "/nope"))[0] == 404
                 nursery.cancel_scope.cancel()
+
+
+async def test_relocation_metrics_count_a_live_move() -> None:
+    from zlink_trio.server import Server
+
+    if not callable(getattr(Server, "relocate", None)):
+        pytest.skip("this build has no live relocation (Server.relocate)")
+    with trio.fail_after(30):
+        async with open_cluster(2, app=make_app()) as cluster:
+            await cluster.wait_all_admitted()
+            servers = {s.identity.node_rid: s for s in cluster.servers}
+            created = await cluster.servers[0].actors.get_or_create("m", "echo").timeout(5)
+            source = servers[created.actor.node_rid]  # type: ignore[union-attr]
+            (target,) = [s for s in cluster.servers if s is not source]
+            await source.relocate("m", to=target.identity.node_rid)  # type: ignore[attr-defined]
+            async with trio.open_nursery() as nursery:
+                for server, outcome in ((source, "moved_out"), (target, "committed")):
+                    endpoint = await nursery.start(serve_metrics, server, "127.0.0.1", 0)
+                    found = samples((await http_get(endpoint.port, "/metrics"))[1])
+                    assert value(found, "zlink_relocations_total", outcome=outcome) == 1
+                    assert value(found, "zlink_relocations_now", state="in_flight") == 0
+                nursery.cancel_scope.cancel()
