@@ -1,0 +1,124 @@
+"""What a relocation tells the parts of a node that move with an object: the unit values
+and the participant protocol (docs/relocation.md, "Participants").
+
+A participant is framework state kept per hosted Actor outside the Actor itself — the
+Actor owner's side of its session bindings (spec 02 §8: commands 42/43/44) is the one
+participant today. The relocation calls every registered participant at fixed points of
+the seal · restore · commit order; each call runs in the relocation's own task (never in
+an Actor turn), bounded by the relocation's scope (a cancelled call is an abort before
+relay-ready acceptance, or ignored after it).
+
+Order (source S, target T; docs/relocation.md has the diagram)::
+
+    S  seal turn (the running handler finished; ingress held in the Actor owner)
+    S  participant.seal(unit) -> bytes        refuse: raise ZLinkError -> abort
+    S  120 prepare, 121 restore ─────────────▶ T  participant.restore(unit, state)
+                                               T  (raise ZLinkError -> REJECTED -> abort)
+    S  ◀──────────── 122 relay-ready ACCEPTED
+    S  participant.departed(unit)             the unit belongs to T from here on
+       ... relay, 123 cutover ...
+                                               T  owner CAS, queue merge, route switch,
+                                               T  lifecycle callbacks, dispatch opened
+                                               T  participant.committed(unit, generation)
+    abort before acceptance (explicit failure, REJECTED, timeout, T unreachable):
+    S  durable abort (Store mark cleared), source queue restored
+    S  participant.aborted(unit)
+                                               T  participant.discarded(unit) (if restored)
+
+Every call is made at most once per (unit, participant) — a duplicated 121 restores once
+(the relocation is idempotent per RelocationId, target attempt and owner generation).
+``aborted`` is called only for a unit whose ``seal`` returned; ``discarded`` only for one
+whose ``restore`` returned. ``committed``, ``aborted``, ``departed`` and ``discarded``
+must not raise (an exception is logged and changes nothing): the outcome is decided.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import attrs
+
+from ..ids import (
+    ActorId,
+    AuthorityOwnerGeneration,
+    MeshName,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    OperationId,
+)
+
+__all__ = ["ActorRelocationParticipant", "RelocationUnit"]
+
+
+@attrs.frozen(slots=True)
+class RelocationUnit:
+    """One Actor's move: who, which incarnation, from which owner to which node."""
+
+    relocation_id: OperationId
+    actor_id: ActorId
+    object_generation: ObjectGeneration
+    """Unchanged by the move (spec 04 §6.1)."""
+    mesh_name: MeshName
+    source_rid: NodeRid
+    source_generation: NodeGeneration
+    source_owner_generation: AuthorityOwnerGeneration
+    """The AuthorityOwnerGeneration of the source owner (the target's CAS fence); the
+    target's is ``source_owner_generation + 1`` once committed."""
+    target_rid: NodeRid
+    target_generation: NodeGeneration
+
+    @property
+    def target_owner_generation(self) -> AuthorityOwnerGeneration:
+        return AuthorityOwnerGeneration(self.source_owner_generation.value + 1)
+
+
+class ActorRelocationParticipant(Protocol):
+    """Framework state that moves with an Actor (register it with
+    ``ActorRuntime.relocation_participants``; see the module docstring for the order)."""
+
+    @property
+    def participant_name(self) -> str:
+        """Unique per node: the key of this participant's state in the moved envelope."""
+        ...
+
+    async def seal(self, unit: RelocationUnit) -> bytes:
+        """Source, after the Actor's seal turn, before 120: seal this participant's part
+        (e.g. command 42 to each bound session's owner, awaiting 43) and return its state
+        to carry to the target (b"" for none).
+
+        Raises:
+            ZLinkError: refuse the move (the relocation aborts; the source stays owner).
+        """
+        ...
+
+    async def restore(self, unit: RelocationUnit, state: bytes) -> None:
+        """Target, inside Restore, before the relay-ready reply: install ``state`` (what
+        ``seal`` returned at the source) for the hidden new activation.
+
+        Raises:
+            ZLinkError: Restore fails explicitly (REJECTED; the relocation aborts).
+        """
+        ...
+
+    async def departed(self, unit: RelocationUnit) -> None:
+        """Source, right after the relay-ready reply was accepted: the unit never comes
+        back to this owner; forget its state here."""
+        ...
+
+    async def committed(self, unit: RelocationUnit) -> None:
+        """Target, after the owner CAS (AuthorityOwnerGeneration =
+        ``unit.target_owner_generation``), the queue merge, the regular-route switch, the
+        lifecycle callbacks and the dispatch opening (e.g. command 44 commit)."""
+        ...
+
+    async def aborted(self, unit: RelocationUnit) -> None:
+        """Source, after the durable abort and the source-queue restore of a move that
+        failed before relay-ready acceptance (e.g. command 44 abort)."""
+        ...
+
+    async def discarded(self, unit: RelocationUnit) -> None:
+        """Target: the temporary queue and the hidden activation of ``unit`` were
+        discarded (abort before acceptance, or the cleanup timeout); drop what
+        ``restore`` installed."""
+        ...
