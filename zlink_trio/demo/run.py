@@ -27,8 +27,12 @@ history (lost = 0), no chat is in a history twice (duplicated = 0), at least one
 accepted, every room ticked, and the lobby was activated exactly once. A chat refused
 while a node stopped (the client saw an error) is counted as refused, never re-sent.
 
-Relocation (moving a busy room or a bound player between nodes mid-traffic) is not part
-of this build's demo: the runtime has no ``server.relocate`` yet, and the summary says so.
+Relocation: at 20 % and 80 % (in process, when the build's ``Server`` has ``relocate``)
+player-1 and every browser player (``web-*``) are moved live to another node mid-traffic;
+the summary lists each move (how long ``relocate()`` took, whether the target committed,
+and what the moved player's client saw since: new sessions, refused chats). Rooms are not
+moved: they are Spots, and this build relocates Actors only. Without ``relocate`` the
+summary says that relocation is not shown.
 """
 
 from __future__ import annotations
