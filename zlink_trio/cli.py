@@ -5,21 +5,40 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import NoReturn
 
 from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
+from .demo.run import add_demo_parser, run as run_demo
+from .demo.terminal import add_client_parser, run as run_client
+from .ops.bench import add_bench_parser, run as run_bench
+from .ops.cluster import add_cluster_parser, run as run_cluster
+from .ops.status import add_status_parser, run as run_status
 from .store.cli import add_store_parser, run as run_store
 
 
+class _Parser(argparse.ArgumentParser):
+    """A command-line mistake is one line on standard error (and exit status 2), never a
+    usage dump: ``zlink-trio node: error: ... (see zlink-trio node --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="zlink-trio",
         description="Trio runtime for distributed Spots, Actors and STREAM sessions.",
     )
     parser.add_argument("--version", action="version", version=f"zlink-trio {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    add_demo_parser(commands)
+    add_client_parser(commands)
     add_store_parser(commands)
     add_node_parser(commands)
+    add_status_parser(commands)
+    add_cluster_parser(commands)
+    add_bench_parser(commands)
     return parser
 
 
@@ -29,10 +48,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return 0
+    if args.command == "demo":
+        return run_demo(args)
+    if args.command == "client":
+        return run_client(args)
     if args.command == "store":
         return run_store(args)
     if args.command == "node":
         return run_node(args)
+    if args.command == "status":
+        return run_status(args)
+    if args.command == "cluster":
+        return run_cluster(args)
+    if args.command == "bench":
+        return run_bench(args)
     return 0
 
 

@@ -36,11 +36,11 @@ lease; every error is one ``zlink-trio node: ...`` line on standard error.
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import signal
 import sys
 from collections.abc import Mapping
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
@@ -100,6 +100,7 @@ def add_node_parser(commands: Any) -> None:
     node.add_argument("--drain-timeout", type=float, metavar="SECONDS")
     node.add_argument("--app", metavar="MODULE:ATTR", help="the App to host (or its factory)")
     node.add_argument("--report-peers", action="store_true", help="print peer transitions")
+    add_product_flags(node)
 
 
 def _mesh(spec: object) -> MeshConfig:
@@ -127,12 +128,12 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     settings: dict[str, Any] = {}
     if args.config is not None:
         try:
-            loaded = json.loads(args.config.read_text())
+            loaded = read_config_file(args.config)
         except (OSError, ValueError) as exc:
             raise ConfigurationError(f"--config {args.config}: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigurationError("--config: expected a JSON object")
-        settings.update(loaded)
+        settings.update(file_settings(args, loaded))
     if args.mesh:
         settings["meshes"] = list(args.mesh)
     flags = {
@@ -197,13 +198,17 @@ def load_app(spec: str) -> App:
     """
     from .app import App  # the application layer loads only when a node runs
 
-    module_name, sep, attr = spec.partition(":")
+    module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise ConfigurationError(f"--app: expected MODULE:ATTR, got {spec!r}")
+        raise ConfigurationError(f"--app: expected MODULE:ATTR or FILE.py:ATTR, got {spec!r}")
     try:
-        found: Any = getattr(importlib.import_module(module_name), attr)
+        found: Any = getattr(import_app_module(module_name), attr)
+    except ConfigurationError:
+        raise
     except (ImportError, AttributeError) as exc:
         raise ConfigurationError(f"--app {spec}: {exc}") from None
+    except Exception as exc:  # the application module itself failed (SyntaxError, ...)
+        raise ConfigurationError(f"--app {spec}: importing it raised {exc!r}") from None
     if not isinstance(found, App) and callable(found):
         try:
             found = found()
@@ -234,7 +239,13 @@ async def _report_peers(node: Any) -> None:
         await node.wait_peers_change()
 
 
-async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | None = None) -> int:
+async def serve(
+    config: ServerConfig,
+    *,
+    report_peers: bool = False,
+    app: App | None = None,
+    metrics: tuple[str, int] | None = None,
+) -> int:
     """Run the node until SIGTERM/SIGINT (0) or a lost lease (3)."""
     from .server import open_server, runtime_of  # the server stack loads only when a node runs
 
@@ -243,6 +254,7 @@ async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | 
         async with open_server(config, app) as server:
             node = runtime_of(server).node
             endpoint = server.endpoint
+            metrics_listeners = await bind_metrics(metrics)
             _emit(
                 "ready",
                 rid=server.identity.node_rid.hex,
@@ -253,6 +265,7 @@ async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | 
                     str(m.name): node.entry_spot_id(m.name).value for m in config.meshes
                 },
             )
+            warn_loudly(config, app)
             async with trio.open_nursery() as nursery:
 
                 async def lease_watch() -> None:
@@ -264,6 +277,8 @@ async def serve(config: ServerConfig, *, report_peers: bool = False, app: App | 
 
                 if report_peers:
                     nursery.start_soon(_report_peers, node)
+                if metrics_listeners is not None:
+                    await start_metrics(nursery, server, metrics_listeners)
                 nursery.start_soon(lease_watch)
                 async for _ in signals:
                     _emit("stopping")
@@ -282,10 +297,146 @@ def run(args: argparse.Namespace) -> int:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
     try:
-        return trio.run(lambda: serve(config, report_peers=args.report_peers, app=app))
+        metrics = metrics_address(args)
+        return trio.run(
+            lambda: serve(config, report_peers=args.report_peers, app=app, metrics=metrics)
+        )
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
     except (ZLinkError, OSError) as exc:  # e.g. the Store is unreachable, the port is taken
         print(f"zlink-trio node: cannot run: {exc}", file=sys.stderr)
         return EXIT_STARTUP_FAILED
+
+
+# --- the product face (issue 18): config file keys named like the flags, --app FILE.py,
+# loud warnings. Kept below the original code so other edits of this file merge easily.
+
+_COMMAND_KEYS: Final = ("app", "report_peers")
+"""Config file keys that are command options, not ServerConfig fields."""
+
+
+def add_product_flags(node: argparse.ArgumentParser) -> None:
+    """Options of ``zlink-trio node`` added by the product face."""
+    node.add_argument(
+        "--metrics-port",
+        type=int,
+        metavar="PORT",
+        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (the metrics extra)",
+    )
+    node.add_argument("--metrics-host", metavar="HOST", help="metrics bind host (127.0.0.1)")
+
+
+def read_config_file(path: Path) -> object:
+    """The settings of a ``--config`` file: TOML when its name ends in ``.toml``, else JSON."""
+    text = path.read_text()
+    if path.suffix == ".toml":
+        import tomllib
+
+        return tomllib.loads(text)
+    return json.loads(text)
+
+
+def file_settings(args: argparse.Namespace, loaded: Mapping[str, Any]) -> dict[str, Any]:
+    """The ServerConfig settings of a config file, its keys named like the flags.
+
+    A key is a flag's name without the dashes, ``-`` or ``_`` between words
+    (``lease_ttl`` = ``--lease-ttl``, ``mesh`` = ``--mesh``); a ServerConfig field name is
+    accepted too (every tunable, also those without a flag). The command options ``app``,
+    ``report_peers``, ``metrics_port`` and ``metrics_host`` are set on ``args`` unless
+    the command line gave them (flags override the file).
+    """
+    settings: dict[str, Any] = {}
+    for raw_key, value in loaded.items():
+        key = str(raw_key).replace("-", "_")
+        if key in (*_COMMAND_KEYS, "metrics_port", "metrics_host"):
+            if getattr(args, key, None) in (None, False):
+                setattr(args, key, value)
+            continue
+        if key == "mesh":
+            key = "meshes"
+        if key == "config":
+            raise ConfigurationError("--config: a config file cannot name another one")
+        settings[_FLAG_FIELDS.get(key, key)] = value
+    if args.app is not None and not isinstance(args.app, str):
+        raise ConfigurationError(f"app: expected MODULE:ATTR, got {args.app!r}")
+    return settings
+
+
+def import_app_module(name: str) -> Any:
+    """The module of an ``--app`` spec: a file (``path/to/file.py``: loaded under its stem,
+    its directory first on ``sys.path`` so it can import its siblings) or an importable
+    module name."""
+    import importlib.util
+    import os
+
+    if not (name.endswith(".py") or "/" in name or os.sep in name):
+        return importlib.import_module(name)
+    path = Path(name).expanduser().resolve()
+    if not path.is_file():
+        raise ConfigurationError(f"--app {name}: no such file")
+    module_name = path.stem
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise ConfigurationError(f"--app {name}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(path.parent))
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def warn_loudly(config: ServerConfig, app: App | None) -> None:
+    """One ``WARNING`` line on standard error per setting a newcomer would regret (once the
+    node is ready: a node that cannot start prints only its one error line)."""
+    from .config import MemoryStoreConfig
+
+    def warn(text: str) -> None:
+        print(f"zlink-trio node: WARNING: {text}", file=sys.stderr, flush=True)
+
+    if not config.meshes:
+        warn("no --mesh: this node joins no mesh, so no other node can reach it")
+    if isinstance(config.location_store, MemoryStoreConfig) and config.meshes:
+        warn(
+            "no --pg-dsn: this node has a PRIVATE in-memory Location Store; nodes in other "
+            "processes can never join it (give every node the same --pg-dsn)"
+        )
+    if app is None:
+        warn("no --app: this node hosts no Actor or Spot type")
+
+
+def metrics_address(args: argparse.Namespace) -> tuple[str, int] | None:
+    """``(host, port)`` of ``--metrics-port`` (None without it).
+
+    Raises:
+        ConfigurationError: a bad port, or the ``metrics`` extra is not installed.
+    """
+    port = getattr(args, "metrics_port", None)
+    if port is None:
+        return None
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigurationError(f"--metrics-port: expected a port number, got {port!r}")
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise ConfigurationError(
+            "--metrics-port needs the metrics extra: pip install 'zlink-trio[metrics]'"
+        ) from None
+    return (args.metrics_host or "127.0.0.1", port)
+
+
+async def bind_metrics(address: tuple[str, int] | None) -> list[trio.SocketListener] | None:
+    """The metrics listeners, bound before the node reports ready (a taken port is the
+    node's one startup error line)."""
+    if address is None:
+        return None
+    return await trio.open_tcp_listeners(address[1], host=address[0])
+
+
+async def start_metrics(
+    nursery: trio.Nursery, server: Any, listeners: list[trio.SocketListener]
+) -> None:
+    from .metrics import serve_metrics
+
+    endpoint = await nursery.start(partial(serve_metrics, server, listeners=listeners))
+    _emit("metrics", url=f"http://{endpoint.host}:{endpoint.port}/metrics")

@@ -53,9 +53,8 @@ from .wire.stream import (
     Send,
     Unbound,
     Welcome,
-    decode_server_frame,
-    encode_frame,
 )
+from .wire.stream_codec import CBOR, JSON, FrameCodec
 
 __all__ = [
     "ClientEvent",
@@ -89,8 +88,12 @@ class SessionClosed:
 class StreamClient:
     """One STREAM session of this client (made by :func:`open_stream_client` only)."""
 
-    def __init__(self, ws: WebSocketConnection, welcome: Welcome, buffer: int) -> None:
+    def __init__(
+        self, ws: WebSocketConnection, welcome: Welcome, buffer: int, codec: FrameCodec = CBOR
+    ) -> None:
         self._ws = ws
+        self.codec = codec
+        """The frame encoding of this connection (``codec.name``: ``"cbor"`` or ``"json"``)."""
         self.connection_id: bytes = welcome.connection_id
         """The server's 16-byte id of this connection (never reused)."""
         self._next = 0
@@ -198,7 +201,7 @@ class StreamClient:
             await trio.lowlevel.checkpoint()
             raise ConnectionLost(f"the connection closed: {self._closed}")
         try:
-            await self._ws.send_message(encode_frame(frame))
+            await self._ws.send_message(self.codec.encode(frame))
         except ConnectionClosed:
             raise ConnectionLost("the connection is closed") from None
 
@@ -207,9 +210,7 @@ class StreamClient:
         try:
             while True:
                 message = await ws.get_message()
-                if type(message) is not bytes:
-                    raise ProtocolError("the server sent a text message")
-                frame = decode_server_frame(message)
+                frame = self.codec.decode_server(message)
                 self.received[type(frame).__name__] += 1
                 if isinstance(frame, Reply):
                     slot = self._pending.get(frame.correlation)
@@ -272,11 +273,13 @@ async def open_stream_client(
     close_timeout: float = 5.0,
     event_buffer: int = DEFAULT_EVENT_BUFFER,
     max_message_bytes: int = 2 * 1024 * 1024,
+    codec: str = "cbor",
 ) -> AsyncIterator[StreamClient]:
     """Connect to a STREAM endpoint (``ws://host:port/path``), send the Hello and wait for
     the Welcome (at most ``hello_timeout``); the connection closes when the block exits
     (the close handshake waits at most ``close_timeout``; the socket is closed either
-    way).
+    way). ``codec="json"`` asks for the JSON subprotocol (text frames; ``"cbor"``, the
+    default, offers no subprotocol: binary CBOR frames).
 
     Raises:
         ZLinkError: the server refused the session (its error frame's kind, e.g.
@@ -286,6 +289,9 @@ async def open_stream_client(
         ShuttingDown: the server no longer accepts sessions (it is stopping).
         OSError: the endpoint cannot be reached.
     """
+    frame_codec = {"cbor": CBOR, "json": JSON}.get(codec)
+    if frame_codec is None:
+        raise ValueError(f"codec must be 'cbor' or 'json', got {codec!r}")
     parsed = urllib.parse.urlsplit(url)
     if parsed.scheme != "ws" or parsed.hostname is None:
         raise ValueError(f"a STREAM url is ws://host:port/path, got {url!r}")
@@ -298,10 +304,17 @@ async def open_stream_client(
             stream = await trio.open_tcp_stream(host, port)
             try:
                 ws = await wrap_client_stream(
-                    nursery, stream, host, resource, max_message_size=max_message_bytes
+                    nursery,
+                    stream,
+                    host,
+                    resource,
+                    max_message_size=max_message_bytes,
+                    subprotocols=[JSON.subprotocol] if frame_codec is JSON else None,
                 )
-                welcome = await _handshake(ws, credentials, hello_timeout)
-                client = StreamClient(ws, welcome, event_buffer)
+                if frame_codec is JSON and ws.subprotocol != JSON.subprotocol:
+                    raise ProtocolError("the server did not accept the JSON subprotocol")
+                welcome = await _handshake(ws, credentials, hello_timeout, frame_codec)
+                client = StreamClient(ws, welcome, event_buffer, frame_codec)
                 nursery.start_soon(client._read, name="zlink_trio.client.reader")
                 try:
                     yield client
@@ -329,17 +342,17 @@ def _first(group: BaseExceptionGroup[BaseException]) -> BaseException:
     return _first(first) if isinstance(first, BaseExceptionGroup) else first
 
 
-async def _handshake(ws: WebSocketConnection, credentials: bytes, limit: float) -> Welcome:
+async def _handshake(
+    ws: WebSocketConnection, credentials: bytes, limit: float, codec: FrameCodec = CBOR
+) -> Welcome:
     try:
         await ws.send_message(
-            encode_frame(Hello(version=PROTOCOL_VERSION, credentials=credentials))
+            codec.encode(Hello(version=PROTOCOL_VERSION, credentials=credentials))
         )
         with trio.move_on_after(limit):
             while True:
                 message = await ws.get_message()
-                if type(message) is not bytes:
-                    raise ProtocolError("the server sent a text message")
-                frame = decode_server_frame(message)
+                frame = codec.decode_server(message)
                 if isinstance(frame, Welcome):
                     return frame
                 if isinstance(frame, ErrorFrame):

@@ -60,9 +60,8 @@ from ..wire.stream import (
     Send,
     ServerFrame,
     Welcome,
-    decode_client_frame,
-    encode_frame,
 )
+from ..wire.stream_codec import choose_codec
 from .actors import SessionActors
 from .binding import SessionEntry, SessionStatus
 from .outbound import Outbound
@@ -121,7 +120,9 @@ class Connection:
         "_lane",
         "_reader_scope",
         "_request",
+        "_subprotocol",
         "_ws",
+        "codec",
         "entry",
         "finished",
         "nursery",
@@ -135,6 +136,8 @@ class Connection:
     def __init__(self, server: StreamServer, request: WebSocketRequest) -> None:
         self.server = server
         self._request = request
+        # the frame encoding of this connection (CBOR unless the client asked for JSON)
+        self.codec, self._subprotocol = choose_codec(request.proposed_subprotocols)
         self._ws: WebSocketConnection | None = None
         self.session_rid = secrets.token_bytes(CONNECTION_ID_BYTES)
         self.outbound = Outbound(server.stream_config.outbound_queue)
@@ -171,14 +174,14 @@ class Connection:
     # --- outbound ------------------------------------------------------------------------------
     def send_app(self, frame: ServerFrame) -> bool:
         """Queue a reply, push or notice; a full queue closes the slow consumer."""
-        if not self.outbound.put(encode_frame(frame)):
+        if not self.outbound.put(self.codec.encode(frame)):
             if not self.outbound_closed:
                 self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
             return False
         return True
 
     def send_control(self, frame: ServerFrame) -> bool:
-        if not self.outbound.put_control(encode_frame(frame)):
+        if not self.outbound.put_control(self.codec.encode(frame)):
             self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
             return False
         return True
@@ -196,7 +199,7 @@ class Connection:
         server = self.server
         try:
             try:
-                ws = await self._request.accept()
+                ws = await self._request.accept(subprotocol=self._subprotocol)
             except ConnectionClosed:
                 return
             self._ws = ws
@@ -226,9 +229,7 @@ class Connection:
             except ConnectionClosed:
                 return False
             try:
-                if type(message) is not bytes:
-                    raise ProtocolError("frames are websocket binary messages")
-                frame = decode_client_frame(message)
+                frame = self.codec.decode_client(message)
                 if type(frame) is not Hello:
                     raise ProtocolError("the first frame must be a Hello")
                 if frame.version != PROTOCOL_VERSION:
@@ -337,9 +338,7 @@ class Connection:
         while True:
             message = await ws.get_message()
             try:
-                if type(message) is not bytes:
-                    raise ProtocolError("frames are websocket binary messages")
-                frame = decode_client_frame(message)
+                frame = self.codec.decode_client(message)
             except ProtocolError as exc:
                 server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", exc)
                 self.send_error(0, exc)
@@ -472,7 +471,9 @@ class Connection:
             pending.drop()
         with trio.move_on_after(config.close_timeout):
             if reason is not None and ws.closed is None:
-                self.outbound.put_control(encode_frame(Closing(reason=reason, message=message)))
+                self.outbound.put_control(
+                    self.codec.encode(Closing(reason=reason, message=message))
+                )
             self.outbound.close()
             await self.outbound.wait_drained()
         with trio.move_on_after(config.close_timeout):

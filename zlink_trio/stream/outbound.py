@@ -22,7 +22,7 @@ _CONTROL_SLACK: Final = 64
 
 
 class Sink(Protocol):
-    async def send_message(self, message: bytes) -> None: ...
+    async def send_message(self, message: bytes | str) -> None: ...
 
 
 @final
@@ -33,8 +33,8 @@ class Outbound:
 
     def __init__(self, bound: int) -> None:
         self._bound = bound
-        self._control: deque[bytes] = deque()
-        self._app: deque[bytes] = deque()
+        self._control: deque[bytes | str] = deque()
+        self._app: deque[bytes | str] = deque()
         self._task: trio.lowlevel.Task | None = None
         self._closed = False
         self._drained: trio.Event | None = None
@@ -45,7 +45,7 @@ class Outbound:
     def pending(self) -> int:
         return len(self._control) + len(self._app)
 
-    def put(self, frame: bytes) -> bool:
+    def put(self, frame: bytes | str) -> bool:
         """Queue an application frame; False when the queue is full or closed (nothing
         queued: the caller closes the connection as a slow consumer)."""
         if self._closed or len(self._app) >= self._bound:
@@ -54,7 +54,7 @@ class Outbound:
         self._wake()
         return True
 
-    def put_control(self, frame: bytes) -> bool:
+    def put_control(self, frame: bytes | str) -> bool:
         """Queue a control frame (written first); False when even the control slack is
         used up (the client does not read)."""
         if self._closed or len(self._control) >= _CONTROL_SLACK:

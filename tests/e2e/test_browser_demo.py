@@ -1,0 +1,130 @@
+"""The demo's browser client in headless Chromium (selenium + the system chromedriver):
+the page joins a room over the JSON subprotocol, shows the room's players, which node
+hosts the session, the player and the room, chats, and notices the rebind when its node
+stops; the demo then finishes with its invariants holding. A screenshot is saved
+(``ZLINK_E2E_ARTIFACTS``, default ``<tmp>/browser-demo.png``).
+
+Skipped, with the reason, only when Chromium, chromedriver or selenium is missing outside
+CI (`.ci/run` installs them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from zlink_trio.server import Server
+
+pytestmark = [pytest.mark.slow, pytest.mark.process, pytest.mark.e2e]
+
+RELOCATES = callable(getattr(Server, "relocate", None))
+"""This build relocates Actors live: the page must show its player's move."""
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+
+
+def _missing() -> str | None:
+    if CHROMIUM is None:
+        return "no chromium on PATH (apt-get install chromium chromium-driver)"
+    if DRIVER is None:
+        return "no chromedriver on PATH (apt-get install chromium-driver)"
+    try:
+        import selenium  # noqa: F401
+    except ImportError:
+        return "the selenium package is not installed (pip install -e '.[test]')"
+    return None
+
+
+def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
+    missing = _missing()
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"CI must run the browser test: {missing}")
+        pytest.skip(missing)
+
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    # The browser starts first (it can take seconds on a loaded machine): the demo stops
+    # its last node at 45 % of its duration, and the page must be on it before that.
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM  # type: ignore[assignment]
+    for flag in ("--headless", "--no-sandbox", "--disable-gpu",
+                 "--disable-background-networking", "--window-size=1280,900"):  # fmt: skip
+        options.add_argument(flag)
+    driver = webdriver.Chrome(options=options, service=Service(executable_path=DRIVER))
+    command = [
+        sys.executable, "-m", "zlink_trio.cli", "demo", "--web-port", "0",
+        "--duration", "30", "--clients", "3", "--rooms", "1",
+    ]  # fmt: skip
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
+    output: list[str] = []
+    try:
+        with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as demo:
+            try:
+                _drive(driver, demo, output, tmp_path)
+            finally:
+                if demo.poll() is None:
+                    demo.kill()
+                demo.wait()
+    finally:
+        driver.quit()
+    assert demo.returncode == 0, "".join(output)
+    assert "demo: all invariants hold" in "".join(output)
+    if RELOCATES:
+        assert "web-tester: relocated live node" in "".join(output)
+    else:
+        assert "relocation: not shown" in "".join(output)
+
+
+def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    assert demo.stdout is not None
+    for line in demo.stdout:
+        output.append(line)
+        if line.startswith("web page: "):
+            url = line.split(": ", 1)[1].strip()
+            break
+    else:
+        pytest.fail(f"the demo printed no web page line: {output}")
+    reader = threading.Thread(target=lambda: output.extend(demo.stdout), daemon=True)  # type: ignore[arg-type]
+    reader.start()
+
+    # connect to the last node first: the demo stops it mid-run
+    driver.get(f"{url}?node=2&name=web-tester")
+    wait = WebDriverWait(driver, 40)
+
+    def text(element_id: str) -> str:
+        # textContent, not .text: a chat line scrolled out of its box is not "visible" text
+        return str(
+            driver.execute_script(f"return document.getElementById('{element_id}').textContent")
+        )
+
+    wait.until(lambda d: text("session-node") == "node3")
+    wait.until(lambda d: int(text("member-count") or 0) >= 2)
+    assert text("room-node").startswith("node") and text("player-node").startswith("node")
+    box = driver.find_element(By.ID, "text")
+    box.send_keys("hello from chromium")
+    driver.find_element(By.CSS_SELECTOR, "#say button").click()
+    wait.until(lambda d: "web-tester: hello from chromium" in text("chat"))
+    if RELOCATES:  # the demo moves the browser's player live at 20 % of its duration
+        wait.until(lambda d: "your player moved: node" in text("notices"))
+    # node3 stops: the page's session ends and it rebinds on another node
+    wait.until(lambda d: text("session-node") not in ("node3", "-"))
+    wait.until(lambda d: int(text("member-count") or 0) >= 2)
+    notices = text("notices")
+    assert "session on node3" in notices and notices.count("session on") >= 2, notices
+    shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / "browser-demo.png"
+    shot.parent.mkdir(parents=True, exist_ok=True)
+    assert driver.save_screenshot(str(shot))
+    print(f"screenshot: {shot}")
+    demo.wait(timeout=90)
+    reader.join(timeout=10)

@@ -1,0 +1,57 @@
+"""`zlink-trio bench`: runs each benchmark script as a process and writes its ratio lines
+and output into the marked region of the performance document, keeping the rest."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from zlink_trio.cli import main
+from zlink_trio.ops.bench import BEGIN, END
+
+
+def scripts(where: Path) -> Path:
+    bench = where / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_fast.py").write_text(
+        "print('raw baseline: 1000 ops/s')\nprint('ours: 800 ops/s')\n"
+        "print('ratio ours/raw: 0.80')\n"
+    )
+    (bench / "bench_broken.py").write_text(
+        "import sys\nprint('ratio ours/raw: 1.5')\nsys.exit(3)\n"
+    )
+    (bench / "helper.py").write_text("raise SystemExit('not a benchmark')\n")
+    return bench
+
+
+def test_bench_writes_the_region_and_keeps_the_rest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bench = scripts(tmp_path)
+    doc = tmp_path / "performance.md"
+    doc.write_text("# Performance\n\nhand-written analysis\n")
+    argv = ["bench", "--benchmarks", str(bench), "--output", str(doc)]
+    assert main(argv) == 1  # bench_broken exits 3
+    text = doc.read_text()
+    assert text.startswith("# Performance\n\nhand-written analysis\n")
+    assert text.count(BEGIN) == 1 and text.count(END) == 1
+    assert "| `bench_fast.py` | ok |" in text and "ratio ours/raw: 0.80" in text
+    assert "| `bench_broken.py` | exit 3 |" in text
+    assert "raw baseline: 1000 ops/s" in text  # the whole output is kept
+    assert "helper.py" not in text
+    assert "bench: running bench_fast.py" in capsys.readouterr().out
+
+    (bench / "bench_broken.py").unlink()
+    assert main(argv) == 0
+    again = doc.read_text()
+    assert again.count(BEGIN) == 1 and "bench_broken" not in again
+    assert "hand-written analysis" in again
+
+
+def test_bench_only_names_existing_scripts(tmp_path: Path) -> None:
+    bench = scripts(tmp_path)
+    argv = ["bench", "--benchmarks", str(bench), "--output", str(tmp_path / "p.md")]
+    assert main([*argv, "--only", "bench_nope.py"]) == 2
+    assert main([*argv, "--only", "bench_fast.py"]) == 0
+    assert "bench_broken" not in (tmp_path / "p.md").read_text()

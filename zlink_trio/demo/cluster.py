@@ -1,0 +1,182 @@
+"""The demo's nodes: each an ``open_server`` lifecycle in its own task, stoppable and
+restartable, sharing one Location Store (memory, or PostgreSQL)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import trio
+
+from ..config import MeshConfig, PostgresStoreConfig, ServerConfig, StreamConfig
+from ..server import Server, open_server
+from .app import Tally, make_app
+
+__all__ = ["DemoNode", "node_config"]
+
+MESH = "demo"
+
+
+def node_config(label: str, store: Any, secret: bytes) -> ServerConfig:
+    return ServerConfig(
+        node_name=label,
+        meshes=(MeshConfig(name=MESH),),  # type: ignore[arg-type]  # attrs converter
+        cluster_secret=secret,
+        location_store=store,
+        stream=StreamConfig(host="127.0.0.1", port=0),
+        owner_lease_ttl=2.0,
+        owner_lease_renew_interval=0.5,
+        descriptor_poll_interval=0.2,
+        hello_timeout=2.0,
+        drain_timeout=2.0,
+        default_request_timeout=5.0,
+        connect_timeout=1.0,
+    )
+
+
+@attrs.define(eq=False)
+class DemoNode:
+    """One node of the demo: ``label`` ``node<i>``, up or down, restartable."""
+
+    index: int
+    label: str
+    store: Any
+    secret: bytes
+    tally: Tally
+    host_rooms: bool
+    server: Server | None = None
+    lifecycles: int = 0
+    _stop: trio.Event | None = None
+    _stopped: trio.Event | None = None
+
+    @property
+    def up(self) -> bool:
+        return self.server is not None
+
+    @property
+    def url(self) -> str | None:
+        return None if self.server is None else self.server.stream.url
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        """Start a new lifecycle; returns once it is registered and serving."""
+        await nursery.start(self._run)
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        self._stop, self._stopped = trio.Event(), trio.Event()
+        app = make_app(self.label, self.tally, host_rooms=self.host_rooms)
+        try:
+            async with open_server(node_config(self.label, self.store, self.secret), app) as server:
+                self.server = server
+                self.lifecycles += 1
+                task_status.started()
+                await self._stop.wait()
+                self.server = None
+        finally:
+            self.server = None
+            self._stopped.set()
+
+    async def stop(self) -> None:
+        """A clean stop (the drain of ``open_server``); returns once it is down."""
+        if self._stop is not None and self._stopped is not None:
+            self._stop.set()
+            await self._stopped.wait()
+
+
+def is_postgres(store: str) -> bool:
+    return store.startswith(("postgresql://", "postgres://"))
+
+
+def store_config(store: str, schema: str) -> Any:
+    """The ``location_store`` every demo node shares: one MemoryLocationStore object, or
+    a PostgreSQL schema each node opens itself."""
+    if is_postgres(store):
+        return PostgresStoreConfig(dsn=store, schema=schema, connections=2)
+    from ..store.memory import MemoryLocationStore
+
+    return MemoryLocationStore()
+
+
+@attrs.define(eq=False)
+class ProcessNode:
+    """One node of the demo as its own process (:mod:`zlink_trio.demo.node`) on a
+    PostgreSQL store: stopped with SIGTERM (its counters come back), or killed with SIGKILL
+    (its lifecycle's counters die with it)."""
+
+    index: int
+    label: str
+    dsn: str
+    schema: str
+    secret: bytes
+    tally: Tally
+    host_rooms: bool
+    url: str | None = None
+    process: trio.Process | None = None
+    lifecycles: int = 0
+    killed: int = 0
+    server: None = None
+
+    @property
+    def up(self) -> bool:
+        return self.url is not None
+
+    async def start(self, nursery: trio.Nursery) -> None:
+        await nursery.start(self._run)
+
+    async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+
+        command = [
+            sys.executable, "-m", "zlink_trio.demo.node", "--label", self.label,
+            "--dsn", self.dsn, "--schema", self.schema, "--secret-hex", self.secret.hex(),
+            *(() if self.host_rooms else ("--no-rooms",)),
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
+        self.process = process
+        started = False
+        buffer = b""
+        try:
+            assert process.stdout is not None
+            async for chunk in process.stdout:
+                buffer += chunk
+                while b"\n" in buffer:
+                    line, buffer = buffer.split(b"\n", 1)
+                    event = json.loads(line)
+                    if event["event"] == "ready":
+                        self.url = event["url"]
+                        self.lifecycles += 1
+                        started = True
+                        task_status.started()
+                    elif event["event"] == "tally":
+                        self.tally.handled[self.label] += event["handled"]
+                        self.tally.pushed[self.label] += event["pushed"]
+                        self.tally.turns[self.label] += event["turns"]
+                        self.tally.lobby_activations += event["lobby_activations"]
+        finally:
+            self.url = None
+            with trio.CancelScope(shield=True):
+                if process.returncode is None:
+                    process.kill()
+                await process.wait()
+        if not started:
+            raise OSError(f"{self.label} exited before it was ready (status {process.returncode})")
+
+    async def stop(self) -> None:
+        """SIGTERM (a clean stop); returns once the process exited."""
+        import signal
+
+        if self.process is not None and self.process.returncode is None:
+            self.process.send_signal(signal.SIGTERM)
+            await self.process.wait()
+        self.url = None
+
+    async def kill(self) -> None:
+        """SIGKILL; returns once the process is gone."""
+        if self.process is not None and self.process.returncode is None:
+            self.process.kill()
+            await self.process.wait()
+            self.killed += 1
+        self.url = None
