@@ -46,12 +46,14 @@ from ..wire.tails import BindTail, SessionRouteAbort, SessionRouteCommit
 
 __all__ = [
     "BOUND",
+    "MAX_EARLY_PUSHES",
     "Binding",
     "BindingRoute",
     "Bound",
     "EndReason",
     "Ended",
     "Held",
+    "Releasing",
     "SealOutcome",
     "Sealed",
     "SessionBindingAggregate",
@@ -128,12 +130,42 @@ class Sealed:
     """A relocation of the bound Actor installed a seal: relays are held in arrival order
     until command 44 (commit or abort) or the seal deadline."""
 
-    __slots__ = ("deadline", "held", "relocation_id")
+    __slots__ = ("deadline", "early", "held", "relocation_id", "timer")
 
     def __init__(self, relocation_id: OperationId, deadline: float) -> None:
         self.relocation_id = relocation_id
         self.deadline = deadline
         self.held: list[Held] = []
+        self.early: list[BoundSessionSend] = []
+        """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
+        self.timer: object = None
+        """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
+
+
+@final
+class Releasing:
+    """Command 44 was applied (a commit switched the route and the ref; an abort kept the
+    source route): the seal and its timeout are over, and the held messages are being
+    submitted in arrival order. A relay accepted now queues behind them (so nothing
+    that arrives after the unseal overtakes a held message); the binding is Bound once
+    the queue is empty (:meth:`SessionBindingAggregate.take_held`)."""
+
+    __slots__ = ("early", "held", "relocation_id", "timer")
+
+    def __init__(
+        self,
+        relocation_id: OperationId,
+        held: list[Held],
+        timer: object,
+        early: list[BoundSessionSend],
+    ) -> None:
+        self.relocation_id = relocation_id
+        self.held = held
+        self.early = early
+        """The kept early pushes (:meth:`SessionBindingAggregate.accept_push`), for the
+        session owner to check again (commit) or drop (abort)."""
+        self.timer = timer
+        """The seal's timer, for the session owner to cancel."""
 
 
 @attrs.frozen
@@ -141,8 +173,10 @@ class Ended:
     reason: EndReason
 
 
-BindingState: TypeAlias = Bound | Sealed | Ended
+BindingState: TypeAlias = Bound | Sealed | Releasing | Ended
 BOUND: Final = Bound()
+MAX_EARLY_PUSHES: Final = 1024
+"""Pushes of a sealed binding's next owner kept until its 44 (more are rejected)."""
 
 
 @final
@@ -325,10 +359,15 @@ class SessionBindingAggregate:
         return entry.sequence
 
     # --- Actor → session records (36, 51, 140) ----------------------------------------------------
-    def accept_push(self, record: BoundSessionSend) -> Binding | str:
+    def accept_push(self, record: BoundSessionSend) -> Binding | str | None:
         """The binding a push may be submitted through, or why it may not (all four of
         spec 02 §5 must be current: ObjectGeneration, source NodeGeneration,
-        AuthorityOwnerGeneration, binding generation)."""
+        AuthorityOwnerGeneration, binding generation).
+
+        None: the push is kept — its binding is sealed for a relocation and the push comes
+        from a newer owner of the same incarnation (the move's target runs turns before
+        its command 44 is handled here). It is checked again against the committed route
+        when the 44 commit is applied, and dropped by an abort or the seal timeout."""
         owner = self.owner
         if (
             record.session_owner_rid != owner.node_rid
@@ -349,6 +388,16 @@ class SessionBindingAggregate:
             or route.node_generation != record.source_node_generation
             or route.owner_generation != record.authority_owner_generation
         ):
+            state = binding.state
+            if (
+                isinstance(state, Sealed)
+                and binding.actor_id == record.actor_id
+                and binding.object_generation == record.object_generation
+                and record.authority_owner_generation.value > route.owner_generation.value
+                and len(state.early) < MAX_EARLY_PUSHES
+            ):
+                state.early.append(record)
+                return None
             return "stale Actor, owner or binding fence"
         return binding
 
@@ -462,22 +511,42 @@ class SessionBindingAggregate:
             if state.relocation_id == relocation_id:
                 return SealOutcome.SEALED, binding
             return SealOutcome.REJECTED, binding
-        binding.state = Sealed(relocation_id, deadline)
+        sealed = Sealed(relocation_id, deadline)
+        if isinstance(state, Releasing):
+            # Held messages of the previous move not submitted yet stay first in line.
+            sealed.held, state.held = state.held, []
+        binding.state = sealed
         return SealOutcome.SEALED, binding
 
     def hold(self, binding: Binding, item: object, sequence: int) -> bool:
-        """Keep a relay accepted while ``binding`` is sealed (True), or False when it is
-        not sealed (the caller submits it)."""
+        """Keep a relay accepted while ``binding`` is sealed or its held messages are
+        still being released (True), or False when it is Bound (the caller submits it)."""
         state = binding.state
-        if not isinstance(state, Sealed):
+        if not isinstance(state, Sealed | Releasing):
             return False
         state.held.append(Held(item, sequence))
         return True
 
+    def take_held(self, binding: Binding) -> list[Held]:
+        """The next batch of held messages of a releasing binding, in arrival order. An
+        empty batch means the queue is drained: the binding is Bound from this step on
+        (later relays go straight to the route). Empty as well when the binding is not
+        releasing (it ended meanwhile: the caller drops nothing, there is nothing)."""
+        state = binding.state
+        if not isinstance(state, Releasing):
+            return []
+        batch = state.held
+        if not batch:
+            binding.state = BOUND
+            return []
+        state.held = []
+        return batch
+
     def apply_route(self, commit: SessionRouteCommit) -> tuple[Binding, list[Held]] | None:
         """Command 44 commit: switch the route and the ActorRef location snapshot of the
         sealed binding together, lift the seal and hand back the held messages (the
-        caller submits them to the new route before anything accepted later). None — a
+        caller submits them to the new route before anything accepted later: the binding
+        is :class:`Releasing` until :meth:`take_held` drained them). None — a
         ``late_session_route_update`` — when the seal is not that relocation's (late,
         duplicate, or another relocation's update): nothing changes."""
         entry = self._sessions.get(commit.session_rid)
@@ -516,7 +585,7 @@ class SessionBindingAggregate:
             if not on_old:
                 del self._by_node[old_node]
         self._by_node.setdefault(commit.target_rid, set()).add(binding)
-        binding.state = BOUND
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
     def abort_seal(self, abort: SessionRouteAbort) -> tuple[Binding, list[Held]] | None:
@@ -529,7 +598,7 @@ class SessionBindingAggregate:
         state = binding.state
         if not isinstance(state, Sealed) or state.relocation_id != abort.relocation_id:
             return None
-        binding.state = BOUND
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
     def seal_expired(self, binding: Binding, relocation_id: OperationId) -> bool:

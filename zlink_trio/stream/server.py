@@ -44,7 +44,14 @@ from ..routing.route_cache import Route
 from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction, MessageKind
 from ..wire.payloads import PayloadRegistry, TypedPayload
-from ..wire.records import BoundSessionClose, BoundSessionReplaced, BoundSessionSend
+from ..wire.records import (
+    BoundSessionClose,
+    BoundSessionReplaced,
+    BoundSessionSend,
+    SessionRelocationRoute,
+    SessionRelocationSeal,
+    SessionRelocationSealed,
+)
 from ..wire.stream import CloseReason, Push, Request, Send
 from ..wire.tails import SessionTail
 from .actors import (
@@ -66,6 +73,7 @@ from .binding import (
     SessionOwnerIdentity,
 )
 from .connection import Connection
+from .relocation import SessionRelocations
 from .session import PacketRoute, PendingRequest, Session
 from .values import Authenticated, AuthRequest, AutoBind, SessionReplaced
 
@@ -157,6 +165,8 @@ class StreamServer:
         self._ws: WebSocketServer | None = None
         self._nursery: trio.Nursery | None = None
         self._admitting = True
+        self.relocations = SessionRelocations(self)
+        """Commands 42 and 44 (spec 02 §8)."""
 
     # --- startup ------------------------------------------------------------------------------
     def register(self) -> None:
@@ -165,6 +175,7 @@ class StreamServer:
         node.on(Command.BOUND_SESSION_SEND, self._on_push)
         node.on(Command.BOUND_SESSION_REPLACED, self._on_replaced)
         node.on(Command.BOUND_SESSION_CLOSE, self._on_control)
+        self.relocations.register()
         node.on_lease_lost(self._lease_lost)
         if self.actor_runtime is not None:
             self.actor_runtime.bindings.local_sessions = self
@@ -272,6 +283,11 @@ class StreamServer:
             logger.exception("a STREAM connection failed")
         finally:
             self._live.discard(conn)
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """The session owner's own nursery while it serves."""
+        return self._nursery
 
     def remember(self, conn: Connection) -> None:
         self._connections[conn.session_rid] = conn
@@ -585,6 +601,8 @@ class StreamServer:
     # --- Actor → session (SessionPort, and commands 36 / 51 / 140) --------------------------
     def deliver_push(self, record: BoundSessionSend) -> None:
         result = self.aggregate.accept_push(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (a move's target pushed first)
         if isinstance(result, str):
             self._rejected(record, result)
             return
@@ -600,6 +618,9 @@ class StreamServer:
         )
         if not conn.send_app(frame):
             self._rejected(record, "the connection's outbound queue is full (slow consumer)")
+
+    def rejected_push(self, record: BoundSessionSend, reason: str) -> None:
+        self._rejected(record, reason)
 
     def _rejected(self, record: BoundSessionSend, reason: str) -> None:
         self.flow.emit(
@@ -689,6 +710,14 @@ class StreamServer:
                 conn.close(CloseReason.CLOSE_REQUESTED, "closed by a bound Actor")
             return
         self.end_binding(conn, result, EndReason.DESTROYED)
+
+    def seal(self, record: SessionRelocationSeal) -> SessionRelocationSealed:
+        """Command 42 from a relocation source on this node, in-process: its 43."""
+        return self.relocations.seal(record)
+
+    def route(self, record: SessionRelocationRoute) -> None:
+        """Command 44 from a relocation target or coordinator on this node, in-process."""
+        self.relocations.route(record)
 
     async def _on_push(self, peer: PeerIdentity, record: BoundSessionSend) -> None:
         self.deliver_push(record)
