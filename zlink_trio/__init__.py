@@ -70,6 +70,7 @@ from .actors.policy import (
     RecreateOnRelocation as RecreateOnRelocation,
     RelocationPolicy as RelocationPolicy,
 )
+from .actors.relocating import RelocationResult as RelocationResult
 from .actors.results import (
     ActorCreateResult as ActorCreateResult,
     Created as Created,
@@ -225,6 +226,7 @@ __all__ = [
     "Reject",
     "Rejected",
     "RelocationPolicy",
+    "RelocationResult",
     "Server",
     "ServerConfig",
     "Session",

@@ -251,6 +251,9 @@ class ServerConfig:
     route_cache_max_age: float = attrs.field(default=15.0, validator=_duration(allow_zero=True))
     message_follow_duration: float = attrs.field(default=30.0, validator=_duration(allow_zero=True))
     message_follow_max_hops: int = attrs.field(default=8, validator=_positive_int)
+    relocation_timeout: float = attrs.field(default=10.0, validator=_duration(allow_zero=False))
+    """How long a relocation may take from its seal to the relay-ready reply (its abort
+    deadline), and how long a target keeps a temporary queue without a commit."""
     join_timeout: float = attrs.field(default=5.0, validator=_duration(allow_zero=False))
     terminal_record_retention: float = attrs.field(
         default=300.0, validator=_duration(allow_zero=False)

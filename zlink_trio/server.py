@@ -42,12 +42,14 @@ import trio
 from ._exceptions import raise_single_error
 from ._runtime import Runtime, open_runtime
 from .actors.manager import ActorManager
+from .actors.relocating import RelocationResult
 from .actors.stats import ActorRuntimeStatistics
 from .app import App, ValidatedApp
 from .config import MemoryStoreConfig, PostgresStoreConfig, ServerConfig
 from .engine import EngineStatistics
 from .engine._construct import NoPublicConstructor
 from .errors import ConfigurationError, NotConfigured
+from .ids import ActorId, ActorRef, NodeRid
 from .mesh.api import NodeIdentity
 from .mesh.descriptors import advertised_host
 from .mesh.faults import FaultPlan
@@ -168,6 +170,30 @@ class Server(metaclass=NoPublicConstructor):
             spots=None if runtime.spots.runtime is None else runtime.spots.runtime.statistics(),
             timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
+
+    async def relocate(self, actor: ActorRef | ActorId | str, *, to: NodeRid) -> RelocationResult:
+        """Move an Actor hosted on this node to the live node ``to`` of its mesh, live
+        (docs/relocation.md): nothing it accepted is lost or run twice, its
+        ObjectGeneration stays, its AuthorityOwnerGeneration rises by one. Returns once
+        the target accepted (relay-ready) and the held work was relayed.
+
+        Raises:
+            NotConfigured: Actor dispatch is not enabled.
+            NotFound: the Actor is not hosted here.
+            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            Unavailable: it is moving or joining already, or the target refused or could
+                not be reached before relay-ready (the Actor stays here, in order).
+        """
+        actors = self._runtime.actors
+        if actors is None:
+            raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
+        if isinstance(actor, ActorRef):
+            actor_id = actor.actor_id
+        elif isinstance(actor, ActorId):
+            actor_id = actor
+        else:
+            actor_id = ActorId(actor)
+        return await actors.relocator.relocate(actor_id, to)
 
     async def wait_lease_lost(self) -> LeaseExpired:
         """Wait until the owner lease is lost. The node is then fail-stopped (no peer

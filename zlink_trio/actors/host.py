@@ -28,6 +28,7 @@ from .hosted import (
     JOINING,
     MOVED,
     READY,
+    RELOCATING,
     ActorItem,
     Barrier,
     Deliver,
@@ -327,6 +328,67 @@ class ActorHost:
             staging.event.set()
             staging.event = trio.Event()
 
+    # --- relocation (docs/relocation.md) ----------------------------------------------------
+    def seal_relocation(self, hosted: HostedActor) -> None:
+        """The relocation seal, in the Actor's own turn (a running handler has finished):
+        the lane is retired, its queued work held (the saved work) with everything admitted
+        from now on (the held ingress), in acceptance order, in this owner — outside the
+        lane policy (an Actor delivery lane has no sealed state)."""
+        lane = hosted.lane
+        hosted.parked = list(lane.retire()) if lane is not None else []
+        hosted.state = RELOCATING
+
+    def unseal_relocation(self, hosted: HostedActor) -> bool:
+        """An abort before relay-ready acceptance: a fresh lane gets the saved work and the
+        held ingress back in arrival order; timers resume. False when the Actor is no
+        longer Relocating here (fenced meanwhile: nothing reopens)."""
+        items, hosted.parked = hosted.parked or [], None
+        if hosted.state is not RELOCATING or self._actors.get(hosted.actor_id) is not hosted:
+            hosted.orphans = [item for item in items if type(item) is Deliver]
+            return False
+        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        hosted.state = READY
+        for item in items:
+            lane.submit_nowait(item, lifecycle=type(item) is Barrier or type(item) is JoinDone)
+        if hosted.timers is not None:
+            hosted.timers.resume()
+        return True
+
+    def unpublish_relocated(self, hosted: HostedActor) -> list[ActorItem]:
+        """Relay-ready was accepted: this activation is unpublished (ingress here follows or
+        is a stale route), its Context retired, its timers (captured) cleaned up here.
+        Returns what it held: saved work, then held ingress, in order."""
+        if self._actors.get(hosted.actor_id) is hosted:
+            del self._actors[hosted.actor_id]
+        parked, hosted.parked = hosted.parked or [], None
+        hosted.state = MOVED
+        hosted.context._retire()
+        if hosted.timers is not None:
+            hosted.timers.close()
+        return parked
+
+    def publish_relocated(self, hosted: HostedActor, merged: list[ActorItem]) -> None:
+        """The target's commit (after its owner CAS): ``merged`` (saved work, then the
+        pre-boundary relay) and then what the temporary queue holds enter the new lane in
+        that order, and the regular route replaces the temporary queue — one synchronous
+        step, so nothing is admitted between them or twice. The lane runs from the next
+        schedule point on (dispatch opened)."""
+        if self._fenced:
+            hosted.state = FENCED
+            self._actors[hosted.actor_id] = hosted
+            return
+        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        hosted.state = READY
+        self._actors[hosted.actor_id] = hosted
+        for item in merged:
+            lane.submit_nowait(item)
+        staging = self._staging.pop(hosted.actor_id, None)
+        if staging is not None:
+            parked, staging.parked = staging.parked, []
+            for item in parked:
+                lane.submit_nowait(item)
+            staging.event.set()
+
     # --- admission --------------------------------------------------------------------------
     def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:
         """The lane of the published Ready activation of ``actor_id``, or None (the
@@ -356,7 +418,7 @@ class ActorHost:
             if hosted is None:
                 raise StaleRoute(f"actor {actor_id.value!r} is not hosted on this node")
         if hosted.state is not READY:
-            if hosted.state is JOINING:
+            if hosted.state is JOINING or hosted.state is RELOCATING:
                 self._park(hosted, item)
                 return hosted
             raise _not_admitting(hosted)
@@ -397,7 +459,7 @@ class ActorHost:
             staging.parked.append(item)
             return
         if hosted.state is not READY:
-            if hosted.state is JOINING:
+            if hosted.state is JOINING or hosted.state is RELOCATING:
                 self._park(hosted, item)
                 return
             raise _not_admitting(hosted)

@@ -40,6 +40,7 @@ if TYPE_CHECKING:
 __all__ = [
     "ACTOR_LANE",
     "FENCED",
+    "RELOCATING",
     "ActorState",
     "ActorWork",
     "Deliver",
@@ -51,6 +52,7 @@ __all__ = [
     "Joining",
     "Moved",
     "Ready",
+    "Relocating",
     "fail_parked",
     "fail_sink",
 ]
@@ -82,16 +84,25 @@ class Joining:
 
 
 @attrs.frozen
+class Relocating:
+    """A relocation sealed the Actor (docs/relocation.md): its lane is retired and every
+    payload accepted (queued before: the saved work; arriving now: the held ingress) is
+    held in order in the Actor owner — never run, never refused — until the move is
+    accepted by the target (they travel) or aborted (they return to a fresh lane)."""
+
+
+@attrs.frozen
 class Moved:
     """A cross-node Join moved the Actor away: this activation is unpublished and its
     Context retired."""
 
 
-ActorState: TypeAlias = Ready | Destroying | Fenced | Joining | Moved
+ActorState: TypeAlias = Ready | Destroying | Fenced | Joining | Relocating | Moved
 READY: Final = Ready()
 DESTROYING: Final = Destroying()
 FENCED: Final = Fenced()
 JOINING: Final = Joining()
+RELOCATING: Final = Relocating()
 MOVED: Final = Moved()
 ACTOR_LANE: Final = ActorDeliveryLane()
 """The policy value of every Actor lane (it carries no state, so one instance serves all)."""

@@ -141,6 +141,9 @@ class JoinTarget:
         self._activity = activity
         self._inflight: dict[OperationKey, list[TerminalSink]] = {}
         self._released: dict[tuple[ActorId, OperationId], HeldJoin] = {}
+        self.relocations: dict[tuple[ActorId, OperationId], HeldJoin] = {}
+        """Relays of relocations arriving here (keyed by ActorId and RelocationId): the
+        same 113 records as a Join's journal, held for the hidden activation."""
         self.arrived = 0
 
     # --- 112 ------------------------------------------------------------------------------
@@ -428,6 +431,9 @@ class JoinTarget:
     ) -> tuple[HostedActor | None, HeldJoin | None]:
         """The activation holding this journal (None when released), and the journal."""
         source = (peer.node_rid, peer.node_generation)
+        relocation = self.relocations.get((actor_id, operation))
+        if relocation is not None and relocation.source == source:
+            return None, relocation
         hosted = self._host.get(actor_id)
         held = None if hosted is None else hosted.join
         if isinstance(held, HeldJoin) and held.operation_id == operation and held.source == source:
@@ -456,8 +462,9 @@ class JoinTarget:
             run_by = trio.current_time() + record.timeout_ms / 1000
         item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
         try:
-            if hosted is not None and held is not None and not held.released:
-                if not self._host.journal_room(hosted, len(held.items)):
+            relocating = (record.actor_id, record.operation_id) in self.relocations
+            if held is not None and not held.released and (hosted is not None or relocating):
+                if hosted is not None and not self._host.journal_room(hosted, len(held.items)):
                     raise CapacityExceeded(f"actor {record.actor_id.value!r}: its queue is full")
                 held.items[index] = item
             else:

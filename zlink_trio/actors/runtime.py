@@ -17,9 +17,23 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..config import ServerConfig
-from ..errors import CapacityExceeded, StaleRoute, Unavailable, ZLinkError
+from ..errors import (
+    CapacityExceeded,
+    DeadlineExceeded,
+    InvalidOperation,
+    StaleRoute,
+    Unavailable,
+    ZLinkError,
+)
 from ..ids import ActorId, MeshName, StableType
-from ..mesh.api import PeerIdentity
+from ..mesh.api import (
+    LinkLost,
+    PeerAddress,
+    PeerGone,
+    PeerIdentity,
+    PeerNotAdmitted,
+    PendingReply,
+)
 from ..objects.activity import Activity
 from ..objects.create_source import CreateSource
 from ..objects.create_target import CreateTarget
@@ -36,6 +50,7 @@ from ..spots.client import SpotClient
 from ..spots.entry import EntrySpot
 from ..spots.runtime import SpotRuntime
 from ..store.api import LocationStore, ObjectKind
+from ..wire.codec import evolve
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadRegistry
@@ -44,12 +59,14 @@ from ..wire.records import (
     ActorDestroy,
     ActorJoin,
     ActorSend,
+    TerminalReply,
 )
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .bindings import ActorBindings, OnDisconnectActor
 from .client import ActorClient
 from .destroy import ActorDestroyKind
+from .follow import FollowRoute, FollowRoutes
 from .host import ActorHost
 from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
 from .join import JoinRegistrar
@@ -59,6 +76,8 @@ from .kind import ActorSourceKind, ActorTargetKind, actor_order
 from .manager import ActorManager
 from .messenger import NEVER, Messenger
 from .registry import ActorTypes
+from .relocating import ActorRelocator
+from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
 from .session_moves import SessionMoves
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
@@ -230,6 +249,35 @@ class ActorRuntime:
             activity=self.transactions,
             spots=spots,
         )
+        self.follow = FollowRoutes(config.message_follow_duration)
+        """Message Follow routes of the Actors that moved away from here."""
+        self.relocator = ActorRelocator(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            participants=self.relocation_participants,
+            follow=self.follow,
+            nursery=nursery,
+            flow=flow,
+        )
+        self.relocation_target = RelocationTarget(
+            config=config,
+            node=node,
+            store=store,
+            host=self.host,
+            authority=authority,
+            types=types,
+            client=self.client,
+            registrar=self.joins,
+            journal=self.join_target,
+            follow=self.follow,
+            participants=self.relocation_participants,
+            stats_for=self._stats_for,
+            timers=timers,
+            nursery=nursery,
+            activity=self.transactions,
+        )
         self._nursery = nursery
         self._dedupe = IngressDedupe()
 
@@ -244,6 +292,10 @@ class ActorRuntime:
         node.on(Command.ACTOR_JOIN, self._on_actor_join)
         node.on(Command.ACTOR_JOURNAL, self.join_target.on_journal)
         node.on(Command.ACTOR_JOURNAL_END, self.join_target.on_journal_end)
+        node.on(Command.RELOCATION_PREPARE, self.relocation_target.on_prepare)
+        node.on(Command.RELOCATION_RESTORE, self.relocation_target.on_restore)
+        node.on(Command.RELOCATION_CUTOVER, self.relocation_target.on_cutover)
+        node.on(Command.RELOCATION_ABORT, self.relocation_target.on_abort)
         self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
@@ -271,6 +323,11 @@ class ActorRuntime:
             error = StaleRoute("the route names another node lifecycle")
         elif not self._node.admitting:
             error = Unavailable("this owner's lease expired: it admits nothing")
+        elif (follow := self._follow_or_fence(record)) is not None:
+            if isinstance(follow, FollowRoute):
+                await self._follow_on(record, follow, sink)
+                return
+            error = follow
         elif record.session is not None and (
             refused := self.bindings.check_relay(record.actor_id, record.session)
         ):
@@ -310,6 +367,62 @@ class ActorRuntime:
                 )
             if sink is not None:
                 await sink.fail_nowait(error)
+
+    def _follow_or_fence(self, record: ActorSend) -> FollowRoute | ZLinkError | None:
+        """The owner fence at ingress (docs/relocation.md): None to admit here; a follow
+        route when the Actor moved away from here; an error to refuse with."""
+        hosted = self.host.get(record.actor_id)
+        if hosted is not None:
+            expected = record.expected_owner_generation
+            if expected is not None and expected.value > hosted.owner_generation.value:
+                return InvalidOperation(
+                    f"actor {record.actor_id.value!r}: the route names an owner generation "
+                    "this owner never had"
+                )
+            return None
+        route = self.follow.lookup(record.actor_id)
+        if route is None:
+            return None  # admission decides (staging, or a stale route)
+        if (
+            record.route_object_generation is not None
+            and record.route_object_generation != route.object_generation
+        ):
+            return InvalidOperation("the route names another incarnation than the one that moved")
+        if record.follow_hops >= min(self._config.message_follow_max_hops, 8):
+            return Unavailable("the Message Follow chain is longer than its hop bound")
+        return route
+
+    async def _follow_on(
+        self, record: ActorSend, route: FollowRoute, sink: RemoteSink | None
+    ) -> None:
+        """Message Follow: the record, its operation id, payload and deadline unchanged,
+        to the current owner over the committed route (no Store read, no handler); the
+        terminal of a request comes back through here to its caller."""
+        me = self._node.identity
+        forwarded = evolve(
+            record,
+            correlation=0,
+            source_rid=me.node_rid,
+            source_generation=me.node_generation,
+            target_rid=route.target_rid,
+            target_generation=route.target_generation,
+            expected_owner_generation=route.target_owner_generation,
+            follow_hops=record.follow_hops + 1,
+        )
+        peer = PeerAddress(route.mesh_name, route.target_rid)
+        self.follow.followed += 1
+        try:
+            if sink is None:
+                await self._node.send(peer, forwarded, wait=False)
+                return
+            pending = await self._node.request_with(
+                peer, lambda correlation: evolve(forwarded, correlation=correlation), wait=False
+            )
+        except (PeerNotAdmitted, DeadlineExceeded, trio.WouldBlock, ZLinkError) as exc:
+            if sink is not None:
+                await sink.fail_nowait(Unavailable(f"the Message Follow route failed: {exc!r}"))
+            return
+        self._nursery.start_soon(_relay_followed, pending, sink, record.timeout_ms)
 
     async def _on_actor_create(self, peer: PeerIdentity, record: ActorCreate) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)
@@ -473,3 +586,23 @@ async def serve_actors(
         nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.actors.fence")
         task_status.started(runtime)
         await trio.sleep_forever()
+
+
+async def _relay_followed(pending: PendingReply, sink: RemoteSink, timeout_ms: int | None) -> None:
+    """The followed request's terminal, to its original caller (correlation of its link)."""
+    reply: object = None
+    with trio.move_on_after(NEVER if timeout_ms is None else timeout_ms / 1000):
+        while True:
+            try:
+                reply = await pending.wait()
+                break
+            except PeerGone:
+                break
+            except LinkLost:
+                continue
+    if reply is None:
+        pending.discard()
+        await sink.fail_nowait(Unavailable("the followed owner did not answer"))
+        return
+    assert isinstance(reply, TerminalReply)
+    await sink.deliver(reply)

@@ -281,3 +281,25 @@ def scan_structure(body: bytes, max_items: int = SCAN_MAX_ITEMS) -> None:
                     _fail("bytes after the record")
                 return
             remaining = stack.pop() - 1
+
+
+def encode_value(value: object) -> bytes:
+    """Plain CBOR of a tree of lists, bytes, str, int, float, bool and None (a relocation
+    envelope kept in the Relocation Store; never a frame)."""
+    try:
+        return cbor2.dumps(value)
+    except (cbor2.CBOREncodeError, TypeError, ValueError) as exc:
+        raise ProtocolError(f"cannot encode the value: {exc}") from None
+
+
+def decode_value(data: bytes) -> Any:
+    """The inverse of :func:`encode_value`: no tags, definite items only, bounded nesting
+    (the caller checks the shape).
+
+    Raises:
+        ProtocolError: not such a value.
+    """
+    try:
+        return cbor2.loads(data, tag_hook=_reject_tag, max_depth=MAX_DEPTH, allow_indefinite=False)
+    except (cbor2.CBORDecodeError, TypeError, ValueError, RecursionError) as exc:
+        raise ProtocolError(f"malformed value: {exc}") from None

@@ -1,0 +1,486 @@
+"""The source side of an Actor relocation and its coordinator (docs/relocation.md).
+
+``ActorRelocator.relocate`` runs one move in a child nursery of its own (one per
+relocation in flight) inside the Actor runtime's nursery: the seal turn, the participants'
+seal, the capture, 120 prepare, 121 restore and its relay-ready reply (122). Before the
+reply is accepted every failure aborts (the Actor reopens here with its work in order);
+once accepted the move never comes back: the activation is unpublished, a Message Follow
+route installed, the saved work and the held ingress relayed (113 … 114, requests' replies
+relayed back to their callers) and the one-way cutover (123) sent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import secrets
+from collections.abc import Callable
+from typing import final
+
+import attrs
+import trio
+
+from ..config import ServerConfig
+from ..engine.oneshot import OneShot
+from ..errors import (
+    DeadlineExceeded,
+    InvalidOperation,
+    NotFound,
+    Unavailable,
+    ZLinkError,
+    error_from_kind,
+)
+from ..ids import (
+    ActorId,
+    AuthorityOwnerGeneration,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    OperationId,
+    StableType,
+)
+from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
+from ..objects.durable import remaining_ms
+from ..objects.policy import DisableRelocation, PreserveStateWith
+from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
+from ..objects.sinks import raise_for_failure
+from ..objects.timers import TimerTick
+from ..observe import FlowTrace
+from ..store.api import LocationStore
+from ..wire.enums import MessageKind, ObjectKind, RelayReadyResult, RelocationPolicy
+from ..wire.payloads import TypedPayload
+from ..wire.records import ActorJournal, TerminalReply
+from ..wire.relocation import (
+    RelocationAbort,
+    RelocationCutover,
+    RelocationPrepare,
+    RelocationRelayReady,
+    RelocationRestore,
+)
+from ..wire.tails import ReplyPayloadTail
+from .follow import FollowRoutes
+from .host import ActorHost
+from .hosted import READY, RELOCATING, ActorWork, Deliver, HostedActor, fail_sink
+from .relocation_envelope import RelocationEnvelope
+
+__all__ = ["ActorRelocator", "RelocationResult"]
+
+logger = logging.getLogger("zlink_trio.relocation")
+
+
+@attrs.frozen
+class RelocationResult:
+    """A relocation whose relay-ready reply was accepted: the Actor belongs to the target
+    from now on (its owner CAS makes it AuthorityOwnerGeneration ``owner_generation``)."""
+
+    relocation_id: OperationId
+    actor_id: ActorId
+    object_generation: ObjectGeneration
+    source_rid: NodeRid
+    target_rid: NodeRid
+    owner_generation: AuthorityOwnerGeneration
+    relayed: int
+    """Payloads relayed to the target (saved work and held ingress)."""
+
+
+class _Abort(Exception):
+    def __init__(self, error: ZLinkError) -> None:
+        super().__init__(error)
+        self.error = error
+
+
+@final
+class ActorRelocator:
+    """This node's relocation coordinator for its Actors."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        node: MeshNodeApi,
+        store: LocationStore,
+        host: ActorHost,
+        participants: list[ActorRelocationParticipant],
+        follow: FollowRoutes,
+        nursery: trio.Nursery,
+        flow: FlowTrace,
+    ) -> None:
+        self._config = config
+        self._node = node
+        self._store = store
+        self._host = host
+        self._participants = participants
+        self._follow = follow
+        self._nursery = nursery
+        self._flow = flow
+        self.in_flight: dict[ActorId, OperationId] = {}
+        self.moved_out = 0
+        self.aborted = 0
+
+    async def relocate(self, actor_id: ActorId, to: NodeRid) -> RelocationResult:
+        """Move the Actor ``actor_id`` hosted here to node ``to`` (a live peer of its mesh).
+
+        Raises:
+            NotFound: the Actor is not hosted here.
+            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            Unavailable: it is already moving or joining, the target refused or could not
+                be reached before relay-ready (the Actor stays here, nothing lost).
+        """
+        refused = self._node.admission_error()
+        if refused is not None:
+            raise refused
+        hosted = self._host.get(actor_id)
+        if hosted is None or hosted.state is not READY:
+            raise NotFound(f"actor {actor_id.value!r} is not hosted (Ready) on this node")
+        policy = hosted.actor_type.relocation
+        if isinstance(policy, DisableRelocation):
+            raise InvalidOperation(
+                f"actor type {hosted.actor_type.stable_type.value!r} is DisableRelocation"
+            )
+        me = self._node.identity
+        if to == me.node_rid:
+            raise InvalidOperation("the relocation target is this node")
+        if actor_id in self.in_flight or hosted.join is not None:
+            raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
+        generation = await self._target_generation(hosted, to)
+        unit = RelocationUnit(
+            relocation_id=OperationId(secrets.randbits(128) or 1),
+            actor_id=actor_id,
+            object_generation=hosted.generation,
+            mesh_name=hosted.mesh_name,
+            source_rid=me.node_rid,
+            source_generation=me.node_generation,
+            source_owner_generation=hosted.owner_generation,
+            target_rid=to,
+            target_generation=generation,
+        )
+        self.in_flight[actor_id] = unit.relocation_id
+        try:
+            result: list[RelocationResult] = []
+            async with trio.open_nursery() as nursery:  # this relocation's own nursery
+                result.append(await self._run(hosted, unit, policy, nursery))
+            return result[0]
+        finally:
+            self.in_flight.pop(actor_id, None)
+
+    async def _target_generation(self, hosted: HostedActor, to: NodeRid) -> NodeGeneration:
+        for record in await self._store.list_nodes(hosted.mesh_name):
+            descriptor = record.descriptor
+            if descriptor.node_rid == to and record.live:
+                return descriptor.node_generation
+        raise Unavailable(f"node {to.hex[:12]} is not a live node of the Actor's mesh")
+
+    # --- the move ------------------------------------------------------------------------
+    async def _run(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        policy: object,
+        nursery: trio.Nursery,
+    ) -> RelocationResult:
+        sealed: list[ActorRelocationParticipant] = []
+        peer = PeerAddress(unit.mesh_name, unit.target_rid)
+        timeout = self._config.relocation_timeout
+        deadline = trio.current_time() + timeout
+        accepted = False
+        try:
+            with trio.move_on_at(deadline) as scope:
+                await self._seal(hosted)
+                states: list[tuple[str, bytes]] = []
+                for participant in self._participants:
+                    state = await participant.seal(unit)
+                    sealed.append(participant)
+                    states.append((participant.participant_name, state))
+                envelope = self._capture_framework(hosted, states)
+                if isinstance(policy, PreserveStateWith):
+                    state = await policy.adapter.capture(hosted.instance)
+                    if not isinstance(state, bytes):
+                        raise _Abort(
+                            InvalidOperation("the relocation adapter's capture must return bytes")
+                        )
+                    envelope = attrs.evolve(envelope, state=state)
+                data = envelope.encode()
+                ref = await self._store.put_root(data, retain_for=timeout * 2)
+                await self._prepare(peer, unit, policy, deadline)
+                accepted = await self._restore(peer, unit, ref.sha256, ref.size, deadline)
+            if scope.cancelled_caught and not accepted:
+                raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
+        except _Abort as abort:
+            await self._abort(hosted, unit, sealed, abort.error)
+            raise abort.error from None
+        except ZLinkError as exc:
+            if accepted:
+                raise
+            await self._abort(hosted, unit, sealed, exc)
+            raise
+        except BaseException:
+            if not accepted:
+                with trio.CancelScope(shield=True):
+                    await self._abort(
+                        hosted, unit, sealed, Unavailable("the relocation was cancelled")
+                    )
+            raise
+        return await self._after_accepted(hosted, unit, peer, sealed, nursery)
+
+    async def _seal(self, hosted: HostedActor) -> None:
+        """The seal turn: a lifecycle item of the Actor's lane (after the running handler
+        and before its queued work); raises _Abort when the Actor cannot be sealed."""
+        sealed = trio.Event()
+
+        def seal(actor: HostedActor) -> None:
+            if actor.state is READY and actor.join is None:
+                self._host.seal_relocation(actor)
+            sealed.set()
+
+        lane = hosted.lane
+        if lane is None:
+            raise _Abort(Unavailable("the Actor runs no turn any more"))
+        try:
+            lane.submit_nowait(ActorWork(seal), lifecycle=True)
+        except ZLinkError as exc:
+            raise _Abort(Unavailable(f"the Actor cannot be sealed: {exc}")) from None
+        await sealed.wait()
+        if hosted.state is not RELOCATING:
+            raise _Abort(Unavailable(f"actor {hosted.actor_id.value!r} is joining or destroyed"))
+        for item in hosted.parked or ():
+            if type(item) is not Deliver and type(item) is not TimerTick:
+                raise _Abort(Unavailable("framework work is pending for the Actor: retry later"))
+
+    def _capture_framework(
+        self, hosted: HostedActor, states: list[tuple[str, bytes]]
+    ) -> RelocationEnvelope:
+        timers = None if hosted.timers is None else hosted.timers.capture()
+        ticks = tuple(item for item in hosted.parked or () if type(item) is TimerTick)
+        return RelocationEnvelope(None, timers, ticks, tuple(states))
+
+    async def _request(self, peer: PeerAddress, build: Callable[[int], object]) -> object:
+        """One request (120/121) to the target; its reply, or _Abort when it cannot be
+        reached (not admitted, link lost, lifecycle gone)."""
+        node = self._node
+        try:
+            pending = await node.request_with(peer, build)
+            return await pending.wait()
+        except (PeerNotAdmitted, PeerGone, LinkLost, DeadlineExceeded) as exc:
+            raise _Abort(
+                Unavailable(f"the relocation target could not be reached: {exc!r}")
+            ) from None
+
+    async def _prepare(
+        self, peer: PeerAddress, unit: RelocationUnit, policy: object, deadline: float
+    ) -> None:
+        stable_type = self._host_copy(unit)
+        wire_policy = (
+            RelocationPolicy.PRESERVE_STATE
+            if isinstance(policy, PreserveStateWith)
+            else RelocationPolicy.RECREATE
+        )
+
+        def build(correlation: int) -> RelocationPrepare:
+            return RelocationPrepare(
+                correlation=correlation,
+                relocation_id=unit.relocation_id,
+                source_rid=unit.source_rid,
+                source_generation=unit.source_generation,
+                target_rid=unit.target_rid,
+                target_generation=unit.target_generation,
+                object_kind=ObjectKind.ACTOR,
+                object_id=unit.actor_id.value,
+                stable_type=stable_type,
+                object_generation=unit.object_generation,
+                authority_owner_generation=unit.source_owner_generation,
+                policy=wire_policy,
+                timeout_ms=remaining_ms(deadline),
+            )
+
+        reply = await self._request(peer, build)
+        if not isinstance(reply, TerminalReply):
+            raise _Abort(Unavailable("the target answered 120 with something else"))
+        try:
+            raise_for_failure(reply)
+        except ZLinkError as exc:
+            raise _Abort(exc) from None
+
+    def _host_copy(self, unit: RelocationUnit) -> StableType:
+        hosted = self._host.get(unit.actor_id)
+        assert hosted is not None
+        return hosted.actor_type.stable_type
+
+    async def _restore(
+        self, peer: PeerAddress, unit: RelocationUnit, sha: bytes, size: int, deadline: float
+    ) -> bool:
+        def build(correlation: int) -> RelocationRestore:
+            return RelocationRestore(
+                correlation=correlation,
+                relocation_id=unit.relocation_id,
+                state_sha256=sha,
+                state_size=size,
+                timeout_ms=remaining_ms(deadline),
+            )
+
+        reply = await self._request(peer, build)
+        if isinstance(reply, RelocationRelayReady):
+            if reply.result is RelayReadyResult.ACCEPTED:
+                return True
+            assert reply.failure_code is not None
+            raise _Abort(error_from_kind(reply.failure_code, "the target rejected the restore"))
+        if isinstance(reply, TerminalReply):
+            try:
+                raise_for_failure(reply)
+            except ZLinkError as exc:
+                raise _Abort(exc) from None
+        raise _Abort(Unavailable("the target answered 121 without a relay-ready reply"))
+
+    async def _abort(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        sealed: list[ActorRelocationParticipant],
+        error: ZLinkError,
+    ) -> None:
+        """Before relay-ready acceptance: the source stays owner. The Store row never
+        changed (nothing durable to undo); the held work returns to a fresh lane in
+        arrival order, then the participants hear the abort, then the target is told
+        one-way to drop its temporary queue."""
+        self.aborted += 1
+        logger.info("relocation of %r aborted: %r", unit.actor_id, error)
+        if hosted.state is RELOCATING:
+            self._host.unseal_relocation(hosted)
+        for participant in sealed:
+            try:
+                await participant.aborted(unit)
+            except Exception:
+                logger.exception("relocation participant %r: aborted", participant)
+        peer = PeerAddress(unit.mesh_name, unit.target_rid)
+        # One-way; the target drops its temporary queue by its own timeout otherwise.
+        with contextlib.suppress(PeerNotAdmitted, DeadlineExceeded, trio.WouldBlock, ZLinkError):
+            await self._node.send(
+                peer,
+                RelocationAbort(relocation_id=unit.relocation_id, reason=error.kind),
+                wait=False,
+            )
+
+    async def _after_accepted(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        peer: PeerAddress,
+        sealed: list[ActorRelocationParticipant],
+        nursery: trio.Nursery,
+    ) -> RelocationResult:
+        """Relay-ready accepted: never back. Unpublish here, install the follow route,
+        relay what was held, send the cutover."""
+        items = self._host.unpublish_relocated(hosted)
+        self._follow.install(unit)
+        self.moved_out += 1
+        for participant in sealed:
+            try:
+                await participant.departed(unit)
+            except Exception:
+                logger.exception("relocation participant %r: departed", participant)
+        deliveries = [item for item in items if type(item) is Deliver]
+        relayed = await self._relay(peer, unit, deliveries, nursery)
+        try:
+            await self._node.send(
+                peer, RelocationCutover(relocation_id=unit.relocation_id, relayed_count=relayed)
+            )
+        except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
+            # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
+            logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
+        return RelocationResult(
+            relocation_id=unit.relocation_id,
+            actor_id=unit.actor_id,
+            object_generation=unit.object_generation,
+            source_rid=unit.source_rid,
+            target_rid=unit.target_rid,
+            owner_generation=unit.target_owner_generation,
+            relayed=relayed,
+        )
+
+    async def _relay(
+        self,
+        peer: PeerAddress,
+        unit: RelocationUnit,
+        items: list[Deliver],
+        nursery: trio.Nursery,
+    ) -> int:
+        """The saved work and held ingress, in order (113 each, then 114); a request's
+        reply is relayed back to its caller by a task of this relocation's nursery."""
+        node = self._node
+        me = node.identity
+        entries: list[tuple[Deliver, bytes]] = []
+        now = trio.current_time()
+        for item in items:
+            if item.deadline <= now:
+                continue
+            payload = item.payload
+            if type(payload) is TypedPayload:
+                try:
+                    payload = payload.encode()
+                except ZLinkError as exc:
+                    if item.sink is not None:
+                        await fail_sink(item.sink, exc)
+                    continue
+            assert type(payload) is bytes
+            entries.append((item, payload))
+        for index, (item, payload) in enumerate(entries):
+            request = item.sink is not None
+
+            def build(
+                correlation: int, index: int = index, item: Deliver = item, payload: bytes = payload
+            ) -> ActorJournal:
+                return ActorJournal(
+                    correlation=correlation,
+                    operation_id=unit.relocation_id,
+                    source_rid=me.node_rid,
+                    source_generation=me.node_generation,
+                    actor_id=unit.actor_id,
+                    index=index,
+                    message_kind=MessageKind.REQUEST if item.sink is not None else MessageKind.SEND,
+                    packet_name=item.packet,
+                    payload=payload,
+                    timeout_ms=remaining_ms(item.deadline) if item.sink is not None else None,
+                )
+
+            try:
+                if request:
+                    pending = await node.request_with(peer, build)
+                    nursery.start_soon(_relay_reply, item, pending)
+                else:
+                    await node.send(peer, build(0))
+            except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
+                if item.sink is not None:
+                    await fail_sink(
+                        item.sink, Unavailable(f"the Actor moved; relay failed: {exc!r}")
+                    )
+
+        return len(entries)
+
+
+async def _relay_reply(item: Deliver, pending: object) -> None:
+    sink = item.sink
+    assert sink is not None
+    reply: TerminalReply | None = None
+    with trio.move_on_at(item.deadline):
+        while True:
+            try:
+                reply = await pending.wait()  # type: ignore[attr-defined]
+                break
+            except PeerGone:
+                break
+            except LinkLost:
+                continue
+    if reply is None:
+        pending.discard()  # type: ignore[attr-defined]
+        await fail_sink(sink, Unavailable("the Actor moved and its new owner did not answer"))
+        return
+    try:
+        raise_for_failure(reply)
+    except ZLinkError as exc:
+        await fail_sink(sink, exc)
+        return
+    tail = reply.tail
+    payload = tail.payload if isinstance(tail, ReplyPayloadTail) else None
+    if type(sink) is OneShot:
+        sink.set(payload)
+    else:
+        await sink.reply(payload)
