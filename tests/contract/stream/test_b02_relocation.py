@@ -1,0 +1,409 @@
+"""Bound sessions through a live relocation of their Actor (spec 02 §8, §14: B02-20 …
+B02-26; spec 04 §9 A04-15's move part): a real websocket client on the session owner
+(node 2) bound to an Actor that ``server.relocate`` moves between nodes 0 and 1."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+import pytest
+import trio
+from reloc_kit import Moves, moves_cluster, relocate
+from stream_kit import Record, bind, connect, create, relay
+
+from zlink_trio import MemoryLocationStore, ZLinkError
+from zlink_trio.testing import (
+    CountingStore,
+    FaultKind,
+    FaultPlan,
+    FlowEvent,
+    TapDirection,
+    WireTap,
+    flow_count,
+)
+from zlink_trio.wire.commands import Command
+from zlink_trio.wire.enums import SealResult
+from zlink_trio.wire.stream import Bound, CloseReason, Push
+from zlink_trio.wire.tails import SessionRouteAbort, SessionRouteCommit
+
+SENT = TapDirection.SENT
+RECEIVED = TapDirection.RECEIVED
+
+
+async def test_b02_20_relocation_keeps_the_connection_and_moves_the_route(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-20: the bound Actor moves to another node; the client connection stays up; a
+    relay after the commit runs the handler on the target (its 24 goes to the target);
+    the binding's Ref names the target node with the same ActorId and ObjectGeneration;
+    no OnDisconnectActor; the session owner reads the Store 0 times; another Actor bound
+    to the same session keeps its route."""
+    rec = Record()
+    tap = WireTap()
+    async with moves_cluster(rec, store, tap=tap) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        other_ref = await create(moves.cluster.servers[0], rec, "b")
+        source = moves.index_of(ref.node_rid)
+        target = moves.other(ref)
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await bind(client, "b")
+            assert await relay(client, "a", "echo", b"before") == b"before"
+            reads = moves.owner_store.reads
+            result = await relocate(moves, ref, target)
+            assert result.object_generation == ref.object_generation
+            target_rid = moves.cluster.servers[target].identity.node_rid
+            owner = moves.session_node.identity.node_rid
+            await tap.wait_for(
+                node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+            )
+            tap.clear()
+            assert await relay(client, "a", "echo", b"after") == b"after"
+            assert [h[0] for h in rec.handled_by("a", "echo")] == [source, target]
+            sent = tap.select(node=owner, direction=SENT, command=Command.ACTOR_SEND)
+            assert sent and {e.peer.node_rid for e in sent if e.peer is not None} == {target_rid}
+            reply = await client.request("ref", b"a")
+            assert reply is not None
+            _mesh, rid_hex, generation = reply.decode().split("|")
+            assert rid_hex == target_rid.hex
+            assert int(generation) == ref.object_generation.value
+            assert await client.request("ref", b"b") == (
+                f"{other_ref.mesh_name.value}|{other_ref.node_rid.hex}|"
+                f"{other_ref.object_generation.value}".encode()
+            )
+            assert await relay(client, "b", "echo", b"b") == b"b"
+            assert client.closed is None
+            assert rec.disconnects == []
+            assert moves.owner_store.reads == reads
+
+
+def _notes(rec: Record, actor: str = "a") -> list[int]:
+    return [int(h[3]) for h in rec.handled_by(actor, "note")]
+
+
+async def _send_notes(client: Any, numbers: range, actor: str = "a") -> None:
+    for i in numbers:
+        await client.send("relay", f"{actor}|note|{i}".encode())
+
+
+def _sent_24(tap: WireTap, moves: Moves, since: Any = None, until: Any = None) -> list[Any]:
+    """The 24s the session owner sent strictly after tap event ``since`` and before
+    ``until`` (in recording order; None: from the start / to the end)."""
+    events = tap.events
+    start = 0 if since is None else events.index(since) + 1
+    end = len(events) if until is None else events.index(until)
+    owner = moves.session_rid()
+    return [
+        e
+        for e in events[start:end]
+        if e.node == owner and e.direction is SENT and e.command == Command.ACTOR_SEND
+    ]
+
+
+async def test_b02_21_a_numbered_stream_crosses_the_move_once_and_in_order(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-21: a numbered stream relayed before, during and after the move: every number
+    is handled exactly once, in session order; those the client sent while the binding
+    was sealed (after the 43, before the 44 — held 0.5 s on the wire) left the session
+    owner only after the 44 and before every later one, and all ran on the target."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=1)
+    plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await _send_notes(client, range(10))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(relocate, moves, ref, target)
+                sealed = await tap.wait_for(
+                    node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+                )
+                t43 = sealed[0]
+                await _send_notes(client, range(10, 30))
+                assert await client.request("local", b"x") == b"local:x"  # 10..29 accepted
+            route = await tap.wait_for(
+                node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+            )
+            t44 = route[0]
+            await _send_notes(client, range(30, 40))
+            await rec.wait_until(lambda: len(_notes(rec)) >= 40)
+            assert await relay(client, "a", "echo", b"end") == b"end"
+            assert _notes(rec) == list(range(40))
+            held = [h for h in rec.handled_by("a", "note") if 10 <= int(h[3]) < 40]
+            assert {h[0] for h in held} == {target}
+            assert _sent_24(tap, moves, t43, t44) == []  # nothing left during the seal
+            after = _sent_24(tap, moves, t44)
+            assert len(after) >= 30
+            assert client.closed is None
+
+
+@pytest.mark.parametrize("configured", [None, 1.5])
+async def test_b02_22_no_44_within_the_seal_timeout_closes_the_session(
+    autojump_clock: object, configured: float | None
+) -> None:
+    """B02-22: the 44 is dropped on the wire (fault transport): 2,999 ms after the seal
+    was installed (its 43 sent) the connection is open, at 3,000 ms (or the configured
+    value) it is closed with SEAL_TIMEOUT; the messages held meanwhile never run."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=2)
+    plan.drop(command=Command.SESSION_RELOCATION_ROUTE)
+    expected = 3.0 if configured is None else configured
+    store = CountingStore(MemoryLocationStore())
+    async with moves_cluster(
+        rec, store, tap=tap, fault_plan=plan, seal_timeout=configured
+    ) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, moves.other(ref))
+            sealed = tap.select(
+                node=moves.session_rid(), direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+            )
+            assert len(sealed) == 1
+            t43 = sealed[0].time
+            await _send_notes(client, range(5))
+            await trio.sleep_until(t43 + expected - 0.001)
+            assert client.closed is None
+            closed = await client.wait_closed()
+            assert trio.current_time() - t43 == pytest.approx(expected)
+            assert closed.closing is not None
+            assert closed.closing.reason is CloseReason.SEAL_TIMEOUT
+            await trio.sleep(10)
+            assert _notes(rec) == []
+            assert plan.fired(FaultKind.DROP) == 1
+            assert flow_count(moves.session_node, FlowEvent.SESSION_SEAL_TIMEOUT) == 1
+
+
+async def test_b02_23_a_duplicate_44_changes_nothing(clock: object, store: CountingStore) -> None:
+    """B02-23: the 44 commit arrives twice (fault transport duplicates it): the second one
+    is a `late_session_route_update` Warning; the binding's route and Ref stay the
+    target's; a relay afterwards runs once."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=3)
+    plan.duplicate(command=Command.SESSION_RELOCATION_ROUTE)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        target_rid = moves.cluster.servers[target].identity.node_rid
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, target)
+            await tap.wait_for(
+                node=moves.session_rid(),
+                direction=RECEIVED,
+                command=Command.SESSION_RELOCATION_ROUTE,
+                count=2,
+            )
+            assert await client.request("local", b"x") == b"local:x"
+            late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
+            assert flow_count(moves.session_node, late) == 1
+            reply = await client.request("ref", b"a")
+            assert reply is not None and reply.decode().split("|")[1] == target_rid.hex
+            assert await relay(client, "a", "echo", b"once") == b"once"
+            assert [h[0] for h in rec.handled_by("a", "echo")] == [target]
+            assert client.closed is None
+
+
+async def test_b02_23_a_44_after_the_timeout_is_only_a_warning(autojump_clock: object) -> None:
+    """B02-23: a 44 that arrives after SessionRelocationSealTimeout (delayed 4 s on the
+    wire) finds no seal: a `late_session_route_update` Warning, no relay, nothing
+    reopened (the session was closed by the timeout)."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=4)
+    plan.delay(4.0, command=Command.SESSION_RELOCATION_ROUTE)
+    store = CountingStore(MemoryLocationStore())
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, moves.other(ref))
+            await _send_notes(client, range(3))
+            closed = await client.wait_closed()
+            assert closed.closing is not None
+            assert closed.closing.reason is CloseReason.SEAL_TIMEOUT
+            closed_at = trio.current_time()
+            late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
+            assert flow_count(moves.session_node, late) == 0
+            route = await tap.wait_for(
+                node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+            )
+            assert route[0].time > closed_at
+            assert await _flow_reaches(moves.session_node, late, 1)
+            assert _sent_24(tap, moves) == []
+            assert _notes(rec) == []
+
+
+async def _flow_reaches(server: Any, event: FlowEvent, count: int) -> bool:
+    """The 44 is handled by the reader that recorded it: one scheduling pass later."""
+    for _ in range(100):
+        if flow_count(server, event) >= count:
+            return True
+        await trio.lowlevel.checkpoint()
+    return flow_count(server, event) >= count
+
+
+async def test_b02_24_an_explicit_target_failure_returns_held_messages_to_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-24: the target fails its Restore explicitly (the Actor factory raises there)
+    before relay-ready: the source stays owner; the session owner gets a 44 abort
+    (one-way: it answers nothing) and the messages held during the seal run once on the
+    source, in order, before the later ones; the connection stays open."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=5)
+    plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        source = moves.index_of(ref.node_rid)
+        target = moves.other(ref)
+        rec.fail_factory.add(target)
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await _send_notes(client, range(5))
+            failed: list[BaseException] = []
+
+            async def move() -> None:
+                try:
+                    await relocate(moves, ref, target)
+                except* ZLinkError as group:
+                    failed.extend(group.exceptions)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(move)
+                await tap.wait_for(
+                    node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+                )
+                await _send_notes(client, range(5, 15))
+                assert await client.request("local", b"x") == b"local:x"
+            assert len(failed) == 1  # the move failed: the source stays owner
+            route = await tap.wait_for(
+                node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+            )
+            assert isinstance(route[0].record.action, SessionRouteAbort)
+            assert route[0].peer is not None
+            assert route[0].peer.node_rid == moves.cluster.servers[source].identity.node_rid
+            t44 = route[0]
+            await _send_notes(client, range(15, 20))
+            await rec.wait_until(lambda: len(_notes(rec)) >= 20)
+            assert await relay(client, "a", "echo", b"end") == b"end"
+            assert _notes(rec) == list(range(20))
+            assert {h[0] for h in rec.handled} == {source}
+            events = tap.events
+            answered = [
+                e
+                for e in events[events.index(t44) :]
+                if e.node == owner
+                and e.direction is SENT
+                and e.command in (Command.TERMINAL_REPLY, Command.SESSION_RELOCATION_SEALED)
+            ]
+            assert answered == []
+            assert client.closed is None
+
+
+async def test_b02_25_a_cas_failure_after_relay_ready_never_reopens_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-25: the target's owner CAS fails after relay-ready was accepted: no 44 comes,
+    no relay goes to the source (or anywhere) after the seal, and the seal timeout closes
+    the physical session at SessionRelocationSealTimeout."""
+    rec = Record()
+    tap = WireTap()
+    async with moves_cluster(rec, store, tap=tap) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        moves.cas[target].fail = True
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, target)
+            sealed = tap.select(
+                node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+            )
+            t43 = sealed[0]
+            await _send_notes(client, range(5))
+            closed = await client.wait_closed()
+            if clock is not None:
+                assert trio.current_time() - t43.time == pytest.approx(3.0)
+            assert closed.closing is not None
+            assert closed.closing.reason is CloseReason.SEAL_TIMEOUT
+            assert moves.cas[target].failed >= 1
+            assert _sent_24(tap, moves, t43) == []
+            assert tap.count(node=owner, command=Command.SESSION_RELOCATION_ROUTE) == 0
+            assert _notes(rec) == []
+
+
+async def test_b02_26_wire_43_is_only_the_result_44_is_unanswered_45_never_exchanged(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-26: a wire capture of a relocation: the one 43 carries only the seal result
+    (no sequence, no high-water); no reply is correlated to the 44 (it has no
+    correlation, and the session owner sends no 20 or 43 after it); no 45 anywhere."""
+    rec = Record()
+    tap = WireTap()
+    async with moves_cluster(rec, store, tap=tap) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, moves.other(ref))
+            route = await tap.wait_for(
+                node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+            )
+            assert await relay(client, "a", "echo", b"x") == b"x"
+            sealed = tap.select(
+                node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+            )
+            assert len(sealed) == 1
+            fields = {f.name for f in attrs.fields(type(sealed[0].record))}
+            assert fields == {"correlation", "relocation_id", "result", "failure_code"}
+            assert sealed[0].record.result is SealResult.SEALED
+            assert len(route) == 1
+            assert isinstance(route[0].record.action, SessionRouteCommit)
+            assert not hasattr(route[0].record, "correlation")
+            events = tap.events
+            assert not [
+                e
+                for e in events[events.index(route[0]) :]
+                if e.node == owner
+                and e.direction is SENT
+                and e.command in (Command.TERMINAL_REPLY, Command.SESSION_RELOCATION_SEALED)
+            ]
+            assert [e for e in tap.events if e.command == 45] == []
+            assert 45 not in {int(c) for c in Command}
+
+
+async def test_a04_15_the_move_leaves_the_binding_bound(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-15 (move): relocating the bound Actor leaves the binding bound — the session
+    still finds it, the Actor's pushes from its new node arrive through the same binding
+    (same replacement sequence), no Bound or Unbound frame is sent again and no
+    OnDisconnectActor runs."""
+    rec = Record()
+    async with moves_cluster(rec, store) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        async with connect(moves.session_node, "user") as client:
+            generation = await bind(client, "a")
+            bound = await client.receive()
+            assert isinstance(bound, Bound)
+            await relocate(moves, ref, target)
+            assert await relay(client, "a", "push_req", b"moved") == b"pushed"
+            push = await client.receive()
+            assert isinstance(push, Push)
+            assert (push.actor_id.value, push.sequence, push.payload) == ("a", generation, b"moved")
+            assert [h[0] for h in rec.handled_by("a", "push_req")] == [target]
+            assert await client.request("find", b"a") == b"1"
+            assert rec.disconnects == []
