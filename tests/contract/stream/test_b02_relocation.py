@@ -4,13 +4,15 @@ B02-26; spec 04 §9 A04-15's move part): a real websocket client on the session 
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import attrs
 import pytest
 import trio
 from reloc_kit import Moves, moves_cluster, relocate
-from stream_kit import Record, bind, connect, create, relay
+from stream_kit import SECRET, Record, bind, connect, create, relay
 
 from zlink_trio import MemoryLocationStore, ZLinkError
 from zlink_trio.testing import (
@@ -27,6 +29,8 @@ from zlink_trio.wire.enums import SealResult
 from zlink_trio.wire.stream import Bound, CloseReason, Push
 from zlink_trio.wire.tails import SessionRouteAbort, SessionRouteCommit
 
+_MESH_TESTS = str(Path(__file__).resolve().parent.parent / "mesh")
+"""Where the contract tests' fake peer (``mesh_kit.fake_peer``) lives."""
 SENT = TapDirection.SENT
 RECEIVED = TapDirection.RECEIVED
 
@@ -407,3 +411,30 @@ async def test_a04_15_the_move_leaves_the_binding_bound(
             assert [h[0] for h in rec.handled_by("a", "push_req")] == [target]
             assert await client.request("find", b"a") == b"1"
             assert rec.disconnects == []
+
+
+async def test_b02_26_an_injected_45_is_not_accepted(autojump_clock: object) -> None:
+    """B02-26: a peer that sends command 45 to the session owner has its connection
+    closed as a protocol error; nothing of the session changes: the bound client stays
+    connected and its relays still run."""
+    sys.path.insert(0, _MESH_TESTS)
+    from mesh_kit import fake_peer, stats
+
+    from zlink_trio.mesh.frames import pack_frame
+    from zlink_trio.mesh.reasons import DropReason
+
+    rec = Record()
+    store = CountingStore(MemoryLocationStore())
+    async with moves_cluster(rec, store) as moves:
+        await create(moves.cluster.servers[0], rec, "a")
+        owner = moves.session_node
+        async with connect(owner, "user") as client:
+            await bind(client, "a")
+            async with fake_peer(moves.cluster.store, SECRET, owner) as (io, _):
+                await io.write_all(pack_frame(io.sent + 1, bytes([0x81, 0x18, 45])))  # [45]
+                with pytest.raises(Exception):  # noqa: B017 - the connection is closed
+                    while True:
+                        await io.receive_some()
+            assert stats(owner).dropped(DropReason.PROTOCOL_ERROR) == 1
+            assert await relay(client, "a", "echo", b"still") == b"still"
+            assert client.closed is None
