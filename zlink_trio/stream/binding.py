@@ -130,7 +130,7 @@ class Sealed:
     """A relocation of the bound Actor installed a seal: relays are held in arrival order
     until command 44 (commit or abort) or the seal deadline."""
 
-    __slots__ = ("deadline", "early", "held", "relocation_id", "timer")
+    __slots__ = ("deadline", "early", "held", "relocation_id", "resolved", "timer")
 
     def __init__(self, relocation_id: OperationId, deadline: float) -> None:
         self.relocation_id = relocation_id
@@ -140,6 +140,8 @@ class Sealed:
         """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
         self.timer: object = None
         """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
+        self.resolved: object = None
+        """Set by the session owner when a 44 resolved a parked seal."""
 
 
 @final
@@ -244,11 +246,13 @@ class SealOutcome(enum.Enum):
 class SessionBindingAggregate:
     """See the module docstring."""
 
-    __slots__ = ("_admitting", "_by_node", "_generation", "_sessions", "owner")
+    __slots__ = ("_admitting", "_by_node", "_generation", "_parked", "_sessions", "owner")
 
     def __init__(self, owner: SessionOwnerIdentity) -> None:
         self.owner = owner
         self._sessions: dict[bytes, SessionEntry] = {}
+        self._parked: dict[tuple[bytes, int], Binding] = {}
+        """Sealed bindings of closed sessions, until their seal resolves (see close)."""
         self._by_node: dict[NodeRid, set[Binding]] = {}
         self._generation = 0
         self._admitting = True
@@ -291,6 +295,10 @@ class SessionBindingAggregate:
         snapshot = list(entry.bindings.values())
         for binding in snapshot:
             self._forget(binding)
+            if isinstance(binding.state, Sealed):
+                # A physical disconnect says nothing about the move: the seal's 44 (or
+                # its deadline) still decides which route the disconnect goes to.
+                self._parked[(entry.session_rid, binding.generation)] = binding
         if self._sessions.get(entry.session_rid) is entry:
             del self._sessions[entry.session_rid]
         return snapshot
@@ -600,6 +608,49 @@ class SessionBindingAggregate:
             return None
         binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
+
+    def resolve_parked(
+        self, action: SessionRouteCommit | SessionRouteAbort
+    ) -> tuple[Binding, Sealed] | None:
+        """A 44 for a sealed binding of a session that closed meanwhile: a commit switches
+        its route and ref (an abort keeps them), the seal is lifted (its held messages
+        are dropped with the session) and the binding is handed back for its disconnect
+        notification. None when no parked seal matches."""
+        binding = self._parked.get((action.session_rid, action.binding_generation))
+        if binding is None:
+            return None
+        state = binding.state
+        if not isinstance(state, Sealed) or state.relocation_id != action.relocation_id:
+            return None
+        if isinstance(action, SessionRouteCommit):
+            if (
+                binding.actor_id != action.actor_id
+                or binding.object_generation != action.object_generation
+            ):
+                return None
+            binding.route = BindingRoute(
+                action.target_mesh,
+                action.target_rid,
+                action.target_node_generation,
+                action.authority_owner_generation,
+                action.owner_lease_generation,
+            )
+            binding.ref = ActorRef(
+                binding.actor_id, binding.object_generation, action.target_mesh, action.target_rid
+            )
+        del self._parked[(action.session_rid, action.binding_generation)]
+        binding.state = Ended(EndReason.DISCONNECTED)
+        return binding, state
+
+    def drop_parked(self, binding: Binding) -> bool:
+        """The seal deadline of a parked binding passed: forget it (True) — its Actor's
+        location is unknown here, so no disconnect notification goes anywhere."""
+        key = (binding.entry.session_rid, binding.generation)
+        if self._parked.get(key) is not binding:
+            return False
+        del self._parked[key]
+        binding.state = Ended(EndReason.SEAL_TIMEOUT)
+        return True
 
     def seal_expired(self, binding: Binding, relocation_id: OperationId) -> bool:
         """The seal deadline of ``relocation_id`` passed before its 44: True when that seal

@@ -118,6 +118,7 @@ class SessionRelocations:
         state = binding.state
         assert isinstance(state, Sealed)
         if state.timer is None:
+            state.resolved = trio.Event()
             scope = trio.CancelScope(deadline=state.deadline)
             state.timer = scope
             conn.nursery.start_soon(
@@ -183,6 +184,12 @@ class SessionRelocations:
             result = aggregate.abort_seal(action)
             what = "abort"
         if result is None:
+            parked = aggregate.resolve_parked(action)
+            if parked is not None:
+                resolved = parked[1].resolved
+                if isinstance(resolved, trio.Event):
+                    resolved.set()  # its disconnect notification goes on (server.disconnect)
+                return
             server.flow.emit(
                 FlowEvent.LATE_SESSION_ROUTE_UPDATE,
                 "command 44 %s of relocation %r (binding %d): no matching seal (late, "
@@ -210,6 +217,24 @@ class SessionRelocations:
         if conn is None:
             return
         conn.nursery.start_soon(self._release, conn, binding, name="zlink_trio.stream.release")
+
+    async def wait_parked(self, binding: Binding) -> bool:
+        """A sealed binding of a closed session: wait until a 44 resolves its seal (True:
+        its route is the one to notify) or its deadline passes (False: dropped)."""
+        state = binding.state
+        if not isinstance(state, Sealed):
+            await trio.lowlevel.checkpoint()
+            return True
+        resolved = state.resolved
+        if isinstance(resolved, trio.Event):
+            with trio.move_on_at(state.deadline):
+                await resolved.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        if isinstance(binding.state, Sealed):
+            self._server.aggregate.drop_parked(binding)
+            return False
+        return True
 
     async def _on_route(self, peer: PeerIdentity, record: SessionRelocationRoute) -> None:
         self.route(record)

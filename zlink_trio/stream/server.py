@@ -69,6 +69,7 @@ from .binding import (
     BindingRoute,
     Ended,
     EndReason,
+    Sealed,
     SessionBindingAggregate,
     SessionOwnerIdentity,
 )
@@ -405,6 +406,17 @@ class StreamServer:
             return
         event = trio.Event()
         binding.notice = event
+        if isinstance(binding.state, Sealed):
+            # Closed during a move: the notification goes where the 44 says (spec 02 §9:
+            # a physical disconnect is no evidence of the relocation's outcome).
+            try:
+                notify = await self.relocations.wait_parked(binding)
+            except BaseException:
+                event.set()
+                raise
+            if not notify:
+                event.set()
+                return
         deadline = trio.current_time() + self.stream_config.disconnect_timeout
         self.transactions.begin()
         try:
@@ -429,7 +441,10 @@ class StreamServer:
         """All-settled disconnect notifications of a closed connection's snapshot."""
         if not snapshot:
             return
-        with trio.move_on_after(self.stream_config.disconnect_timeout * 2):
+        bound = self.stream_config.disconnect_timeout * 2
+        if any(isinstance(b.state, Sealed) for b in snapshot):
+            bound += self.config.session_relocation_seal_timeout  # waits for its 44
+        with trio.move_on_after(bound):
             async with trio.open_nursery() as nursery:
                 for binding in snapshot:
                     nursery.start_soon(self._quietly, conn, binding)

@@ -25,7 +25,7 @@ from zlink_trio.testing import (
     flow_count,
 )
 from zlink_trio.wire.commands import Command
-from zlink_trio.wire.enums import SealResult
+from zlink_trio.wire.enums import BindAction, SealResult
 from zlink_trio.wire.stream import Bound, CloseReason, Push
 from zlink_trio.wire.tails import SessionRouteAbort, SessionRouteCommit
 
@@ -438,3 +438,47 @@ async def test_b02_26_an_injected_45_is_not_accepted(autojump_clock: object) -> 
             assert stats(owner).dropped(DropReason.PROTOCOL_ERROR) == 1
             assert await relay(client, "a", "echo", b"still") == b"still"
             assert client.closed is None
+
+
+async def test_a_disconnect_during_the_seal_is_notified_where_the_44_says(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 02 §9: a physical disconnect says nothing about the relocation's outcome. The
+    client closes while its binding is sealed (the 44 is delayed 0.5 s on the wire): the
+    move still commits and the binding's disconnect notification (38 DISCONNECT) goes
+    once, after the 44, to the TARGET — never to the source; no late-update warning."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=6)
+    plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            await relocate(moves, ref, target)
+            await client.aclose()
+
+        def disconnects() -> list[Any]:
+            return [
+                e
+                for e in tap.select(node=owner, direction=SENT, command=Command.BOUND_SESSION_BIND)
+                if e.record.action is BindAction.DISCONNECT
+            ]
+
+        with trio.fail_after(30):
+            while not disconnects():
+                await tap.wait_for(
+                    node=owner, direction=SENT, command=Command.BOUND_SESSION_BIND, count=2
+                )
+        route = tap.select(node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE)
+        assert len(route) == 1 and isinstance(route[0].record.action, SessionRouteCommit)
+        events = tap.events
+        sent = disconnects()
+        assert len(sent) == 1
+        assert events.index(sent[0]) > events.index(route[0])
+        assert sent[0].peer is not None
+        assert sent[0].peer.node_rid == moves.cluster.servers[target].identity.node_rid
+        late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
+        assert flow_count(moves.session_node, late) == 0
