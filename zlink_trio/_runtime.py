@@ -378,10 +378,20 @@ async def _settle(
 
 
 async def _relocate_out(node: MeshNode, actors: ActorRuntime | None) -> None:
-    """Drain step 3, the hook of the relocation issue: move the relocatable objects this
-    lifecycle hosts to peers (their rows then name the peers, so step 5 finds nothing of
-    theirs to release). Nothing is relocatable yet."""
-    await trio.lowlevel.checkpoint()
+    """Drain step 3: move the relocatable Actors this lifecycle hosts to live peers (their
+    rows then name the peers, so step 5 finds nothing of theirs to release); what cannot
+    move (DisableRelocation, no peer with its type, a failed move) is released in step 5.
+    Spots are not relocated yet."""
+    if actors is None:
+        await trio.lowlevel.checkpoint()
+        return
+    try:
+        moved = await actors.relocator.relocate_out()
+    except Exception:
+        logger.exception("drain by relocation failed")
+        return
+    if moved:
+        logger.info("drain: %d Actors relocated to peers", moved)
 
 
 async def _drain_store(

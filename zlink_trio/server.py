@@ -175,7 +175,8 @@ class Server(metaclass=NoPublicConstructor):
         """Move an Actor hosted on this node to the live node ``to`` of its mesh, live
         (docs/relocation.md): nothing it accepted is lost or run twice, its
         ObjectGeneration stays, its AuthorityOwnerGeneration rises by one. Returns once
-        the target accepted (relay-ready) and the held work was relayed.
+        the target committed (``result.committed``), or ``relocation_timeout`` after the
+        relay-ready reply was accepted (the move is then the target's in any case).
 
         Raises:
             NotConfigured: Actor dispatch is not enabled.

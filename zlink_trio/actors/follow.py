@@ -17,8 +17,10 @@ from ..ids import (
     NodeGeneration,
     NodeRid,
     ObjectGeneration,
+    OwnerLeaseGeneration,
 )
 from ..objects.relocation import RelocationUnit
+from ..routing.route_cache import Route
 
 __all__ = ["FollowRoute", "FollowRoutes"]
 
@@ -37,6 +39,7 @@ class FollowRoute:
     target_owner_generation: AuthorityOwnerGeneration
     target_rid: NodeRid
     target_generation: NodeGeneration
+    target_lease_generation: OwnerLeaseGeneration
     expires_at: float
 
 
@@ -48,7 +51,7 @@ class FollowRoutes:
         self._routes: dict[ActorId, FollowRoute] = {}
         self.followed = 0
 
-    def install(self, unit: RelocationUnit) -> None:
+    def install(self, unit: RelocationUnit, lease_generation: OwnerLeaseGeneration) -> None:
         if self.duration <= 0:
             return
         routes = self._routes
@@ -61,6 +64,7 @@ class FollowRoutes:
             target_owner_generation=unit.target_owner_generation,
             target_rid=unit.target_rid,
             target_generation=unit.target_generation,
+            target_lease_generation=lease_generation,
             expires_at=trio.current_time() + self.duration,
         )
         while len(routes) > _MAX_ROUTES:
@@ -75,6 +79,22 @@ class FollowRoutes:
             del self._routes[actor_id]
             return None
         return route
+
+    def route(self, actor_id: ActorId) -> Route | None:
+        """The follow route as a routing route (for a local caller's delivery)."""
+        follow = self.lookup(actor_id)
+        if follow is None:
+            return None
+        self.followed += 1
+        return Route(
+            mesh_name=follow.mesh_name,
+            node_rid=follow.target_rid,
+            node_generation=follow.target_generation,
+            lease_generation=follow.target_lease_generation,
+            object_generation=follow.object_generation,
+            owner_generation=follow.target_owner_generation,
+            store_version=0,
+        )
 
     def forget(self, actor_id: ActorId) -> None:
         """The Actor is hosted here again (it moved back): its old route is void."""

@@ -108,6 +108,11 @@ class ActorHost:
     def __iter__(self) -> Iterator[HostedActor]:
         return iter(self._actors.values())
 
+    def has_temporary_queue(self, actor_id: ActorId) -> bool:
+        """A creation attempt or a relocation target's temporary queue is registered for
+        ``actor_id`` here (inbound dispatch parks there, before any follow route)."""
+        return actor_id in self._staging
+
     @property
     def staging_count(self) -> int:
         return len(self._staging)
@@ -380,14 +385,12 @@ class ActorHost:
         lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
         hosted.state = READY
         self._actors[hosted.actor_id] = hosted
-        for item in merged:
-            lane.submit_nowait(item)
         staging = self._staging.pop(hosted.actor_id, None)
         if staging is not None:
-            parked, staging.parked = staging.parked, []
-            for item in parked:
-                lane.submit_nowait(item)
+            merged = [*merged, *staging.parked]
+            staging.parked = []
             staging.event.set()
+        lane.merge_nowait(merged)  # a held burst is never cut by the lane's capacity
 
     # --- admission --------------------------------------------------------------------------
     def ready_lane(self, actor_id: ActorId) -> Lane[ActorDeliveryLane, ActorItem] | None:

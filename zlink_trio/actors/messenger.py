@@ -35,6 +35,7 @@ from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
 from ..wire.templates import ActorSendTemplate
 from .authority import Authority
+from .follow import FollowRoutes
 from .host import ActorHost
 from .hosted import ActorItem, Deliver
 
@@ -83,7 +84,7 @@ class _ActorCommand(EncodedCommand):
 class ActorTarget:
     """The :class:`~zlink_trio.routing.deliver.DeliveryTarget` of Actors."""
 
-    __slots__ = ("_host", "_node", "_templates", "item", "ready_lane")
+    __slots__ = ("_host", "_node", "_templates", "follow", "item", "ready_lane")
 
     def __init__(self, node: MeshNodeApi, host: ActorHost) -> None:
         self._node = node
@@ -93,12 +94,18 @@ class ActorTarget:
             host.ready_lane
         )
         self.item = Deliver
+        self.follow: FollowRoutes | None = None
+        """Message Follow routes of the Actors that moved away (set by the runtime)."""
 
     def describe(self, key: ActorId) -> str:
         return f"actor {key.value!r}"
 
     async def admit(self, key: ActorId, item: Any) -> None:
         await self._host.admit(key, item)
+
+    def follow_route(self, key: ActorId) -> Route | None:
+        follow = self.follow
+        return None if follow is None else follow.route(key)
 
     def abandon(self, item: Any) -> None:
         # Its turn skips a request whose deadline passed (counted as request_expired).
@@ -158,8 +165,9 @@ class Messenger(Delivery[ActorId]):
         deadlines: ReplyDeadlines,
         flow: FlowTrace,
     ) -> None:
+        self.target_adapter = ActorTarget(node, host)
         super().__init__(
-            target=ActorTarget(node, host),
+            target=self.target_adapter,
             node=node,
             store=store,
             resolver=authority,

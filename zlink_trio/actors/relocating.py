@@ -20,6 +20,7 @@ from typing import final
 import attrs
 import trio
 
+from .._exceptions import raise_single_error
 from ..config import ServerConfig
 from ..engine.oneshot import OneShot
 from ..errors import (
@@ -37,9 +38,17 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OperationId,
+    OwnerLeaseGeneration,
     StableType,
 )
-from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
+from ..mesh.api import (
+    LinkLost,
+    MeshNodeApi,
+    PeerAddress,
+    PeerGone,
+    PeerIdentity,
+    PeerNotAdmitted,
+)
 from ..objects.durable import remaining_ms
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
@@ -52,12 +61,14 @@ from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
 from ..wire.relocation import (
     RelocationAbort,
+    RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
     RelocationRelayReady,
     RelocationRestore,
 )
 from ..wire.tails import ReplyPayloadTail
+from .authority import actor_key
 from .follow import FollowRoutes
 from .host import ActorHost
 from .hosted import READY, RELOCATING, ActorWork, Deliver, HostedActor, fail_sink
@@ -81,6 +92,9 @@ class RelocationResult:
     owner_generation: AuthorityOwnerGeneration
     relayed: int
     """Payloads relayed to the target (saved work and held ingress)."""
+    committed: bool
+    """The target reported its commit (125) within ``relocation_timeout``; False: it did
+    not (it may still have committed, or died: the Store row tells)."""
 
 
 class _Abort(Exception):
@@ -114,10 +128,13 @@ class ActorRelocator:
         self._nursery = nursery
         self._flow = flow
         self.in_flight: dict[ActorId, OperationId] = {}
+        self._commits: dict[OperationId, trio.Event] = {}
         self.moved_out = 0
         self.aborted = 0
 
-    async def relocate(self, actor_id: ActorId, to: NodeRid) -> RelocationResult:
+    async def relocate(
+        self, actor_id: ActorId, to: NodeRid, *, draining: bool = False
+    ) -> RelocationResult:
         """Move the Actor ``actor_id`` hosted here to node ``to`` (a live peer of its mesh).
 
         Raises:
@@ -127,7 +144,7 @@ class ActorRelocator:
                 be reached before relay-ready (the Actor stays here, nothing lost).
         """
         refused = self._node.admission_error()
-        if refused is not None:
+        if refused is not None and not draining:
             raise refused
         hosted = self._host.get(actor_id)
         if hosted is None or hosted.state is not READY:
@@ -142,7 +159,7 @@ class ActorRelocator:
             raise InvalidOperation("the relocation target is this node")
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
-        generation = await self._target_generation(hosted, to)
+        generation, lease = await self._target_generation(hosted, to)
         unit = RelocationUnit(
             relocation_id=OperationId(secrets.randbits(128) or 1),
             actor_id=actor_id,
@@ -155,19 +172,32 @@ class ActorRelocator:
             target_generation=generation,
         )
         self.in_flight[actor_id] = unit.relocation_id
+        self._commits[unit.relocation_id] = trio.Event()
         try:
             result: list[RelocationResult] = []
-            async with trio.open_nursery() as nursery:  # this relocation's own nursery
-                result.append(await self._run(hosted, unit, policy, nursery))
+            try:
+                async with trio.open_nursery() as nursery:  # this relocation's own nursery
+                    result.append(await self._run(hosted, unit, policy, lease, nursery, draining))
+            except BaseExceptionGroup as group:
+                raise_single_error(group)  # one error leaves as itself
             return result[0]
         finally:
             self.in_flight.pop(actor_id, None)
+            self._commits.pop(unit.relocation_id, None)
 
-    async def _target_generation(self, hosted: HostedActor, to: NodeRid) -> NodeGeneration:
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
+        """125 from a target: the move of ``record.relocation_id`` committed there."""
+        event = self._commits.get(record.relocation_id)
+        if event is not None:
+            event.set()
+
+    async def _target_generation(
+        self, hosted: HostedActor, to: NodeRid
+    ) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
         for record in await self._store.list_nodes(hosted.mesh_name):
             descriptor = record.descriptor
             if descriptor.node_rid == to and record.live:
-                return descriptor.node_generation
+                return descriptor.node_generation, record.lease_generation
         raise Unavailable(f"node {to.hex[:12]} is not a live node of the Actor's mesh")
 
     # --- the move ------------------------------------------------------------------------
@@ -176,7 +206,9 @@ class ActorRelocator:
         hosted: HostedActor,
         unit: RelocationUnit,
         policy: object,
+        lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
+        draining: bool,
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
@@ -220,7 +252,7 @@ class ActorRelocator:
                         hosted, unit, sealed, Unavailable("the relocation was cancelled")
                     )
             raise
-        return await self._after_accepted(hosted, unit, peer, sealed, nursery)
+        return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
 
     async def _seal(self, hosted: HostedActor) -> None:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
@@ -365,12 +397,14 @@ class ActorRelocator:
         unit: RelocationUnit,
         peer: PeerAddress,
         sealed: list[ActorRelocationParticipant],
+        lease: OwnerLeaseGeneration,
         nursery: trio.Nursery,
+        draining: bool,
     ) -> RelocationResult:
         """Relay-ready accepted: never back. Unpublish here, install the follow route,
         relay what was held, send the cutover."""
         items = self._host.unpublish_relocated(hosted)
-        self._follow.install(unit)
+        self._follow.install(unit, lease)
         self.moved_out += 1
         for participant in sealed:
             try:
@@ -386,6 +420,15 @@ class ActorRelocator:
         except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
             # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
             logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
+        committed = self._commits[unit.relocation_id]
+        with trio.move_on_after(self._config.relocation_timeout):
+            if draining:
+                # A closing node drops inbound commands (125 too): the Store tells.
+                await self._wait_committed_in_store(unit, committed)
+            else:
+                await committed.wait()
+        if not committed.is_set():
+            await self._clean_up_unconfirmed(unit)
         return RelocationResult(
             relocation_id=unit.relocation_id,
             actor_id=unit.actor_id,
@@ -394,7 +437,107 @@ class ActorRelocator:
             target_rid=unit.target_rid,
             owner_generation=unit.target_owner_generation,
             relayed=relayed,
+            committed=committed.is_set(),
         )
+
+    async def _wait_committed_in_store(self, unit: RelocationUnit, committed: trio.Event) -> None:
+        """Read the row until it names the target's owner generation (backing off)."""
+        key = actor_key(unit.actor_id)
+        delay = 0.01
+        while not committed.is_set():
+            try:
+                row = await self._store.read(key)
+            except ZLinkError as exc:
+                logger.info("reading the moved row of %r: %r", unit.actor_id, exc)
+                row = None
+            if (
+                row is not None
+                and row.owner.node_rid == unit.target_rid
+                and row.owner_generation == unit.target_owner_generation
+            ):
+                committed.set()
+                return
+            await trio.sleep(delay)
+            delay = min(delay * 2, 0.2)
+
+    async def relocate_out(self) -> int:
+        """Drain by relocation (a clean stop, after the settle): every Ready Actor hosted
+        here whose type may relocate moves to a live peer of its mesh that registers its
+        type (spread round-robin, 16 at a time); what cannot move stays for the release
+        step. Returns the number moved."""
+        me = self._node.identity
+        plans: list[tuple[ActorId, NodeRid]] = []
+        peers: dict[tuple[object, object], list[NodeRid]] = {}
+        turn: dict[tuple[object, object], int] = {}
+        for hosted in list(self._host):
+            if hosted.state is not READY or isinstance(
+                hosted.actor_type.relocation, DisableRelocation
+            ):
+                continue
+            key = (hosted.mesh_name, hosted.actor_type.stable_type)
+            if key not in peers:
+                try:
+                    records = await self._store.list_nodes(hosted.mesh_name)
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: no node list: %r", exc)
+                    return 0
+                peers[key] = [
+                    r.descriptor.node_rid
+                    for r in records
+                    if r.live
+                    and r.descriptor.node_rid != me.node_rid
+                    and hosted.actor_type.stable_type in r.descriptor.actor_types
+                ]
+            candidates = peers[key]
+            if not candidates:
+                continue
+            index = turn.get(key, 0)
+            turn[key] = index + 1
+            plans.append((hosted.actor_id, candidates[index % len(candidates)]))
+        moved = 0
+        limiter = trio.CapacityLimiter(16)
+
+        async def move(actor_id: ActorId, to: NodeRid) -> None:
+            nonlocal moved
+            async with limiter:
+                try:
+                    await self.relocate(actor_id, to, draining=True)
+                    moved += 1
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: %r stays: %r", actor_id, exc)
+
+        async with trio.open_nursery() as nursery:
+            for actor_id, to in plans:
+                nursery.start_soon(move, actor_id, to)
+        return moved
+
+    async def _clean_up_unconfirmed(self, unit: RelocationUnit) -> None:
+        """No commit reported within ``relocation_timeout`` after acceptance: if the row
+        still names this lifecycle (the target never committed — it died, or its CAS
+        failed), the incarnation ends here by one fenced release (the id is not wedged
+        on an owner that no longer hosts it; the move never goes back). If the target
+        committed meanwhile (its 125 was lost) the row names it and nothing changes; a
+        target committing after this release loses its CAS and discards."""
+        key = actor_key(unit.actor_id)
+        try:
+            row = await self._store.read(key)
+            if (
+                row is None
+                or row.object_generation != unit.object_generation
+                or row.owner.node_rid != unit.source_rid
+                or row.owner.node_generation != unit.source_generation
+                or row.owner_generation != unit.source_owner_generation
+            ):
+                return
+            result = await self._store.release(key, row.store_version)
+            logger.warning(
+                "relocation of %r: the target did not commit within %.1f s; released (%r)",
+                unit.actor_id.value,
+                self._config.relocation_timeout,
+                result,
+            )
+        except ZLinkError as exc:
+            logger.info("cleanup of the unconfirmed move of %r: %r", unit.actor_id, exc)
 
     async def _relay(
         self,

@@ -32,6 +32,7 @@ import trio
 from ..config import ServerConfig
 from ..errors import (
     ApplicationError,
+    DeadlineExceeded,
     InvalidOperation,
     NotFound,
     StaleRoute,
@@ -40,7 +41,7 @@ from ..errors import (
     ZLinkError,
 )
 from ..ids import ActorId, OperationId, StableType
-from ..mesh.api import MeshNodeApi, PeerIdentity
+from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
 from ..objects.activity import Activity
 from ..objects.policy import PreserveStateWith
 from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
@@ -50,6 +51,7 @@ from ..store.api import Applied, AuthorityState, ContentRef, LocationStore
 from ..wire.enums import RelayReadyResult
 from ..wire.relocation import (
     RelocationAbort,
+    RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
     RelocationRelayReady,
@@ -417,6 +419,14 @@ class RelocationTarget:
                 await participant.committed(unit)
             except Exception:
                 logger.exception("relocation participant %r: committed", participant)
+        notice = RelocationCommitted(
+            relocation_id=unit.relocation_id,
+            authority_owner_generation=unit.target_owner_generation,
+        )
+        try:
+            await self._node.send(PeerAddress(unit.mesh_name, unit.source_rid), notice)
+        except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
+            logger.info("commit notice of %r not sent: %r", unit.actor_id, exc)
         return True
 
     async def _discard(self, attempt: _Attempt) -> None:

@@ -68,7 +68,7 @@ from .client import ActorClient
 from .destroy import ActorDestroyKind
 from .follow import FollowRoute, FollowRoutes
 from .host import ActorHost
-from .hosted import Deliver, Destroying, HostedActor, Ready, lease_lost_error
+from .hosted import RELOCATING, Deliver, Destroying, HostedActor, Ready, lease_lost_error
 from .join import JoinRegistrar
 from .join_target import JoinTarget
 from .joining import JoinRunner
@@ -80,7 +80,7 @@ from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
 from .session_moves import SessionMoves
-from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
+from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats, RelocationStatistics
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -250,6 +250,7 @@ class ActorRuntime:
             spots=spots,
         )
         self.follow = FollowRoutes(config.message_follow_duration)
+        self.messenger.target_adapter.follow = self.follow
         """Message Follow routes of the Actors that moved away from here."""
         self.relocator = ActorRelocator(
             config=config,
@@ -296,6 +297,7 @@ class ActorRuntime:
         node.on(Command.RELOCATION_RESTORE, self.relocation_target.on_restore)
         node.on(Command.RELOCATION_CUTOVER, self.relocation_target.on_cutover)
         node.on(Command.RELOCATION_ABORT, self.relocation_target.on_abort)
+        node.on(Command.RELOCATION_COMMITTED, self.relocator.on_committed)
         self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
@@ -306,7 +308,13 @@ class ActorRuntime:
     async def _on_actor_send(self, peer: PeerIdentity, record: ActorSend) -> None:
         message_id = record.operation_id
         # Ingress matched the source to ``peer``: the link's window (see .dedupe).
-        if message_id is not None and not self._dedupe.first(peer, message_id.value):
+        # A followed record (follow_hops > 0) keeps its original caller's message id, which
+        # the relaying node deduplicated on arrival: it is not in this link's id space.
+        if (
+            message_id is not None
+            and record.follow_hops == 0
+            and not self._dedupe.first(peer, message_id.value)
+        ):
             # A repeated frame: the first arrival was (or is being) handled; an application
             # message never runs twice, and the original answers a request.
             self._flow.emit(
@@ -380,6 +388,8 @@ class ActorRuntime:
                     "this owner never had"
                 )
             return None
+        if self.host.has_temporary_queue(record.actor_id):
+            return None  # the temporary queue is checked first (A04-04)
         route = self.follow.lookup(record.actor_id)
         if route is None:
             return None  # admission decides (staging, or a stale route)
@@ -401,7 +411,6 @@ class ActorRuntime:
         me = self._node.identity
         forwarded = evolve(
             record,
-            correlation=0,
             source_rid=me.node_rid,
             source_generation=me.node_generation,
             target_rid=route.target_rid,
@@ -541,6 +550,17 @@ class ActorRuntime:
             create_replays=self.source.replays,
             rejected=self.target.rejected,
             failed_creates=self.target.failed,
+            relocation=RelocationStatistics(
+                sealed=sum(1 for hosted in self.host if hosted.state is RELOCATING),
+                in_flight=len(self.relocator.in_flight),
+                moved_out=self.relocator.moved_out,
+                aborted=self.relocator.aborted,
+                restores=self.relocation_target.factory_runs,
+                committed=self.relocation_target.committed,
+                discarded=self.relocation_target.discarded,
+                cutover_timeouts=self.relocation_target.cutover_timeouts,
+                followed=self.follow.followed,
+            ),
         )
 
 

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import enum
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterable
 from typing import Final, Generic, TypeVar, final
 
 import attrs
@@ -240,6 +240,19 @@ class LaneCore(Generic[T]):
             return _FULL
         q.append(item)
         return _ACCEPTED
+
+    def extend_application(self, items: Iterable[T]) -> None:
+        """Append application items another queue accepted already (a relocation's merge
+        into the target's queue): in order, never cut by the capacity — they count
+        against it from now on. Only on an open lane (else ValueError)."""
+        if self._mode is not _OPEN:
+            raise ValueError("only an open lane takes merged items")
+        if self._app is None:
+            self._app = deque(items)
+            if not self._app:
+                self._app = None
+        else:
+            self._app.extend(items)
 
     # --- selection ------------------------------------------------------------------------
 

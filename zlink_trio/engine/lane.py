@@ -15,7 +15,7 @@ they apply to: ``seal`` exists for ``Lane[SpotLane, T]`` only, ``close_connectio
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable
+from collections.abc import Awaitable, Callable, Hashable, Iterable
 from typing import TYPE_CHECKING, Final, Generic, Literal, TypeVar, final
 
 import attrs
@@ -236,6 +236,17 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         elif result is not _HELD and result is not _FULL:
             raise self._rejection(result, lifecycle)
         return result
+
+    def merge_nowait(self, items: Iterable[T]) -> None:
+        """Append application items accepted elsewhere already, in order, never cut by
+        the capacity (a relocation's merged queue on its target, docs/relocation.md);
+        new ingress then waits for space as usual."""
+        if self._engine._closed:
+            raise ShuttingDown("the engine is shutting down")
+        core = self._core
+        core.extend_application(items)
+        if self._sched == IDLE and core.runnable():
+            self._engine._make_ready(self)
 
     def _rejection(self, result: Admission, lifecycle: bool) -> Exception:
         if result is Admission.FULL:

@@ -146,6 +146,11 @@ class DeliveryTarget(Protocol[K_contra]):
         or its queue is full. Raises StaleRoute (not hosted here) or Unavailable."""
         ...
 
+    def follow_route(self, key: K_contra) -> Route | None:
+        """The committed Message Follow route of ``key`` from this node (it moved away),
+        or None."""
+        ...
+
     def command(
         self,
         key: K_contra,
@@ -479,21 +484,27 @@ class Delivery(Generic[K]):
                 try:
                     await target.admit(key, self._item(kind, packet, payload, slot, run_by))
                 except StaleRoute as exc:
-                    raise self._stale(key, route, exc.message) from None
-                admitted = True
-                if slot is None:
-                    await trio.lowlevel.cancel_shielded_checkpoint()
-                    return None
-                # Also watched by the runtime's timer: when the runtime stops, a request
-                # waiting here ends ShuttingDown instead of waiting for its deadline.
-                ticket = self._deadlines.watch(slot, deadline)
-                try:
-                    return await slot.wait()
-                except Unavailable:
-                    self._suspect(key, route)
-                    raise
-                finally:
-                    self._deadlines.settled(ticket)
+                    # Moved away from here: the committed Message Follow route, if any
+                    # (no Store read), else the stale route ends the call.
+                    followed = target.follow_route(key)
+                    if followed is None:
+                        raise self._stale(key, route, exc.message) from None
+                    route = followed
+                else:
+                    admitted = True
+                    if slot is None:
+                        await trio.lowlevel.cancel_shielded_checkpoint()
+                        return None
+                    # Also watched by the runtime's timer: when the runtime stops, a
+                    # request waiting here ends ShuttingDown instead of at its deadline.
+                    ticket = self._deadlines.watch(slot, deadline)
+                    try:
+                        return await slot.wait()
+                    except Unavailable:
+                        self._suspect(key, route)
+                        raise
+                    finally:
+                        self._deadlines.settled(ticket)
             peer = route.peer
             refreshed = False
             data = payload if type(payload) is bytes else self._wire_payload(payload)

@@ -72,6 +72,9 @@ class SpotTarget:
     async def admit(self, key: SpotId, item: Any) -> None:
         await self._host.admit(key, item)
 
+    def follow_route(self, key: Any) -> None:
+        return None  # Spots have no Message Follow route yet (Spot relocation)
+
     def abandon(self, item: Any) -> None:
         # Its turn skips a request whose deadline passed (counted as expired).
         item.deadline = -math.inf

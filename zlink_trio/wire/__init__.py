@@ -54,6 +54,7 @@ from .records import (
     PeerPong as PeerPong,
     Record as Record,
     RelocationAbort as RelocationAbort,
+    RelocationCommitted as RelocationCommitted,
     RelocationCutover as RelocationCutover,
     RelocationPrepare as RelocationPrepare,
     RelocationRelayReady as RelocationRelayReady,

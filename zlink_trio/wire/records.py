@@ -67,6 +67,7 @@ from .peer import PeerGoodbye, PeerHello, PeerHelloAck, PeerHelloConfirm, PeerPi
 from .relocation import (
     MessageFollowRelay,
     RelocationAbort,
+    RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
     RelocationRelayReady,
@@ -110,6 +111,7 @@ __all__ = [
     "PeerPong",
     "Record",
     "RelocationAbort",
+    "RelocationCommitted",
     "RelocationCutover",
     "RelocationPrepare",
     "RelocationRelayReady",
@@ -502,6 +504,7 @@ ALL_RECORDS: Final[tuple[type[WireRecord], ...]] = (
     RelocationRelayReady,
     RelocationCutover,
     RelocationAbort,
+    RelocationCommitted,
     MessageFollowRelay,
     BoundSessionClose,
 )
@@ -535,6 +538,7 @@ Record = (
     | RelocationRelayReady
     | RelocationCutover
     | RelocationAbort
+    | RelocationCommitted
     | MessageFollowRelay
     | BoundSessionClose
 )

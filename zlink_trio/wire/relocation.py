@@ -1,4 +1,4 @@
-"""Relocation and Message Follow records (120-124, 130).
+"""Relocation and Message Follow records (120-125, 130).
 
 PROVISIONAL until the relocation issue fixes the protocol: the spec leaves these records
 unnumbered and gives only their order (spec 02 §8.1 diagram): the source prepares the
@@ -54,6 +54,7 @@ __all__ = [
     "MAX_RELOCATION_MEMBERS",
     "MessageFollowRelay",
     "RelocationAbort",
+    "RelocationCommitted",
     "RelocationCutover",
     "RelocationPrepare",
     "RelocationRelayReady",
@@ -144,6 +145,19 @@ class RelocationAbort(WireRecord):
     COMMAND: ClassVar[Command] = Command.RELOCATION_ABORT
     relocation_id: OperationId = attrs.field(metadata=wire(OPERATION_ID))
     reason: ErrorKind = attrs.field(metadata=wire(ERROR_KIND))
+
+
+@attrs.frozen(slots=True, kw_only=True)
+class RelocationCommitted(WireRecord):
+    """125: target → source, one-way, after the target's commit (owner CAS, queue merge,
+    route switch): ``server.relocate`` on the source returns once it arrives (a lost one
+    changes nothing: the commit is the Store's). Ours; not in the spec."""
+
+    COMMAND: ClassVar[Command] = Command.RELOCATION_COMMITTED
+    relocation_id: OperationId = attrs.field(metadata=wire(OPERATION_ID))
+    authority_owner_generation: AuthorityOwnerGeneration = attrs.field(
+        metadata=wire(AUTHORITY_OWNER_GENERATION)
+    )
 
 
 @attrs.frozen(slots=True, kw_only=True)

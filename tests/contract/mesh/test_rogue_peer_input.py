@@ -290,23 +290,44 @@ async def test_misrouted_requests_get_a_stale_route_terminal(
     "changes",
     [
         pytest.param(_wrong_object_generation, id="wrong-route-object-generation"),
-        pytest.param(_wrong_owner_generation, id="wrong-expected-owner-generation"),
         pytest.param(_wrong_lease_generation, id="wrong-owner-lease-generation"),
     ],
 )
 async def test_a_route_naming_this_owner_reaches_the_hosted_incarnation(
     autojump_clock: MockClock, changes: Any
 ) -> None:
-    """Current contract (test_actor_create_races, A04-09): the owner admits by ActorId and
-    node lifecycle only; the route's object / owner / lease generations are not checked
-    at ingress, so a stale cached route reaches the incarnation hosted now. Pinned here
-    so a change is deliberate (see the report: an open question, not fixed)."""
+    """The owner fence at ingress (docs/relocation.md, decided with the relocation
+    issue): the owner admits by ActorId and node lifecycle; the route's ObjectGeneration
+    (a cache-staleness hint, spec 04 §5.1) and its OwnerLeaseGeneration copy (spec 02 §5)
+    are not checked on arrival, so a stale cached route reaches the incarnation hosted
+    now."""
     async with rig(autojump_clock) as r:
         request = r.send(**changes(r))
         await r.write(request)
         reply = await r.terminal(request.correlation)
         assert reply == TerminalReply.ok(request.correlation, ReplyPayloadTail(payload=b"rogue"))
         await r.assert_cluster_unharmed(handled=1)
+
+
+async def test_a_route_naming_a_newer_owner_generation_is_refused(
+    autojump_clock: MockClock,
+) -> None:
+    """The owner fence at ingress (docs/relocation.md; changed deliberately by the
+    relocation issue, this was an open question): an ``expected_owner_generation`` NEWER
+    than the hosted activation's names an ownership this node never had — refused
+    InvalidOperation, nothing runs (an older one, a route from before a move that came
+    back, runs: see the relocation contract tests)."""
+    async with rig(autojump_clock) as r:
+        request = r.send(**_wrong_owner_generation(r))
+        await r.write(request)
+        reply = await r.terminal(request.correlation)
+        assert reply.terminal_result is TerminalResult.FAILED
+        assert reply.failure_code is ErrorKind.INVALID_OPERATION
+        await r.write(
+            r.send(**_wrong_owner_generation(r), correlation=0, message_kind=MessageKind.SEND)
+        )
+        await r.barrier()
+        await r.assert_cluster_unharmed()
 
 
 async def test_an_unknown_packet_gets_a_typed_terminal(autojump_clock: MockClock) -> None:

@@ -58,6 +58,7 @@ from zlink_trio.wire import (
     ReadyFence,
     RelayReadyResult,
     RelocationAbort,
+    RelocationCommitted,
     RelocationCutover,
     RelocationPolicy,
     RelocationPrepare,
@@ -457,6 +458,9 @@ ALL_SAMPLES: Final[tuple[WireRecord, ...]] = (
     ),
     RelocationCutover(relocation_id=RELOCATION, relayed_count=3),
     RelocationAbort(relocation_id=RELOCATION, reason=ErrorKind.DEADLINE_EXCEEDED),
+    RelocationCommitted(
+        relocation_id=RELOCATION, authority_owner_generation=AuthorityOwnerGeneration(2)
+    ),
     MessageFollowRelay(
         relocation_id=RELOCATION,
         object_kind=ObjectKind.ACTOR,
