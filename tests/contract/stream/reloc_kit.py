@@ -78,13 +78,14 @@ async def moves_cluster(
     fault_plan: FaultPlan | None = None,
     seal_timeout: float | None = None,
     nodes: int = 3,
+    **settings: Any,
 ) -> AsyncIterator[Moves]:
     """``nodes`` nodes: the last one is the session owner (hosts nothing); the others
     host the Actor type."""
     owner_store = CountingStore(store)
     session_node = nodes - 1
     cas = [FailCas(store) for _ in range(session_node)]
-    timing: dict[str, Any] = {}
+    timing: dict[str, Any] = dict(settings)
     if seal_timeout is not None:
         timing["session_relocation_seal_timeout"] = seal_timeout
 

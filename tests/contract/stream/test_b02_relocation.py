@@ -324,24 +324,31 @@ async def test_b02_25_a_cas_failure_after_relay_ready_never_reopens_the_source(
     the physical session at SessionRelocationSealTimeout."""
     rec = Record()
     tap = WireTap()
-    async with moves_cluster(rec, store, tap=tap) as moves:
+    async with moves_cluster(rec, store, tap=tap, relocation_timeout=4.0) as moves:
         ref = await create(moves.cluster.servers[0], rec, "a")
         target = moves.other(ref)
         moves.cas[target].fail = True
         owner = moves.session_rid()
         async with connect(moves.session_node, "user") as client:
             await bind(client, "a")
-            await relocate(moves, ref, target)
-            sealed = tap.select(
-                node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
-            )
-            t43 = sealed[0]
-            await _send_notes(client, range(5))
-            closed = await client.wait_closed()
-            if clock is not None:
-                assert trio.current_time() - t43.time == pytest.approx(3.0)
-            assert closed.closing is not None
-            assert closed.closing.reason is CloseReason.SEAL_TIMEOUT
+            results: list[Any] = []
+
+            async def move() -> None:
+                results.append(await relocate(moves, ref, target))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(move)
+                sealed = await tap.wait_for(
+                    node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+                )
+                t43 = sealed[0]
+                await _send_notes(client, range(5))
+                closed = await client.wait_closed()
+                if clock is not None:
+                    assert trio.current_time() - t43.time == pytest.approx(3.0)
+                assert closed.closing is not None
+                assert closed.closing.reason is CloseReason.SEAL_TIMEOUT
+            assert [r.committed for r in results] == [False]
             assert moves.cas[target].failed >= 1
             assert _sent_24(tap, moves, t43) == []
             assert tap.count(node=owner, command=Command.SESSION_RELOCATION_ROUTE) == 0
