@@ -5,6 +5,7 @@ B02-26; spec 04 §9 A04-15's move part): a real websocket client on the session 
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import attrs
 import pytest
 import trio
 from reloc_kit import Moves, moves_cluster, relocate
-from stream_kit import SECRET, Record, bind, connect, create, relay
+from stream_kit import SECRET, Record, bind, connect, create, relay, stream_cluster
 
 from zlink_trio import MemoryLocationStore, ZLinkError
 from zlink_trio.testing import (
@@ -489,3 +490,48 @@ async def test_a_disconnect_during_the_seal_is_notified_where_the_44_says(
         assert sent[0].peer.node_rid == moves.cluster.servers[target].identity.node_rid
         late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
         assert flow_count(moves.session_node, late) == 0
+
+
+@pytest.mark.parametrize("session_on", ["source", "target"])
+async def test_b02_21_the_session_owner_on_the_source_or_the_target_node(
+    clock: object, store: CountingStore, session_on: str
+) -> None:
+    """B02-20/B02-21 with the session owner on one of the two Actor nodes (42/43/44 handed
+    over in-process on that side): a numbered stream across the move is handled once, in
+    order; after the move relays run on the target; pushes still arrive; the connection
+    stays."""
+    rec = Record()
+    plan = FaultPlan(seed=7)
+    plan.delay(0.5, command=Command.RELOCATION_CUTOVER)  # widens the sealed window
+    async with stream_cluster(2, rec, store=store, fault_plan=plan) as cluster:
+        ref = await create(cluster.servers[0], rec, "a")
+        source = 0 if ref.node_rid == cluster.servers[0].identity.node_rid else 1
+        target = 1 - source
+        session = cluster.servers[source if session_on == "source" else target]
+        async with connect(session, "user") as client:
+            generation = await bind(client, "a")
+            await _send_notes(client, range(10))
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(
+                    partial(
+                        cluster.servers[source].relocate,
+                        ref.actor_id,
+                        to=cluster.servers[target].identity.node_rid,
+                    )
+                )
+                for i in range(10, 40):
+                    await client.send("relay", f"a|note|{i}".encode())
+                    await trio.sleep(0.02)
+            await _send_notes(client, range(40, 50))
+            await rec.wait_until(lambda: len(_notes(rec)) >= 50)
+            assert _notes(rec) == list(range(50))
+            assert rec.handled_by("a", "note")[-1][0] == target
+            assert await relay(client, "a", "push_req", b"p") == b"pushed"
+            while True:
+                event = await client.receive()
+                if isinstance(event, Push):
+                    break
+            assert event.sequence == generation
+            assert [h[0] for h in rec.handled_by("a", "push_req")] == [target]
+            assert client.closed is None
+            assert rec.disconnects == []
