@@ -27,7 +27,7 @@ from ..objects.destroy import Release, ReleaseOutcome
 from .authority import Authority
 from .bindings import ActorBindings
 from .host import ActorHost
-from .hosted import READY, Barrier, HostedActor
+from .hosted import READY, RELOCATING, Barrier, HostedActor
 
 __all__ = ["ActorDestroyKind"]
 
@@ -68,6 +68,9 @@ class ActorDestroyKind:
             pending = hosted.join
         if host.get(actor_id) is not hosted:
             return Unavailable(f"actor {actor_id.value!r} moved to another node during the destroy")
+        if hosted.state is RELOCATING:
+            # Sealed for a move (docs/relocation.md): the destroy does not race it.
+            return Unavailable(f"actor {actor_id.value!r} is being relocated: retry the destroy")
         spot = hosted.context.spot_id
         if hosted.state is READY and spot is not None and not spot.is_reserved_entry_shape:
             # 04 §6.8: a destroy is not a membership move (no leave callback runs).

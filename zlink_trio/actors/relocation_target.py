@@ -40,14 +40,14 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorId, OperationId, StableType
+from ..ids import ActorId, OperationId, SpotId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
 from ..objects.activity import Activity
 from ..objects.policy import PreserveStateWith
 from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
-from ..store.api import Applied, AuthorityState, ContentRef, LocationStore
+from ..store.api import UNCHANGED, Applied, AuthorityState, ContentRef, LocationStore
 from ..wire.enums import RelayReadyResult
 from ..wire.relocation import (
     RelocationAbort,
@@ -87,6 +87,7 @@ class _Attempt:
         "mesh",
         "record",
         "restored",
+        "spot",
         "unit",
     )
 
@@ -98,6 +99,8 @@ class _Attempt:
         self.actor_type = actor_type
         self.mesh = unit.mesh_name
         self.hosted: HostedActor | None = None
+        self.spot: SpotId | None = None
+        """The Actor's Spot here (an Entry Actor's: this node's Entry Spot)."""
         self.envelope: RelocationEnvelope | None = None
         self.answer: RelocationRelayReady | None = None
         """The relay-ready reply of the first 121 (a repeat gets it again)."""
@@ -153,6 +156,11 @@ class RelocationTarget:
 
     # --- 120 ------------------------------------------------------------------------------
     async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        """120, in the connection's reader: the checks and the Store read run in a task
+        (the reader goes on with the next frame)."""
+        self._nursery.start_soon(self._prepare, peer, record, name="zlink_trio.relocation.prepare")
+
+    async def _prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
         sink = RemoteSink(self._node, peer.address, record.correlation)
         me = self._node.identity
         if (
@@ -219,6 +227,13 @@ class RelocationTarget:
 
     # --- 121 ------------------------------------------------------------------------------
     async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        """121, in the connection's reader: the Restore (Store read, factory, adapter)
+        runs in a task."""
+        self._nursery.start_soon(
+            self._restore_once, peer, record, name="zlink_trio.relocation.restore"
+        )
+
+    async def _restore_once(self, peer: PeerIdentity, record: RelocationRestore) -> None:
         attempt = self._attempts.get(record.relocation_id)
         if attempt is None or attempt.held.source != (peer.node_rid, peer.node_generation):
             await self._answer(peer, record, Unavailable("no prepared relocation of that id here"))
@@ -289,11 +304,16 @@ class RelocationTarget:
         row = await self._authority.read(unit.actor_id)
         if row is None or row.object_generation != unit.object_generation:
             return Unavailable("the Actor's incarnation changed")
+        spot = row.membership
+        if spot is not None and spot.is_reserved_entry_shape:
+            # An Entry Actor belongs to its node's Entry Spot: here, this node's.
+            spot = self._node.entry_spot_id(unit.mesh_name)
+        attempt.spot = spot
         context = ActorContext(
             unit.actor_id,
             unit.object_generation,
             unit.mesh_name,
-            row.membership,
+            spot,
             self._client,
             self._registrar,
         )
@@ -383,7 +403,10 @@ class RelocationTarget:
                 logger.warning("relocation of %r: the source fence no longer holds", unit.actor_id)
                 return False
             result = await self._store.change_owner(
-                key, row.store_version, self._node.owner_fence(unit.mesh_name)
+                key,
+                row.store_version,
+                self._node.owner_fence(unit.mesh_name),
+                membership=attempt.spot if attempt.spot != row.membership else UNCHANGED,
             )
         except StoreOutcomeUnknown:
             current = await self._store.read(key)

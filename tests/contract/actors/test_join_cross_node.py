@@ -299,7 +299,9 @@ async def test_a04_13_a_disable_relocation_type_does_not_move(
 async def test_draining_blocks_new_membership(clock: object, store: CountingStore) -> None:
     """A04-10 (its race rule; 04 §8.1 draining): once the node's shutdown admission seal is in, a Join whose
     handler ends then is not started: FAILED ShuttingDown (its completion still runs,
-    in the drain), and the Actor never moved."""
+    in the drain), and the Join never moved the Actor. (Changed deliberately by the
+    relocation issue: the drain then relocates it to the live peer, its factory's second
+    run, into that node's Entry Spot.)"""
     log = JoinLog()
     async with open_cluster(2, store=store, app=make_join_app(log)) as cluster:
         await cluster.wait_all_admitted()
@@ -322,7 +324,10 @@ async def test_draining_blocks_new_membership(clock: object, store: CountingStor
         await log.wait_for(lambda: len(log.completions_of(actor)) == 1)
         (done,) = log.completions_of(actor)
         assert done.outcome is JoinOutcome.FAILED and isinstance(done.error, ShuttingDown)
-        assert log.factory_runs[actor] == 1
+        assert done.spot_id != target  # the Join did not move it
+        assert log.factory_runs[actor] == 2  # the drain's relocation did (to node 1)
+        ref = await b.actors.find(actor)
+        assert ref is not None and ref.node_rid == b.identity.node_rid
 
 
 async def test_a04_22_a_join_whose_terminal_never_comes_is_settled_by_the_store(

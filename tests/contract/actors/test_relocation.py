@@ -13,6 +13,7 @@ from zlink_trio import (
     AuthorityOwnerGeneration,
     InvalidOperation,
     NotFound,
+    Unavailable,
     ZLinkError,
 )
 from zlink_trio.store.api import ObjectKey
@@ -60,6 +61,10 @@ async def test_a04_13_relocation_keeps_state_generation_and_raises_owner_generat
                     await trio.sleep(0.01)
 
         await owner_is(b, 2)
+        moved = await store.read(ObjectKey.actor(actor))
+        assert moved is not None and moved.membership is not None
+        # an Entry Actor moves into the target node's Entry Spot
+        assert moved.membership != row.membership and moved.membership.is_reserved_entry_shape
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"3@node1"
         assert log.restored == [(actor, b"3")]
 
@@ -298,13 +303,13 @@ async def test_a04_07_cutover_lost_falls_back_after_1000_ms(
 async def test_a04_06_flood_during_moves_runs_each_message_exactly_once_in_order(
     clock: object, store: CountingStore
 ) -> None:
-    """A04-06: while the Actor moves back and forth between three nodes (12 moves),
+    """A04-06: while the Actor moves back and forth between three nodes (20 moves),
     callers on every node flood it with numbered sends and requests: each message runs
     exactly once, each caller's messages in the order it sent them, nothing is lost, the
     ObjectGeneration never changes and the AuthorityOwnerGeneration rises by one per
     move."""
     log = RelocLog()
-    moves = 12
+    moves = 20
     async with open_cluster(3, store=store, app=_apps(log)) as cluster:
         await cluster.wait_all_admitted()
         servers = cluster.servers
@@ -427,3 +432,78 @@ async def test_drain_by_relocation_moves_what_can_move_and_releases_the_rest(
             assert row.owner_generation == AuthorityOwnerGeneration(2)
             assert await b.actors.request(actor, "get", b"").timeout(10) == b"1@node1"
         assert await store.read(ObjectKey.actor(pinned)) is None
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_07_cutover_dropped_by_the_fault_transport(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (after acceptance) with the cutover (123) DROPPED on the wire (the link
+    then breaks at the gap and reconnects): the target still commits (its 1,000 ms
+    fallback), every message the source held or relayed runs once on the target, none on
+    the source, and calls afterwards work."""
+    log = RelocLog()
+    plan = FaultPlan(seed=16)
+    async with open_cluster(3, store=store, app=_apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "dropcut", "counter")
+        log.gate = trio.Event()
+        dropped = plan.drop(command=Command.RELOCATION_CUTOVER, count=1)
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await c.actors.request(actor, "hold", b"").timeout(30)
+
+            async def move() -> None:
+                await a.relocate(actor, to=b.identity.node_rid)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            for i in range(5):
+                await c.actors.send(actor, "add", f"q{i}".encode())
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            log.gate.set()
+        assert dropped.fired == 1
+        await log.wait_for(lambda: len(log.payloads(actor)) == 5)
+        assert log.payloads(actor) == [f"q{i}".encode() for i in range(5)]
+        assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node1"}
+        stats = b.statistics().actors
+        assert stats is not None and stats.relocation.cutover_timeouts == 1
+        # The dropped frame's gap breaks that link at its next frame (a keepalive ping at
+        # the latest, in virtual time here); once it reconnected, calls work.
+        await trio.sleep(10)
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"6@node1"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_destroy_during_a_move_is_unavailable_and_the_move_completes(
+    clock: object, store: CountingStore
+) -> None:
+    """A destroy that arrives while the Actor is sealed for a move ends Unavailable (the
+    Actor is not destroyed under the move, as a Close of a sealed Spot, spec 06 §7); the
+    move completes and a destroy afterwards (on the new owner) succeeds."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "nodestroy", "counter")
+        ref = await b.actors.find(actor)
+        assert ref is not None
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(actor, to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            with pytest.raises(Unavailable):
+                await a.actors.destroy(ref)
+            log.restore_gate.set()
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+        moved = await b.actors.find(actor)
+        assert moved is not None
+        await b.actors.destroy(moved)
+        assert await store.read(ObjectKey.actor(actor)) is None
