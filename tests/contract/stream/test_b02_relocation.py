@@ -454,7 +454,8 @@ async def test_a_disconnect_during_the_seal_is_notified_where_the_44_says(
     """Spec 02 §9: a physical disconnect says nothing about the relocation's outcome. The
     client closes while its binding is sealed (the 44 is delayed 0.5 s on the wire): the
     move still commits and the binding's disconnect notification (38 DISCONNECT) goes
-    once, after the 44, to the TARGET — never to the source; no late-update warning."""
+    once, after the 44, to the TARGET — never to the source; no late-update warning; its
+    OnDisconnectActor runs once, on the target."""
     rec = Record()
     tap = WireTap()
     plan = FaultPlan(seed=6)
@@ -490,6 +491,11 @@ async def test_a_disconnect_during_the_seal_is_notified_where_the_44_says(
         assert sent[0].peer.node_rid == moves.cluster.servers[target].identity.node_rid
         late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
         assert flow_count(moves.session_node, late) == 0
+        with trio.fail_after(30):
+            await rec.wait_until(lambda: len(rec.disconnects) >= 1)
+        assert [(d[0], d[1]) for d in rec.disconnects] == [(target, "a")]
+        await trio.sleep(5)
+        assert len(rec.disconnects) == 1
 
 
 @pytest.mark.parametrize("session_on", ["source", "target"])
