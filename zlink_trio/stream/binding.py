@@ -56,6 +56,7 @@ __all__ = [
     "Releasing",
     "SealOutcome",
     "Sealed",
+    "Sender",
     "SessionBindingAggregate",
     "SessionEntry",
     "SessionOwnerIdentity",
@@ -176,6 +177,8 @@ class Ended:
 
 
 BindingState: TypeAlias = Bound | Sealed | Releasing | Ended
+Sender: TypeAlias = tuple[NodeRid, NodeGeneration]
+"""The node lifecycle a relocation command came from (the transport proved it)."""
 BOUND: Final = Bound()
 MAX_EARLY_PUSHES: Final = 1024
 """Pushes of a sealed binding's next owner kept until its 44 (more are rejected)."""
@@ -501,6 +504,8 @@ class SessionBindingAggregate:
         object_generation: ObjectGeneration,
         relocation_id: OperationId,
         deadline: float,
+        *,
+        sender: Sender | None = None,
     ) -> tuple[SealOutcome, Binding | None]:
         """Command 42: seal that binding for ``relocation_id`` (held messages from now on,
         until 44 or ``deadline``). Sealing again for the same relocation is a no-op; a
@@ -514,6 +519,8 @@ class SessionBindingAggregate:
             or binding.object_generation != object_generation
         ):
             return SealOutcome.REJECTED, None
+        if sender is not None and not _routes_to(binding.route, sender):
+            return SealOutcome.REJECTED, binding  # only the Actor's owner seals its route
         state = binding.state
         if isinstance(state, Sealed):
             if state.relocation_id == relocation_id:
@@ -550,7 +557,9 @@ class SessionBindingAggregate:
         state.held = []
         return batch
 
-    def apply_route(self, commit: SessionRouteCommit) -> tuple[Binding, list[Held]] | None:
+    def apply_route(
+        self, commit: SessionRouteCommit, *, sender: Sender | None = None
+    ) -> tuple[Binding, list[Held]] | None:
         """Command 44 commit: switch the route and the ActorRef location snapshot of the
         sealed binding together, lift the seal and hand back the held messages (the
         caller submits them to the new route before anything accepted later: the binding
@@ -576,6 +585,8 @@ class SessionBindingAggregate:
         state = binding.state
         if not isinstance(state, Sealed) or state.relocation_id != commit.relocation_id:
             return None
+        if sender is not None and sender != (commit.target_rid, commit.target_node_generation):
+            return None  # a commit comes from the move's target itself
         old_node = binding.route.node_rid
         binding.route = BindingRoute(
             commit.target_mesh,
@@ -596,7 +607,9 @@ class SessionBindingAggregate:
         binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
-    def abort_seal(self, abort: SessionRouteAbort) -> tuple[Binding, list[Held]] | None:
+    def abort_seal(
+        self, abort: SessionRouteAbort, *, sender: Sender | None = None
+    ) -> tuple[Binding, list[Held]] | None:
         """Command 44 abort: lift only the matching seal; the held messages go back to the
         source route (the caller resubmits them, no reply). None when nothing matches."""
         entry = self._sessions.get(abort.session_rid)
@@ -606,11 +619,13 @@ class SessionBindingAggregate:
         state = binding.state
         if not isinstance(state, Sealed) or state.relocation_id != abort.relocation_id:
             return None
+        if sender is not None and not _routes_to(binding.route, sender):
+            return None  # an abort comes from the source (the route that stays)
         binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
     def resolve_parked(
-        self, action: SessionRouteCommit | SessionRouteAbort
+        self, action: SessionRouteCommit | SessionRouteAbort, *, sender: Sender | None = None
     ) -> tuple[Binding, Sealed] | None:
         """A 44 for a sealed binding of a session that closed meanwhile: a commit switches
         its route and ref (an abort keeps them), the seal is lifted (its held messages
@@ -626,6 +641,10 @@ class SessionBindingAggregate:
             if (
                 binding.actor_id != action.actor_id
                 or binding.object_generation != action.object_generation
+                or (
+                    sender is not None
+                    and sender != (action.target_rid, action.target_node_generation)
+                )
             ):
                 return None
             binding.route = BindingRoute(
@@ -638,6 +657,8 @@ class SessionBindingAggregate:
             binding.ref = ActorRef(
                 binding.actor_id, binding.object_generation, action.target_mesh, action.target_rid
             )
+        elif sender is not None and not _routes_to(binding.route, sender):
+            return None
         del self._parked[(action.session_rid, action.binding_generation)]
         binding.state = Ended(EndReason.DISCONNECTED)
         return binding, state
@@ -661,3 +682,7 @@ class SessionBindingAggregate:
             return False
         self.end(binding, EndReason.SEAL_TIMEOUT)
         return True
+
+
+def _routes_to(route: BindingRoute, sender: Sender) -> bool:
+    return route.node_rid == sender[0] and route.node_generation == sender[1]

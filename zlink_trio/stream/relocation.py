@@ -42,7 +42,7 @@ from ..wire.enums import SealResult
 from ..wire.records import SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed
 from ..wire.stream import CloseReason
 from ..wire.tails import SessionRouteAbort, SessionRouteCommit, SessionTail
-from .binding import Binding, Held, Releasing, Sealed, SealOutcome
+from .binding import Binding, Held, Releasing, Sealed, SealOutcome, Sender
 
 if TYPE_CHECKING:
     from ..ids import OperationId
@@ -97,8 +97,9 @@ class SessionRelocations:
         node.on(Command.SESSION_RELOCATION_ROUTE, self._on_route)
 
     # --- 42 → 43 ----------------------------------------------------------------------------
-    def seal(self, record: SessionRelocationSeal) -> SessionRelocationSealed:
-        """Install the seal ``record`` asks for (one synchronous step); the 43."""
+    def seal(self, record: SessionRelocationSeal, sender: Sender) -> SessionRelocationSealed:
+        """Install the seal ``record`` asks for (one synchronous step); the 43. Only the
+        binding's Actor owner (``sender``, its route's node lifecycle) may seal it."""
         server = self._server
         conn = server.connection(record.session_rid)
         if conn is None or conn.closed:
@@ -111,6 +112,7 @@ class SessionRelocations:
             record.object_generation,
             record.relocation_id,
             deadline,
+            sender=sender,
         )
         if outcome is SealOutcome.REJECTED or binding is None:
             kind = ErrorKind.UNAVAILABLE if binding is None else ErrorKind.INVALID_OPERATION
@@ -130,7 +132,7 @@ class SessionRelocations:
         )
 
     async def _on_seal(self, peer: PeerIdentity, record: SessionRelocationSeal) -> None:
-        reply = self.seal(record)
+        reply = self.seal(record, (peer.node_rid, peer.node_generation))
         node = self._server.node
         try:
             await node.send(peer.address, reply, wait=False)
@@ -170,21 +172,22 @@ class SessionRelocations:
             )
 
     # --- 44 -----------------------------------------------------------------------------------
-    def route(self, record: SessionRelocationRoute) -> None:
-        """Apply a 44 (one synchronous step): commit or abort of a matching seal, else a
-        ``late_session_route_update``. Never answered."""
+    def route(self, record: SessionRelocationRoute, sender: Sender) -> None:
+        """Apply a 44 (one synchronous step): commit (from the move's target) or abort
+        (from its source) of a matching seal, else a ``late_session_route_update``.
+        Never answered."""
         server = self._server
         action = record.action
         aggregate = server.aggregate
         if isinstance(action, SessionRouteCommit):
-            result = aggregate.apply_route(action)
+            result = aggregate.apply_route(action, sender=sender)
             what = "commit"
         else:
             assert isinstance(action, SessionRouteAbort)
-            result = aggregate.abort_seal(action)
+            result = aggregate.abort_seal(action, sender=sender)
             what = "abort"
         if result is None:
-            parked = aggregate.resolve_parked(action)
+            parked = aggregate.resolve_parked(action, sender=sender)
             if parked is not None:
                 resolved = parked[1].resolved
                 if isinstance(resolved, trio.Event):
@@ -237,7 +240,7 @@ class SessionRelocations:
         return True
 
     async def _on_route(self, peer: PeerIdentity, record: SessionRelocationRoute) -> None:
-        self.route(record)
+        self.route(record, (peer.node_rid, peer.node_generation))
         await trio.lowlevel.checkpoint()
 
     async def _release(self, conn: Connection, binding: Binding) -> None:

@@ -728,11 +728,13 @@ class StreamServer:
 
     def seal(self, record: SessionRelocationSeal) -> SessionRelocationSealed:
         """Command 42 from a relocation source on this node, in-process: its 43."""
-        return self.relocations.seal(record)
+        me = self.node.identity
+        return self.relocations.seal(record, (me.node_rid, me.node_generation))
 
     def route(self, record: SessionRelocationRoute) -> None:
         """Command 44 from a relocation target or coordinator on this node, in-process."""
-        self.relocations.route(record)
+        me = self.node.identity
+        self.relocations.route(record, (me.node_rid, me.node_generation))
 
     async def _on_push(self, peer: PeerIdentity, record: BoundSessionSend) -> None:
         self.deliver_push(record)

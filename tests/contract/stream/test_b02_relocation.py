@@ -541,3 +541,89 @@ async def test_b02_21_the_session_owner_on_the_source_or_the_target_node(
             assert [h[0] for h in rec.handled_by("a", "push_req")] == [target]
             assert client.closed is None
             assert rec.disconnects == []
+
+
+async def test_relocation_commands_from_a_peer_that_does_not_own_the_actor_change_nothing(
+    autojump_clock: object,
+) -> None:
+    """Bad input: an admitted peer that is not the bound Actor's owner sends a 42 naming
+    the client's real binding (answered 43 REJECTED, no seal: the connection outlives the
+    seal timeout) and a 44 commit routing it to itself (`late_session_route_update`, the
+    route and Ref unchanged); the client's relays still run where they did."""
+    sys.path.insert(0, _MESH_TESTS)
+    from mesh_kit import fake_peer
+
+    from zlink_trio.ids import OperationId
+    from zlink_trio.mesh.frames import pack_frame
+    from zlink_trio.wire import encode
+    from zlink_trio.wire.peer import PeerPing, PeerPong
+    from zlink_trio.wire.records import (
+        SessionRelocationRoute,
+        SessionRelocationSeal,
+        SessionRelocationSealed,
+    )
+
+    rec = Record()
+    store = CountingStore(MemoryLocationStore())
+    async with moves_cluster(rec, store) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        owner = moves.session_node
+        async with connect(owner, "user") as client:
+            generation = await bind(client, "a")
+            before = await client.request("ref", b"a")
+            async with fake_peer(moves.cluster.store, SECRET, owner) as (io, me):
+
+                async def write(record: Any) -> None:
+                    io.sent += 1
+                    await io.write_all(pack_frame(io.sent, encode(record)))
+
+                seal = SessionRelocationSeal(
+                    correlation=7,
+                    relocation_id=OperationId(77),
+                    actor_id=ref.actor_id,
+                    object_generation=ref.object_generation,
+                    session_rid=client.connection_id,
+                    binding_generation=generation,
+                )
+                await write(seal)
+                while True:
+                    answer = await io.read_record()
+                    if isinstance(answer, PeerPing):
+                        await write(PeerPong(token=answer.token))
+                        continue
+                    break
+                assert isinstance(answer, SessionRelocationSealed)
+                assert answer.correlation == 7 and answer.result is SealResult.REJECTED
+                commit = _commit_to(ref, me, client.connection_id, generation, owner)
+                await write(SessionRelocationRoute(action=commit))
+                await write(PeerPing(token=9))
+                while True:
+                    answer = await io.read_record()
+                    if isinstance(answer, PeerPong):
+                        break
+                late = FlowEvent.LATE_SESSION_ROUTE_UPDATE
+                assert flow_count(owner, late) == 1
+            await trio.sleep(5)  # past any seal timeout
+            assert client.closed is None
+            assert await client.request("ref", b"a") == before
+            assert await relay(client, "a", "echo", b"still") == b"still"
+            assert [h[0] for h in rec.handled_by("a", "echo")] == [moves.index_of(ref.node_rid)]
+
+
+def _commit_to(ref: Any, me: Any, session_rid: bytes, generation: int, owner: Any) -> Any:
+    from zlink_trio.ids import AuthorityOwnerGeneration, OperationId, OwnerLeaseGeneration
+
+    return SessionRouteCommit(
+        relocation_id=OperationId(77),
+        actor_id=ref.actor_id,
+        object_generation=ref.object_generation,
+        target_mesh=ref.mesh_name,
+        target_rid=me.node_rid,
+        target_node_generation=me.node_generation,
+        authority_owner_generation=AuthorityOwnerGeneration(99),
+        owner_lease_generation=OwnerLeaseGeneration(1),
+        session_owner_rid=owner.identity.node_rid,
+        session_owner_generation=owner.identity.node_generation,
+        session_rid=session_rid,
+        binding_generation=generation,
+    )
