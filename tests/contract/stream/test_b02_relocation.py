@@ -627,3 +627,42 @@ def _commit_to(ref: Any, me: Any, session_rid: bytes, generation: int, owner: An
         session_rid=session_rid,
         binding_generation=generation,
     )
+
+
+async def test_b02_21_a_held_request_keeps_its_own_deadline(autojump_clock: object) -> None:
+    """B02-21 (spec 02 §8.1: held messages keep their own deadline): a request relayed
+    while the binding is sealed, with a 500 ms deadline, is answered DeadlineExceeded at
+    exactly 500 ms although the 44 comes 2 s later, and its handler never runs; a held
+    request with a longer deadline runs on the target after the 44."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=8)
+    plan.delay(2.0, command=Command.SESSION_RELOCATION_ROUTE)
+    store = CountingStore(MemoryLocationStore())
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        owner = moves.session_rid()
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            answers: dict[str, object] = {}
+
+            async def ask(name: str, timeout_ms: int) -> None:
+                started = trio.current_time()
+                try:
+                    answers[name] = await client.request(
+                        "relay", f"a|echo|{name}".encode(), timeout_ms=timeout_ms
+                    )
+                except ZLinkError as exc:
+                    answers[name] = (type(exc).__name__, trio.current_time() - started)
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(relocate, moves, ref, target)
+                await tap.wait_for(
+                    node=owner, direction=SENT, command=Command.SESSION_RELOCATION_SEALED
+                )
+                nursery.start_soon(ask, "short", 500)
+                nursery.start_soon(ask, "long", 10_000)
+            assert answers["short"] == ("DeadlineExceeded", pytest.approx(0.5))
+            assert answers["long"] == b"long"
+            assert [(h[0], h[3]) for h in rec.handled_by("a", "echo")] == [(target, b"long")]
