@@ -93,8 +93,8 @@ async def _send_notes(client: Any, numbers: range, actor: str = "a") -> None:
 
 
 def _sent_24(tap: WireTap, moves: Moves, since: Any = None, until: Any = None) -> list[Any]:
-    """The 24s the session owner sent strictly after tap event ``since`` and before
-    ``until`` (in recording order; None: from the start / to the end)."""
+    """The 24s to Actor ``a`` the session owner sent strictly after tap event ``since``
+    and before ``until`` (in recording order; None: from the start / to the end)."""
     events = tap.events
     start = 0 if since is None else events.index(since) + 1
     end = len(events) if until is None else events.index(until)
@@ -102,7 +102,10 @@ def _sent_24(tap: WireTap, moves: Moves, since: Any = None, until: Any = None) -
     return [
         e
         for e in events[start:end]
-        if e.node == owner and e.direction is SENT and e.command == Command.ACTOR_SEND
+        if e.node == owner
+        and e.direction is SENT
+        and e.command == Command.ACTOR_SEND
+        and e.record.actor_id.value == "a"
     ]
 
 
@@ -112,17 +115,20 @@ async def test_b02_21_a_numbered_stream_crosses_the_move_once_and_in_order(
     """B02-21: a numbered stream relayed before, during and after the move: every number
     is handled exactly once, in session order; those the client sent while the binding
     was sealed (after the 43, before the 44 — held 0.5 s on the wire) left the session
-    owner only after the 44 and before every later one, and all ran on the target."""
+    owner only after the 44 and before every later one, and all ran on the target; another
+    Actor bound to the same session is not held meanwhile."""
     rec = Record()
     tap = WireTap()
     plan = FaultPlan(seed=1)
     plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
     async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
         ref = await create(moves.cluster.servers[0], rec, "a")
+        await create(moves.cluster.servers[0], rec, "b")
         target = moves.other(ref)
         owner = moves.session_rid()
         async with connect(moves.session_node, "user") as client:
             await bind(client, "a")
+            await bind(client, "b")
             await _send_notes(client, range(10))
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(relocate, moves, ref, target)
@@ -132,10 +138,15 @@ async def test_b02_21_a_numbered_stream_crosses_the_move_once_and_in_order(
                 t43 = sealed[0]
                 await _send_notes(client, range(10, 30))
                 assert await client.request("local", b"x") == b"local:x"  # 10..29 accepted
+                # another Actor of the same session is not sealed: it answers at once
+                assert await relay(client, "b", "echo", b"b") == b"b"
+                b_answered = trio.current_time()
             route = await tap.wait_for(
                 node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
             )
             t44 = route[0]
+            if clock is not None:
+                assert b_answered < t44.time
             await _send_notes(client, range(30, 40))
             await rec.wait_until(lambda: len(_notes(rec)) >= 40)
             assert await relay(client, "a", "echo", b"end") == b"end"
