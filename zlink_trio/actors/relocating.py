@@ -258,9 +258,10 @@ class ActorRelocator:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
         and before its queued work); raises _Abort when the Actor cannot be sealed."""
         sealed = trio.Event()
+        live = [True]  # a seal item that runs after this relocation gave up does nothing
 
         def seal(actor: HostedActor) -> None:
-            if actor.state is READY and actor.join is None:
+            if live[0] and actor.state is READY and actor.join is None:
                 self._host.seal_relocation(actor)
             sealed.set()
 
@@ -271,7 +272,10 @@ class ActorRelocator:
             lane.submit_nowait(ActorWork(seal), lifecycle=True)
         except ZLinkError as exc:
             raise _Abort(Unavailable(f"the Actor cannot be sealed: {exc}")) from None
-        await sealed.wait()
+        try:
+            await sealed.wait()
+        finally:
+            live[0] = False
         if hosted.state is not RELOCATING:
             raise _Abort(Unavailable(f"actor {hosted.actor_id.value!r} is joining or destroyed"))
         for item in hosted.parked or ():
