@@ -80,6 +80,9 @@ from ..wire.records import (
     BoundSessionClose,
     BoundSessionReplaced,
     BoundSessionSend,
+    SessionRelocationRoute,
+    SessionRelocationSeal,
+    SessionRelocationSealed,
     TerminalReply,
 )
 from ..wire.tails import ActorAuthorityFence, BindTail, RetiredSessionBinding, SessionTail
@@ -126,14 +129,18 @@ OnDisconnectActor = Callable[[DisconnectEvent], Awaitable[object]]
 
 class SessionPort(Protocol):
     """A session owner on THIS node (the STREAM package implements it): what command 36,
-    51 and 140 carry, handed over in-process without encoding. Each call only checks and
-    queues (it never waits)."""
+    51, 140 and the relocation's 42 / 44 carry, handed over in-process without encoding.
+    Each call only checks and queues (it never waits); ``seal`` returns its 43."""
 
     def deliver_push(self, record: BoundSessionSend) -> None: ...
 
     def replaced(self, record: BoundSessionReplaced) -> None: ...
 
     def control(self, record: BoundSessionClose) -> None: ...
+
+    def seal(self, record: SessionRelocationSeal) -> SessionRelocationSealed: ...
+
+    def route(self, record: SessionRelocationRoute) -> None: ...
 
 
 @attrs.frozen(slots=True)
@@ -283,6 +290,36 @@ class ActorBindings:
     def bound(self, actor_id: ActorId, generation: ObjectGeneration) -> bool:
         binding = self._bindings.get(actor_id)
         return binding is not None and binding.generation == generation
+
+    # --- relocation (the sessions participant, actors/session_moves.py) ----------------------
+    def carry(
+        self, actor_id: ActorId, generation: ObjectGeneration
+    ) -> tuple[BindingIdentity, MeshName | None] | None:
+        """The current binding of that incarnation and the mesh its session owner reached
+        this node through (None: the session owner is this node), or None."""
+        binding = self._bindings.get(actor_id)
+        if binding is None or binding.generation != generation:
+            return None
+        return binding.identity, binding.mesh
+
+    def adopt(
+        self,
+        actor_id: ActorId,
+        identity: BindingIdentity,
+        generation: ObjectGeneration,
+        owner_generation: AuthorityOwnerGeneration,
+        mesh: MeshName | None,
+    ) -> None:
+        """A relocation target: the moved incarnation's binding is registered here (relays
+        of that binding are admitted, the Actor's pushes go to its session)."""
+        self._bindings[actor_id] = _Binding(identity, generation, owner_generation, mesh)
+
+    def release(self, actor_id: ActorId, identity: BindingIdentity) -> None:
+        """Forget that binding of ``actor_id`` (its Actor moved away, or the move's hidden
+        activation here was discarded); a later binding is untouched."""
+        binding = self._bindings.get(actor_id)
+        if binding is not None and binding.identity == identity:
+            del self._bindings[actor_id]
 
     # --- command 38 ---------------------------------------------------------------------------
     async def _on_bind(self, peer: PeerIdentity, record: BoundSessionBind) -> None:

@@ -79,6 +79,7 @@ from .registry import ActorTypes
 from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
+from .session_moves import SessionMoves
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats, RelocationStatistics
 
 if TYPE_CHECKING:
@@ -162,7 +163,9 @@ class ActorRuntime:
         """Session bindings of the hosted Actors (spec 02): command 38, relay checks,
         ``context.session`` push/close."""
         self.client.bindings = self.bindings
-        self.relocation_participants: list[ActorRelocationParticipant] = []
+        self.session_moves = SessionMoves(node, self.bindings)
+        """The sessions participant (spec 02 §8: commands 42/43/44)."""
+        self.relocation_participants: list[ActorRelocationParticipant] = [self.session_moves]
         """Framework state that moves with a relocating Actor, called in the order of
         :mod:`zlink_trio.objects.relocation` (docs/relocation.md, "Participants")."""
         self.target: CreateTarget[ActorId] = CreateTarget(

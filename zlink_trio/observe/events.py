@@ -106,6 +106,10 @@ class FlowEvent(enum.Enum):
     LATE_SESSION_ROUTE_UPDATE = ("late_session_route_update", _WARNING, "sessions")
     """A command 44 (or another relocation's update) arrived after its seal was resolved:
     ignored (spec 02 §8)."""
+    SESSION_SEAL_TIMEOUT = ("session_seal_timeout", _WARNING, "sessions")
+    """A relocation seal of a binding got no command 44 within
+    SessionRelocationSealTimeout: the physical session was closed and the binding's held
+    messages dropped (spec 02 §8.1)."""
     CUTOVER_TIMEOUT = ("cutover_timeout", _WARNING, "sessions")
     """The relocation cutover did not confirm within the fallback: the fallback runs
     (spec 02 §8.1)."""

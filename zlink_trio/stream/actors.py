@@ -49,7 +49,8 @@ from ..wire.enums import BindAction, MessageKind
 from ..wire.records import ActorSend, BoundSessionBind, TerminalReply
 from ..wire.stream import Bound, Unbound, UnboundReason
 from ..wire.tails import BindTail, ReplyPayloadTail, SessionTail
-from .binding import Binding, BindingRoute, EndReason, Sealed
+from .binding import Binding, BindingRoute, EndReason, Releasing, Sealed
+from .relocation import HeldRelay
 from .session import Packet, PendingRequest
 
 if TYPE_CHECKING:
@@ -132,9 +133,10 @@ class SessionActor:
             session_sequence=sequence,
         )
         dispatch._relayed = True
-        if isinstance(binding.state, Sealed):
-            # Relocation in progress (spec 02 §8.1): kept by the aggregate, in order.
-            server.aggregate.hold(binding, (kind, name, value, pending, tail), sequence)
+        if isinstance(binding.state, Sealed | Releasing):
+            # Relocation in progress (spec 02 §8.1): kept by the aggregate, in order
+            # (behind the held messages still being released).
+            server.aggregate.hold(binding, HeldRelay(kind, name, value, pending, tail), sequence)
             await trio.lowlevel.checkpoint()
             return
         try:

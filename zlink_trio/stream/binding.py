@@ -46,14 +46,17 @@ from ..wire.tails import BindTail, SessionRouteAbort, SessionRouteCommit
 
 __all__ = [
     "BOUND",
+    "MAX_EARLY_PUSHES",
     "Binding",
     "BindingRoute",
     "Bound",
     "EndReason",
     "Ended",
     "Held",
+    "Releasing",
     "SealOutcome",
     "Sealed",
+    "Sender",
     "SessionBindingAggregate",
     "SessionEntry",
     "SessionOwnerIdentity",
@@ -128,12 +131,44 @@ class Sealed:
     """A relocation of the bound Actor installed a seal: relays are held in arrival order
     until command 44 (commit or abort) or the seal deadline."""
 
-    __slots__ = ("deadline", "held", "relocation_id")
+    __slots__ = ("deadline", "early", "held", "relocation_id", "resolved", "timer")
 
     def __init__(self, relocation_id: OperationId, deadline: float) -> None:
         self.relocation_id = relocation_id
         self.deadline = deadline
         self.held: list[Held] = []
+        self.early: list[BoundSessionSend] = []
+        """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
+        self.timer: object = None
+        """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
+        self.resolved: object = None
+        """Set by the session owner when a 44 resolved a parked seal."""
+
+
+@final
+class Releasing:
+    """Command 44 was applied (a commit switched the route and the ref; an abort kept the
+    source route): the seal and its timeout are over, and the held messages are being
+    submitted in arrival order. A relay accepted now queues behind them (so nothing
+    that arrives after the unseal overtakes a held message); the binding is Bound once
+    the queue is empty (:meth:`SessionBindingAggregate.take_held`)."""
+
+    __slots__ = ("early", "held", "relocation_id", "timer")
+
+    def __init__(
+        self,
+        relocation_id: OperationId,
+        held: list[Held],
+        timer: object,
+        early: list[BoundSessionSend],
+    ) -> None:
+        self.relocation_id = relocation_id
+        self.held = held
+        self.early = early
+        """The kept early pushes (:meth:`SessionBindingAggregate.accept_push`), for the
+        session owner to check again (commit) or drop (abort)."""
+        self.timer = timer
+        """The seal's timer, for the session owner to cancel."""
 
 
 @attrs.frozen
@@ -141,8 +176,12 @@ class Ended:
     reason: EndReason
 
 
-BindingState: TypeAlias = Bound | Sealed | Ended
+BindingState: TypeAlias = Bound | Sealed | Releasing | Ended
+Sender: TypeAlias = tuple[NodeRid, NodeGeneration]
+"""The node lifecycle a relocation command came from (the transport proved it)."""
 BOUND: Final = Bound()
+MAX_EARLY_PUSHES: Final = 1024
+"""Pushes of a sealed binding's next owner kept until its 44 (more are rejected)."""
 
 
 @final
@@ -210,11 +249,13 @@ class SealOutcome(enum.Enum):
 class SessionBindingAggregate:
     """See the module docstring."""
 
-    __slots__ = ("_admitting", "_by_node", "_generation", "_sessions", "owner")
+    __slots__ = ("_admitting", "_by_node", "_generation", "_parked", "_sessions", "owner")
 
     def __init__(self, owner: SessionOwnerIdentity) -> None:
         self.owner = owner
         self._sessions: dict[bytes, SessionEntry] = {}
+        self._parked: dict[tuple[bytes, int], Binding] = {}
+        """Sealed bindings of closed sessions, until their seal resolves (see close)."""
         self._by_node: dict[NodeRid, set[Binding]] = {}
         self._generation = 0
         self._admitting = True
@@ -257,6 +298,10 @@ class SessionBindingAggregate:
         snapshot = list(entry.bindings.values())
         for binding in snapshot:
             self._forget(binding)
+            if isinstance(binding.state, Sealed):
+                # A physical disconnect says nothing about the move: the seal's 44 (or
+                # its deadline) still decides which route the disconnect goes to.
+                self._parked[(entry.session_rid, binding.generation)] = binding
         if self._sessions.get(entry.session_rid) is entry:
             del self._sessions[entry.session_rid]
         return snapshot
@@ -325,10 +370,15 @@ class SessionBindingAggregate:
         return entry.sequence
 
     # --- Actor → session records (36, 51, 140) ----------------------------------------------------
-    def accept_push(self, record: BoundSessionSend) -> Binding | str:
+    def accept_push(self, record: BoundSessionSend) -> Binding | str | None:
         """The binding a push may be submitted through, or why it may not (all four of
         spec 02 §5 must be current: ObjectGeneration, source NodeGeneration,
-        AuthorityOwnerGeneration, binding generation)."""
+        AuthorityOwnerGeneration, binding generation).
+
+        None: the push is kept — its binding is sealed for a relocation and the push comes
+        from a newer owner of the same incarnation (the move's target runs turns before
+        its command 44 is handled here). It is checked again against the committed route
+        when the 44 commit is applied, and dropped by an abort or the seal timeout."""
         owner = self.owner
         if (
             record.session_owner_rid != owner.node_rid
@@ -349,6 +399,16 @@ class SessionBindingAggregate:
             or route.node_generation != record.source_node_generation
             or route.owner_generation != record.authority_owner_generation
         ):
+            state = binding.state
+            if (
+                isinstance(state, Sealed)
+                and binding.actor_id == record.actor_id
+                and binding.object_generation == record.object_generation
+                and record.authority_owner_generation.value > route.owner_generation.value
+                and len(state.early) < MAX_EARLY_PUSHES
+            ):
+                state.early.append(record)
+                return None
             return "stale Actor, owner or binding fence"
         return binding
 
@@ -444,6 +504,8 @@ class SessionBindingAggregate:
         object_generation: ObjectGeneration,
         relocation_id: OperationId,
         deadline: float,
+        *,
+        sender: Sender | None = None,
     ) -> tuple[SealOutcome, Binding | None]:
         """Command 42: seal that binding for ``relocation_id`` (held messages from now on,
         until 44 or ``deadline``). Sealing again for the same relocation is a no-op; a
@@ -457,27 +519,51 @@ class SessionBindingAggregate:
             or binding.object_generation != object_generation
         ):
             return SealOutcome.REJECTED, None
+        if sender is not None and not _routes_to(binding.route, sender):
+            return SealOutcome.REJECTED, binding  # only the Actor's owner seals its route
         state = binding.state
         if isinstance(state, Sealed):
             if state.relocation_id == relocation_id:
                 return SealOutcome.SEALED, binding
             return SealOutcome.REJECTED, binding
-        binding.state = Sealed(relocation_id, deadline)
+        sealed = Sealed(relocation_id, deadline)
+        if isinstance(state, Releasing):
+            # Held messages of the previous move not submitted yet stay first in line.
+            sealed.held, state.held = state.held, []
+        binding.state = sealed
         return SealOutcome.SEALED, binding
 
     def hold(self, binding: Binding, item: object, sequence: int) -> bool:
-        """Keep a relay accepted while ``binding`` is sealed (True), or False when it is
-        not sealed (the caller submits it)."""
+        """Keep a relay accepted while ``binding`` is sealed or its held messages are
+        still being released (True), or False when it is Bound (the caller submits it)."""
         state = binding.state
-        if not isinstance(state, Sealed):
+        if not isinstance(state, Sealed | Releasing):
             return False
         state.held.append(Held(item, sequence))
         return True
 
-    def apply_route(self, commit: SessionRouteCommit) -> tuple[Binding, list[Held]] | None:
+    def take_held(self, binding: Binding) -> list[Held]:
+        """The next batch of held messages of a releasing binding, in arrival order. An
+        empty batch means the queue is drained: the binding is Bound from this step on
+        (later relays go straight to the route). Empty as well when the binding is not
+        releasing (it ended meanwhile: the caller drops nothing, there is nothing)."""
+        state = binding.state
+        if not isinstance(state, Releasing):
+            return []
+        batch = state.held
+        if not batch:
+            binding.state = BOUND
+            return []
+        state.held = []
+        return batch
+
+    def apply_route(
+        self, commit: SessionRouteCommit, *, sender: Sender | None = None
+    ) -> tuple[Binding, list[Held]] | None:
         """Command 44 commit: switch the route and the ActorRef location snapshot of the
         sealed binding together, lift the seal and hand back the held messages (the
-        caller submits them to the new route before anything accepted later). None — a
+        caller submits them to the new route before anything accepted later: the binding
+        is :class:`Releasing` until :meth:`take_held` drained them). None — a
         ``late_session_route_update`` — when the seal is not that relocation's (late,
         duplicate, or another relocation's update): nothing changes."""
         entry = self._sessions.get(commit.session_rid)
@@ -499,6 +585,8 @@ class SessionBindingAggregate:
         state = binding.state
         if not isinstance(state, Sealed) or state.relocation_id != commit.relocation_id:
             return None
+        if sender is not None and sender != (commit.target_rid, commit.target_node_generation):
+            return None  # a commit comes from the move's target itself
         old_node = binding.route.node_rid
         binding.route = BindingRoute(
             commit.target_mesh,
@@ -516,10 +604,12 @@ class SessionBindingAggregate:
             if not on_old:
                 del self._by_node[old_node]
         self._by_node.setdefault(commit.target_rid, set()).add(binding)
-        binding.state = BOUND
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
-    def abort_seal(self, abort: SessionRouteAbort) -> tuple[Binding, list[Held]] | None:
+    def abort_seal(
+        self, abort: SessionRouteAbort, *, sender: Sender | None = None
+    ) -> tuple[Binding, list[Held]] | None:
         """Command 44 abort: lift only the matching seal; the held messages go back to the
         source route (the caller resubmits them, no reply). None when nothing matches."""
         entry = self._sessions.get(abort.session_rid)
@@ -529,8 +619,59 @@ class SessionBindingAggregate:
         state = binding.state
         if not isinstance(state, Sealed) or state.relocation_id != abort.relocation_id:
             return None
-        binding.state = BOUND
+        if sender is not None and not _routes_to(binding.route, sender):
+            return None  # an abort comes from the source (the route that stays)
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
+
+    def resolve_parked(
+        self, action: SessionRouteCommit | SessionRouteAbort, *, sender: Sender | None = None
+    ) -> tuple[Binding, Sealed] | None:
+        """A 44 for a sealed binding of a session that closed meanwhile: a commit switches
+        its route and ref (an abort keeps them), the seal is lifted (its held messages
+        are dropped with the session) and the binding is handed back for its disconnect
+        notification. None when no parked seal matches."""
+        binding = self._parked.get((action.session_rid, action.binding_generation))
+        if binding is None:
+            return None
+        state = binding.state
+        if not isinstance(state, Sealed) or state.relocation_id != action.relocation_id:
+            return None
+        if isinstance(action, SessionRouteCommit):
+            if (
+                binding.actor_id != action.actor_id
+                or binding.object_generation != action.object_generation
+                or (
+                    sender is not None
+                    and sender != (action.target_rid, action.target_node_generation)
+                )
+            ):
+                return None
+            binding.route = BindingRoute(
+                action.target_mesh,
+                action.target_rid,
+                action.target_node_generation,
+                action.authority_owner_generation,
+                action.owner_lease_generation,
+            )
+            binding.ref = ActorRef(
+                binding.actor_id, binding.object_generation, action.target_mesh, action.target_rid
+            )
+        elif sender is not None and not _routes_to(binding.route, sender):
+            return None
+        del self._parked[(action.session_rid, action.binding_generation)]
+        binding.state = Ended(EndReason.DISCONNECTED)
+        return binding, state
+
+    def drop_parked(self, binding: Binding) -> bool:
+        """The seal deadline of a parked binding passed: forget it (True) — its Actor's
+        location is unknown here, so no disconnect notification goes anywhere."""
+        key = (binding.entry.session_rid, binding.generation)
+        if self._parked.get(key) is not binding:
+            return False
+        del self._parked[key]
+        binding.state = Ended(EndReason.SEAL_TIMEOUT)
+        return True
 
     def seal_expired(self, binding: Binding, relocation_id: OperationId) -> bool:
         """The seal deadline of ``relocation_id`` passed before its 44: True when that seal
@@ -541,3 +682,7 @@ class SessionBindingAggregate:
             return False
         self.end(binding, EndReason.SEAL_TIMEOUT)
         return True
+
+
+def _routes_to(route: BindingRoute, sender: Sender) -> bool:
+    return route.node_rid == sender[0] and route.node_generation == sender[1]

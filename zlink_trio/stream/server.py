@@ -44,7 +44,14 @@ from ..routing.route_cache import Route
 from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction, MessageKind
 from ..wire.payloads import PayloadRegistry, TypedPayload
-from ..wire.records import BoundSessionClose, BoundSessionReplaced, BoundSessionSend
+from ..wire.records import (
+    BoundSessionClose,
+    BoundSessionReplaced,
+    BoundSessionSend,
+    SessionRelocationRoute,
+    SessionRelocationSeal,
+    SessionRelocationSealed,
+)
 from ..wire.stream import CloseReason, Push, Request, Send
 from ..wire.tails import SessionTail
 from .actors import (
@@ -62,10 +69,12 @@ from .binding import (
     BindingRoute,
     Ended,
     EndReason,
+    Sealed,
     SessionBindingAggregate,
     SessionOwnerIdentity,
 )
 from .connection import Connection
+from .relocation import SessionRelocations
 from .session import PacketRoute, PendingRequest, Session
 from .values import Authenticated, AuthRequest, AutoBind, SessionReplaced
 
@@ -157,6 +166,8 @@ class StreamServer:
         self._ws: WebSocketServer | None = None
         self._nursery: trio.Nursery | None = None
         self._admitting = True
+        self.relocations = SessionRelocations(self)
+        """Commands 42 and 44 (spec 02 §8)."""
 
     # --- startup ------------------------------------------------------------------------------
     def register(self) -> None:
@@ -165,6 +176,7 @@ class StreamServer:
         node.on(Command.BOUND_SESSION_SEND, self._on_push)
         node.on(Command.BOUND_SESSION_REPLACED, self._on_replaced)
         node.on(Command.BOUND_SESSION_CLOSE, self._on_control)
+        self.relocations.register()
         node.on_lease_lost(self._lease_lost)
         if self.actor_runtime is not None:
             self.actor_runtime.bindings.local_sessions = self
@@ -272,6 +284,11 @@ class StreamServer:
             logger.exception("a STREAM connection failed")
         finally:
             self._live.discard(conn)
+
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """The session owner's own nursery while it serves."""
+        return self._nursery
 
     def remember(self, conn: Connection) -> None:
         self._connections[conn.session_rid] = conn
@@ -389,6 +406,17 @@ class StreamServer:
             return
         event = trio.Event()
         binding.notice = event
+        if isinstance(binding.state, Sealed):
+            # Closed during a move: the notification goes where the 44 says (spec 02 §9:
+            # a physical disconnect is no evidence of the relocation's outcome).
+            try:
+                notify = await self.relocations.wait_parked(binding)
+            except BaseException:
+                event.set()
+                raise
+            if not notify:
+                event.set()
+                return
         deadline = trio.current_time() + self.stream_config.disconnect_timeout
         self.transactions.begin()
         try:
@@ -413,7 +441,10 @@ class StreamServer:
         """All-settled disconnect notifications of a closed connection's snapshot."""
         if not snapshot:
             return
-        with trio.move_on_after(self.stream_config.disconnect_timeout * 2):
+        bound = self.stream_config.disconnect_timeout * 2
+        if any(isinstance(b.state, Sealed) for b in snapshot):
+            bound += self.config.session_relocation_seal_timeout  # waits for its 44
+        with trio.move_on_after(bound):
             async with trio.open_nursery() as nursery:
                 for binding in snapshot:
                     nursery.start_soon(self._quietly, conn, binding)
@@ -585,6 +616,8 @@ class StreamServer:
     # --- Actor → session (SessionPort, and commands 36 / 51 / 140) --------------------------
     def deliver_push(self, record: BoundSessionSend) -> None:
         result = self.aggregate.accept_push(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (a move's target pushed first)
         if isinstance(result, str):
             self._rejected(record, result)
             return
@@ -600,6 +633,9 @@ class StreamServer:
         )
         if not conn.send_app(frame):
             self._rejected(record, "the connection's outbound queue is full (slow consumer)")
+
+    def rejected_push(self, record: BoundSessionSend, reason: str) -> None:
+        self._rejected(record, reason)
 
     def _rejected(self, record: BoundSessionSend, reason: str) -> None:
         self.flow.emit(
@@ -689,6 +725,16 @@ class StreamServer:
                 conn.close(CloseReason.CLOSE_REQUESTED, "closed by a bound Actor")
             return
         self.end_binding(conn, result, EndReason.DESTROYED)
+
+    def seal(self, record: SessionRelocationSeal) -> SessionRelocationSealed:
+        """Command 42 from a relocation source on this node, in-process: its 43."""
+        me = self.node.identity
+        return self.relocations.seal(record, (me.node_rid, me.node_generation))
+
+    def route(self, record: SessionRelocationRoute) -> None:
+        """Command 44 from a relocation target or coordinator on this node, in-process."""
+        me = self.node.identity
+        self.relocations.route(record, (me.node_rid, me.node_generation))
 
     async def _on_push(self, peer: PeerIdentity, record: BoundSessionSend) -> None:
         self.deliver_push(record)

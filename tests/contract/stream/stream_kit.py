@@ -82,6 +82,8 @@ class Record:
     replace_gate: trio.Event | None = None
     packets: list[tuple[int, str]] = attrs.field(factory=list)
     """(node index, packet name) of every packet handler run."""
+    fail_factory: set[int] = attrs.field(factory=set)
+    """Nodes whose Actor factory raises (a relocation target failing its Restore)."""
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     def changed(self) -> None:
@@ -103,6 +105,8 @@ class Record:
 def _actor_class(rec: Record, node: int) -> type:
     class Player:
         def __init__(self, context: Any) -> None:
+            if node in rec.fail_factory:
+                raise RuntimeError("the factory fails on purpose on this node")
             self.context = context
 
         def _log(self, packet: str, payload: bytes) -> None:

@@ -23,6 +23,7 @@ from zlink_trio.stream.binding import (
     Bound,
     Ended,
     EndReason,
+    Releasing,
     Sealed,
     SealOutcome,
     SessionBindingAggregate,
@@ -196,7 +197,13 @@ def test_the_seal_holds_relays_and_the_route_commit_switches_route_and_ref_toget
     assert [h.sequence for h in held] == sorted(h.sequence for h in held)
     assert binding.ref == ActorRef(ACTOR, GEN, MESH, TARGET)  # type: ignore[attr-defined]
     assert binding.route.node_rid == TARGET  # type: ignore[attr-defined]
+    # releasing: a relay accepted now queues behind the held ones, then Bound
+    assert isinstance(binding.state, Releasing)  # type: ignore[attr-defined]
+    assert aggregate.hold(binding, "m3", aggregate.relay(binding))  # type: ignore[arg-type]
+    assert [h.item for h in aggregate.take_held(binding)] == ["m0", "m1", "m2", "m3"]  # type: ignore[arg-type]
+    assert aggregate.take_held(binding) == []  # type: ignore[arg-type]
     assert isinstance(binding.state, Bound)  # type: ignore[attr-defined]
+    assert not aggregate.hold(binding, "m4", aggregate.relay(binding))  # type: ignore[arg-type]
     assert aggregate.apply_route(commit) is None  # a duplicate 44: late_session_route_update
     assert aggregate.on_node(TARGET) == [binding] and aggregate.on_node(OWNER) == []
 
