@@ -544,7 +544,7 @@ class HostedActor:
             # closes): a local caller learns it now rather than at its deadline (a remote
             # caller's link closes with the node).
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             if type(sink) is OneShot:
                 sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
@@ -552,7 +552,7 @@ class HostedActor:
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             stats.failed += 1
             what = "send" if sink is None else "request"
@@ -569,7 +569,7 @@ class HostedActor:
             return
         except BaseException as exc:
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             if not isinstance(exc, Exception):
                 raise
@@ -599,7 +599,7 @@ class HostedActor:
         self.handling = False
         stats.ok += 1
         if sink is None:
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=True)
             return
         if result is not None:
@@ -608,13 +608,13 @@ class HostedActor:
                     try:
                         result = result.encode()
                     except ZLinkError as exc:  # checked by its TypedHandler: not expected
-                        if self.scope is not None:
+                        if self._rare is not None and self._rare.scope is not None:
                             self._end_scope(ok=False)  # a reply-encode failure
                         await _fail(sink, ApplicationError(exc.message))
                         return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
-                    if self.scope is not None:
+                    if self._rare is not None and self._rare.scope is not None:
                         self._end_scope(ok=False)
                     await _fail(
                         sink,
@@ -625,14 +625,14 @@ class HostedActor:
                     return
                 result = bytes(result)
             if type(result) is bytes and len(result) > kind.max_reply:
-                if self.scope is not None:
+                if self._rare is not None and self._rare.scope is not None:
                     self._end_scope(ok=False)
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
                 return
-        if self.scope is not None:
+        if self._rare is not None and self._rare.scope is not None:
             # The reply is shaped (and encoded for a remote caller): the barriers this
             # handler registered activate now, whatever becomes of the reply's delivery.
             self._end_scope(ok=True)
