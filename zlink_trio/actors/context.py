@@ -89,6 +89,16 @@ _UNBOUND = BoundSession(None, None)
 
 
 @final
+class _Retired:
+    """A retired Context's Spot object (see ``ActorContext._spot``)."""
+
+    __slots__ = ("spot",)
+
+    def __init__(self, spot: object) -> None:
+        self.spot = spot
+
+
+@final
 class ActorContext:
     """Identity of one Actor activation plus the capabilities its handlers use.
 
@@ -102,9 +112,7 @@ class ActorContext:
         "_client",
         "_generation",
         "_hosted",
-        "_joins",
         "_mesh_name",
-        "_retired",
         "_spot",
         "_spot_id",
     )
@@ -125,9 +133,12 @@ class ActorContext:
         self._client = client
         self._hosted: HostedActor | None = None
         """The hosted activation, once published (set by the Actor owner)."""
-        self._joins = joins
-        self._retired = False
+        # The Join registrar is the client's (the runtime gives both the same one), so an
+        # idle Actor's Context keeps no slot for it.
+        assert joins is None or joins is client.barriers, "the Join registrar is the client's"
         self._spot: object = None
+        """The SpotWide Spot's object, or None; wrapped in :class:`_Retired` once the
+        Context was retired (one slot for both)."""
 
     @property
     def actor_id(self) -> ActorId:
@@ -153,7 +164,8 @@ class ActorContext:
         Actor's turns share its gate, so the Spot's state may be used inside them); None
         in an Entry Spot or a PerActor Spot, where Spot state is reached only through an
         explicit Spot send/request (04 §3.1)."""
-        return self._spot
+        spot = self._spot
+        return spot.spot if type(spot) is _Retired else spot
 
     @property
     def session(self) -> BoundSession:
@@ -165,7 +177,7 @@ class ActorContext:
     def actors(self) -> ActorClient:
         """Send to / request other Actors by ActorId (Actor-to-Actor calls). Unavailable
         once the Context was retired (the Actor moved to another node by a Join)."""
-        if self._retired:
+        if type(self._spot) is _Retired:
             raise Unavailable(
                 f"actor {self._actor_id.value!r} moved to another node: its old Context "
                 "sends nothing (it is never forwarded to the new activation)"
@@ -196,14 +208,14 @@ class ActorContext:
     def retired(self) -> bool:
         """True once the Actor moved to another node (a cross-node Join committed): this
         Context's identity stays readable, every new call through it is Unavailable."""
-        return self._retired
+        return type(self._spot) is _Retired
 
     def join_spot(self, spot_id: str | SpotId, request: object = b"") -> JoinCall:
         """A Join of this Actor to the User Spot ``spot_id``: set ``.timeout(s)`` if
         needed, then ``.defer()`` (synchronous: it runs after this handler ends normally;
         the result comes to the type's ``@on_join_complete`` method). ``request`` (bytes
         or a registered payload, at most 1 MiB) goes to the Spot's JOIN callback."""
-        return JoinCall.to_spot(self._joins, self, spot_id, request)
+        return JoinCall.to_spot(self._client.barriers, self, spot_id, request)
 
     def join_entry_spot(
         self, entry_spot_id: str | SpotId | None = None, request: object = b""
@@ -212,17 +224,18 @@ class ActorContext:
         node (leaving its User Spot; in the Entry Spot already: Accepted, nothing
         changes), or the Entry Spot ``entry_spot_id`` of another node (the Actor moves
         there). Then ``.defer()`` as for :meth:`join_spot`."""
-        return JoinCall.to_entry(self._joins, self, entry_spot_id, request)
+        return JoinCall.to_entry(self._client.barriers, self, entry_spot_id, request)
 
     def _move_to(self, spot_id: SpotId, spot: object = None) -> None:
         """The membership commit of a same-node Join (the framework only): the SpotId,
         and the SpotWide Spot's object (None otherwise)."""
         self._spot_id = spot_id
-        self._spot = spot
+        self._spot = _Retired(spot) if type(self._spot) is _Retired else spot
 
     def _retire(self) -> None:
         """The Actor moved to another node (the framework only)."""
-        self._retired = True
+        if type(self._spot) is not _Retired:
+            self._spot = _Retired(self._spot)
 
     def __repr__(self) -> str:
         return (

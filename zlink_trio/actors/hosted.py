@@ -273,22 +273,32 @@ async def fail_parked(items: list[Deliver], error: ZLinkError) -> None:
 
 
 @final
+class _Rare:
+    """The rarely set fields of a :class:`HostedActor` (see ``HostedActor._rare``)."""
+
+    __slots__ = ("join", "orphans", "parked", "scope", "timers")
+
+    def __init__(self) -> None:
+        self.orphans: list[Deliver] | None = None
+        self.timers: TimerTable | None = None
+        self.scope: JoinScope | None = None
+        self.join: PendingJoin | HeldJoin | None = None
+        self.parked: list[ActorItem] | None = None
+
+
+@final
 class HostedActor:
     """A published Actor activation. Calling it runs one turn of its lane."""
 
     __slots__ = (
+        "_rare",
         "context",
         "handling",
         "instance",
-        "join",
         "kind",
         "lane",
-        "orphans",
         "owner_generation",
-        "parked",
-        "scope",
         "state",
-        "timers",
     )
 
     def __init__(
@@ -304,18 +314,78 @@ class HostedActor:
         self.owner_generation = owner_generation
         self.state: ActorState = READY
         self.lane: Lane[ActorDeliveryLane, ActorItem] | None = None
-        self.orphans: list[Deliver] | None = None
-        self.timers: TimerTable | None = None
-        """Its timers, from its first registration on (``context.timers``)."""
         context._hosted = self
         self.handling = False
         """True while an application handler of this Actor runs (its registration scope)."""
-        self.scope: JoinScope | None = None
+        self._rare: _Rare | None = None
+        """What few Actors ever have (timers, a Join, parked or orphaned items): made at
+        the first such field set, so an idle Actor pays one slot for all of them."""
+
+    @property
+    def orphans(self) -> list[Deliver] | None:
+        rare = self._rare
+        return None if rare is None else rare.orphans
+
+    @orphans.setter
+    def orphans(self, value: list[Deliver] | None) -> None:
+        rare = self._rare_for(value)
+        if rare is not None:
+            rare.orphans = value
+
+    @property
+    def timers(self) -> TimerTable | None:
+        """Its timers, from its first registration on (``context.timers``)."""
+        rare = self._rare
+        return None if rare is None else rare.timers
+
+    @timers.setter
+    def timers(self, value: TimerTable | None) -> None:
+        rare = self._rare_for(value)
+        if rare is not None:
+            rare.timers = value
+
+    @property
+    def scope(self) -> JoinScope | None:
         """The running handler's registration scope, made at its first Defer."""
-        self.join: PendingJoin | HeldJoin | None = None
+        rare = self._rare
+        return None if rare is None else rare.scope
+
+    @scope.setter
+    def scope(self, value: JoinScope | None) -> None:
+        rare = self._rare_for(value)
+        if rare is not None:
+            rare.scope = value
+
+    @property
+    def join(self) -> PendingJoin | HeldJoin | None:
         """The pending membership transition (registered or running)."""
-        self.parked: list[ActorItem] | None = None
+        rare = self._rare
+        return None if rare is None else rare.join
+
+    @join.setter
+    def join(self, value: PendingJoin | HeldJoin | None) -> None:
+        rare = self._rare_for(value)
+        if rare is not None:
+            rare.join = value
+
+    @property
+    def parked(self) -> list[ActorItem] | None:
         """Joining: what the barrier holds, in acceptance order."""
+        rare = self._rare
+        return None if rare is None else rare.parked
+
+    @parked.setter
+    def parked(self, value: list[ActorItem] | None) -> None:
+        rare = self._rare_for(value)
+        if rare is not None:
+            rare.parked = value
+
+    def _rare_for(self, value: object) -> _Rare | None:
+        """Where to set a rare field to ``value`` (None: it is None already)."""
+        rare = self._rare
+        if rare is None and value is not None:
+            rare = self._rare = _Rare()
+        return rare
 
     @property
     def admitting(self) -> bool:
@@ -485,7 +555,7 @@ class HostedActor:
             # closes): a local caller learns it now rather than at its deadline (a remote
             # caller's link closes with the node).
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             if type(sink) is OneShot:
                 sink.fail(lease_lost_error() if not kind.lease_live() else _stopped_error())
@@ -493,7 +563,7 @@ class HostedActor:
         except ZLinkError as exc:
             # Expected: raised on purpose. One line, no traceback.
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             stats.failed += 1
             what = "send" if sink is None else "request"
@@ -510,7 +580,7 @@ class HostedActor:
             return
         except BaseException as exc:
             self.handling = False
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=False)
             if not isinstance(exc, Exception):
                 raise
@@ -540,7 +610,7 @@ class HostedActor:
         self.handling = False
         stats.ok += 1
         if sink is None:
-            if self.scope is not None:
+            if self._rare is not None and self._rare.scope is not None:
                 self._end_scope(ok=True)
             return
         if result is not None:
@@ -549,13 +619,13 @@ class HostedActor:
                     try:
                         result = result.encode()
                     except ZLinkError as exc:  # checked by its TypedHandler: not expected
-                        if self.scope is not None:
+                        if self._rare is not None and self._rare.scope is not None:
                             self._end_scope(ok=False)  # a reply-encode failure
                         await _fail(sink, ApplicationError(exc.message))
                         return
             elif type(result) is not bytes:
                 if not isinstance(result, bytearray | memoryview):
-                    if self.scope is not None:
+                    if self._rare is not None and self._rare.scope is not None:
                         self._end_scope(ok=False)
                     await _fail(
                         sink,
@@ -566,14 +636,14 @@ class HostedActor:
                     return
                 result = bytes(result)
             if type(result) is bytes and len(result) > kind.max_reply:
-                if self.scope is not None:
+                if self._rare is not None and self._rare.scope is not None:
                     self._end_scope(ok=False)
                 await _fail(
                     sink,
                     ApplicationError(f"reply of {len(result)} bytes exceeds {kind.max_reply}"),
                 )
                 return
-        if self.scope is not None:
+        if self._rare is not None and self._rare.scope is not None:
             # The reply is shaped (and encoded for a remote caller): the barriers this
             # handler registered activate now, whatever becomes of the reply's delivery.
             self._end_scope(ok=True)

@@ -35,6 +35,8 @@ _RECLAIM_ROUNDS: Final = 3
 """Reads (then reclaim CASes) a destroy of a dead owner's incarnation makes at most: a
 lost CAS means another reclaimer ended it (the next read shows it gone)."""
 
+_STABLE_TYPES_MAX: Final = 256
+"""Parsed stable type names kept (a node registers a few; more are cleared and re-parsed)."""
 
 CreateCall = create_call.CreateCall[ActorId, ActorCreateResult]
 """``create(...)`` / ``get_or_create(...)`` of an Actor (the shared fluent create call)."""
@@ -64,6 +66,20 @@ class ActorManager:
         self._source = source
         self._destroyer = destroyer
         self._client = client
+        self._stable_types: dict[str, StableType] = {}
+        """Parsed stable type names: every Actor created with one name shares one value
+        (its row, its hash), instead of a StableType per Actor."""
+
+    def _stable_type(self, stable_type: str | StableType) -> StableType:
+        if type(stable_type) is not str:
+            return StableType.parse(stable_type)
+        parsed = self._stable_types.get(stable_type)
+        if parsed is None:
+            parsed = StableType.parse(stable_type)
+            if len(self._stable_types) >= _STABLE_TYPES_MAX:
+                self._stable_types.clear()
+            self._stable_types[stable_type] = parsed
+        return parsed
 
     # --- lifecycle --------------------------------------------------------------------
     def create(self, actor_id: str | ActorId, stable_type: str | StableType) -> CreateCall:
@@ -82,7 +98,7 @@ class ActorManager:
         return CreateCall(
             self._run_create,
             ActorId.parse(actor_id),
-            StableType.parse(stable_type),
+            self._stable_type(stable_type),
             exclusive=exclusive,
             default_timeout=self._config.default_create_timeout,
         )

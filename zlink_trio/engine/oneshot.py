@@ -81,6 +81,19 @@ class OneShot(Generic[T]):
         assert value is not _PENDING
         return value
 
+    def get_nowait(self) -> T:
+        """The result, without waiting (nor a checkpoint): the value, or raise the error.
+
+        Raises:
+            trio.WouldBlock: not done yet.
+        """
+        if self._error is not None:
+            raise self._error
+        value = self._value
+        if value is _PENDING:
+            raise trio.WouldBlock
+        return value
+
     def _wake(self) -> None:
         task, self._task = self._task, None
         if task is not None:

@@ -22,7 +22,7 @@ from ..engine.engine import Engine
 from ..engine.lane import Lane
 from ..engine.lanes import SpotLane
 from ..engine.oneshot import OneShot
-from ..errors import DeadlineExceeded, ShuttingDown
+from ..errors import DeadlineExceeded, ShuttingDown, Unavailable
 from ..ids import MeshName, SpotId
 from .approval import ActorCreateEvent, Approve, CreateDecision, OnCreateActor, Reject
 
@@ -53,12 +53,32 @@ class EntrySpotStatistics:
 
 @final
 class _Approval:
-    __slots__ = ("deadline", "result", "step")
+    """One creation's approval turn. Run inline (:meth:`EntrySpot.approve` on an idle
+    lane) it is its own turn host (``engine.inline.TurnHost``): the engine's halt
+    cancels its turn's scope, as a runner's scope would be."""
+
+    __slots__ = ("deadline", "halted", "result", "scope", "step")
 
     def __init__(self, step: StagingStep, deadline: float) -> None:
         self.step = step
         self.deadline = deadline
         self.result: OneShot[tuple[ActorCreateEvent, CreateDecision]] = OneShot()
+        self.scope: trio.CancelScope | None = None
+        self.halted = False
+
+    def enter_turn(self) -> None:
+        pass
+
+    def turn_suspended(self) -> None:
+        pass
+
+    def exit_turn(self) -> None:
+        pass
+
+    def cancel_turn(self) -> None:
+        self.halted = True
+        if self.scope is not None:
+            self.scope.cancel(reason="zlink_trio engine halted")
 
 
 @final
@@ -119,7 +139,14 @@ class EntrySpot:
         OnCreateActor never holds the Entry Spot past the attempt it serves, and an attempt
         whose deadline passed while it was queued runs no factory at all."""
         item = _Approval(step, deadline)
-        await self._lane.submit(item, lifecycle=True)
+        # An idle Entry Spot runs the turn in this task (no runner hand-off, no scheduler
+        # pass to start it and none to hand its result back): same order and fairness,
+        # since nothing else is queued for it and no other lane waits for a runner.
+        if await self._lane.run_here(item, item):
+            if item.result.done:  # the turn ended in this task: no wait, no extra pass
+                return item.result.get_nowait()
+        else:
+            await self._lane.submit(item, lifecycle=True)
         return await item.result.wait()
 
     async def run_lifecycle(self, work: Callable[[], Awaitable[Any]], deadline: float) -> Any:
@@ -179,7 +206,15 @@ class EntrySpot:
             item.result.fail(DeadlineExceeded("the creation deadline passed before approval"))
             return
         self._lifecycle_turns += 1
-        with trio.move_on_at(item.deadline):
+        # Run inline, the turn is already bounded by its caller's scope at (or before) the
+        # same deadline, which would catch the expiry first (the outermost cancelled scope
+        # does): a plain scope then serves the engine's halt alone, without a deadline.
+        item.scope = (
+            trio.CancelScope()
+            if trio.current_effective_deadline() <= item.deadline
+            else trio.move_on_at(item.deadline)
+        )
+        with item.scope:
             try:
                 event = await item.step()
                 decision: Any = Approve()
@@ -194,6 +229,9 @@ class EntrySpot:
                 item.result.fail(exc)
                 return
             item.result.set((event, decision))
+            return
+        if item.halted:
+            item.result.fail(Unavailable("the engine halted during the approval"))
             return
         item.result.fail(DeadlineExceeded("the approval did not finish before the deadline"))
 

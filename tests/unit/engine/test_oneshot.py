@@ -66,3 +66,16 @@ async def test_local_ask_through_a_lane() -> None:
             reply: OneShot[int] = OneShot()
             lane.submit_nowait((n, reply))
             assert await reply.wait() == 2 * n
+
+
+def test_get_nowait_gives_the_result_without_waiting() -> None:
+    pending: OneShot[int] = OneShot()
+    with pytest.raises(trio.WouldBlock):
+        pending.get_nowait()
+    done: OneShot[int] = OneShot()
+    done.set(7)
+    assert done.get_nowait() == 7
+    failed: OneShot[int] = OneShot()
+    failed.fail(KeyError("k"))
+    with pytest.raises(KeyError):
+        failed.get_nowait()
