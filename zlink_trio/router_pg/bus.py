@@ -7,11 +7,12 @@ spill table instead, in the same statement that notifies ``#<row id>``, and each
 reads the row back (rows expire after ``spill_ttl`` on the database clock; expired ones are
 deleted by later spills).
 
-Each :meth:`PostgresSessionSignalBus.subscribe` owns one listening connection on the
-database's loop thread and a nursery with two tasks: the *watcher* (reconnects and
+:meth:`PostgresSessionSignalBus.serve` (a service task) owns one listening connection on
+the database's loop thread and two tasks: the *watcher* (reconnects and
 re-LISTENs when the connection ends, and pings it every ``keepalive`` seconds to find a
 connection that died silently) and the *dispatcher* (resolves spills, decodes, fans the
-signal out). Notifications arrive on the loop thread and are handed to Trio with the
+signal out to the current subscribers). ``subscribe`` only registers a channel: it owns
+no task and no cancel scope. Notifications arrive on the loop thread and are handed to Trio with the
 run's token (``run_sync_soon``; the callback never raises into the run: trap 5 of
 notes/postgres-under-trio.md).
 
@@ -114,16 +115,16 @@ async def _ping(holder: _LoopConn) -> None:
 
 # ----- Trio side ---------------------------------------------------------------------------
 @final
-class _Subscription:
-    def __init__(self, bus: PostgresSessionSignalBus, send: trio.MemorySendChannel[SessionSignal]):
+class _Listener:
+    """The bus's listening connection, its watcher and its dispatcher (:meth:`run`)."""
+
+    def __init__(self, bus: PostgresSessionSignalBus) -> None:
         self._bus = bus
-        self._send = send
         self._token = trio.lowlevel.current_trio_token()
         self._incoming_send, self._incoming = trio.open_memory_channel[str](bus._buffer)
         self._holder = _LoopConn()
         self._generation = 0
         self._lost = trio.Event()
-        self.markers: dict[str, trio.Event] = {}
 
     # Loop thread: hand over to Trio; never raise.
     def _notify_from_loop(self, _conn: object, _pid: int, _channel: str, payload: str) -> None:
@@ -206,7 +207,7 @@ class _Subscription:
             async for payload in self._incoming:
                 text = payload
                 if payload.startswith(_MARKER):
-                    heard = self.markers.pop(payload, None)
+                    heard = bus._markers.pop(payload, None)
                     if heard is not None:
                         heard.set()
                     continue
@@ -216,17 +217,7 @@ class _Subscription:
                         bus._spill_missing += 1
                         continue
                     text = spilled
-                if decode_signal(text) is None:
-                    bus._undecodable += 1
-                    continue
-                signal = decode_signal(text)  # a fresh decode per subscriber
-                assert signal is not None
-                try:
-                    self._send.send_nowait(signal)
-                except trio.WouldBlock:
-                    bus._overflow += 1
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    return
+                bus._fan_out(text)
 
 
 @final
@@ -256,7 +247,9 @@ class PostgresSessionSignalBus:
         self._listen = listen
         self._channels: Final = channel_names(db.schema)
         self._connect_kwargs = _connect_kwargs(db.dsn, db.schema)
-        self._subs: set[_Subscription] = set()
+        self._subscribers: list[trio.MemorySendChannel[SessionSignal]] = []
+        self._markers: dict[str, trio.Event] = {}
+        self._serving = trio.Event()
         q = db.q
         self._notify = "SELECT pg_notify($1, $2)"
         self._spill = (
@@ -296,38 +289,61 @@ class PostgresSessionSignalBus:
             return None
         return None if body is None else str(body)
 
+    async def serve(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled: started once both channels are LISTENed (run it with
+        ``nursery.start``; :func:`~zlink_trio.router_pg.open_postgres_spis` does)."""
+        if self._serving.is_set():
+            raise RuntimeError("this bus is already served")
+        listener = _Listener(self)
+        async with trio.open_nursery() as nursery:
+            await nursery.start(listener.run)
+            self._serving.set()
+            task_status.started()
+
+    def _fan_out(self, text: str) -> None:
+        if decode_signal(text) is None:
+            self._undecodable += 1
+            return
+        for send in list(self._subscribers):
+            signal = decode_signal(text)  # a fresh decode per subscriber: nothing shared
+            assert signal is not None
+            try:
+                send.send_nowait(signal)
+            except trio.WouldBlock:
+                self._overflow += 1
+            except trio.BrokenResourceError:
+                self._subscribers.remove(send)
+
     @asynccontextmanager
     async def subscribe(self) -> AsyncIterator[trio.MemoryReceiveChannel[SessionSignal]]:
-        """Hear both channels from the moment this is entered (the LISTEN is in place
-        before the block starts) until it exits."""
+        """Hear both channels from now until the block exits. Waits until the bus is served
+        (its LISTEN in place); owns no task, so it may be entered and left anywhere."""
+        await self._serving.wait()
         send, receive = trio.open_memory_channel[SessionSignal](self._buffer)
-        sub = _Subscription(self, send)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(sub.run)
-            self._subs.add(sub)
-            try:
-                async with receive:
-                    yield receive
-            finally:
-                self._subs.discard(sub)
-                send.close()
-                nursery.cancel_scope.cancel()
+        self._subscribers.append(send)
+        try:
+            async with receive:
+                yield receive
+        finally:
+            if send in self._subscribers:
+                self._subscribers.remove(send)
+            send.close()
 
     async def barrier(self) -> None:
-        """Notify a marker and wait until every current subscription has heard it: each has
-        then been handed every signal committed before this call (NOTIFY delivers in commit
+        """Notify a marker and wait until this bus has heard it: every signal committed
+        before this call has then been handed to the subscribers (NOTIFY delivers in commit
         order). One LISTEN/NOTIFY round trip; a lost marker waits for the caller's timeout."""
+        await self._serving.wait()
         marker = f"{_MARKER}{uuid.uuid4().hex}"
-        waits = []
-        for sub in list(self._subs):
-            event = trio.Event()
-            sub.markers[marker] = event
-            waits.append(event)
-        await self._db.call(
-            "execute", self._notify, self._channels[Channel.CONTROL], marker, idempotent=True
-        )
-        for event in waits:
-            await event.wait()
+        heard = trio.Event()
+        self._markers[marker] = heard
+        try:
+            await self._db.call(
+                "execute", self._notify, self._channels[Channel.CONTROL], marker, idempotent=True
+            )
+            await heard.wait()
+        finally:
+            self._markers.pop(marker, None)
 
     def statistics(self) -> PgSignalBusStatistics:
         return PgSignalBusStatistics(

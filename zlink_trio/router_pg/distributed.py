@@ -15,6 +15,7 @@ from contextlib import asynccontextmanager
 from typing import final
 
 import attrs
+import trio
 
 from ..router.builder import SessionRouterBuilder, open_session_router
 from ..router.idempotency import IdempotencyTtls
@@ -73,14 +74,22 @@ async def open_postgres_spis(
 ) -> AsyncIterator[PostgresSpis]:
     """Open the router's PostgreSQL backends for the block (``listen=False``: a bus that
     never hears, see :class:`PostgresSessionSignalBus`)."""
-    async with open_router_database(dsn, schema=schema, connections=connections) as db:
-        yield PostgresSpis(
-            db=db,
-            records=PostgresSessionRecordStore(db),
-            leases=PostgresSessionLeaseStore(db),
-            inbox=PostgresSessionInbox(db),
-            bus=PostgresSessionSignalBus(db, listen=listen, keepalive=keepalive),
-        )
+    async with (
+        open_router_database(dsn, schema=schema, connections=connections) as db,
+        trio.open_nursery() as nursery,
+    ):
+        bus = PostgresSessionSignalBus(db, listen=listen, keepalive=keepalive)
+        await nursery.start(bus.serve)
+        try:
+            yield PostgresSpis(
+                db=db,
+                records=PostgresSessionRecordStore(db),
+                leases=PostgresSessionLeaseStore(db),
+                inbox=PostgresSessionInbox(db),
+                bus=bus,
+            )
+        finally:
+            nursery.cancel_scope.cancel()
 
 
 @asynccontextmanager

@@ -142,12 +142,18 @@ def inbox(pg_db: Any) -> SessionInbox:
 
 
 @pytest.fixture
-def new_bus(pg_db: Any) -> Callable[[], SessionSignalBus]:
-    """A bus factory; routers of one cluster share one bus (on PostgreSQL: one database)."""
+def new_bus(pg_db: Any, nursery: trio.Nursery) -> Callable[[], SessionSignalBus]:
+    """A bus factory; routers of one cluster share one bus (on PostgreSQL: one database;
+    each bus is served in the test's nursery, and ``subscribe`` waits until it listens)."""
     if pg_db is not None:
         from zlink_trio.router_pg import PostgresSessionSignalBus
 
-        return lambda: PostgresSessionSignalBus(pg_db)
+        def new() -> SessionSignalBus:
+            bus = PostgresSessionSignalBus(pg_db)
+            nursery.start_soon(bus.serve)
+            return bus
+
+        return new
     return MemorySessionSignalBus
 
 
@@ -192,17 +198,17 @@ def inject_raw(pg_db: Any) -> Callable[[SessionSignalBus, str], Awaitable[None]]
 
 
 @pytest.fixture
-def shared(
-    lease_backend: SessionLeaseStore,
-    record_backend: SessionRecordStore,
-    inbox: SessionInbox,
-    new_bus: Callable[[], SessionSignalBus],
-    idempotency: IdempotencyStore,
-) -> Any:
-    """One cluster's shared SPIs."""
+def shared(backend: str) -> Any:
+    """One cluster's shared SPIs, in memory (the router-level suites run on MockClock)."""
     from router_app import Shared
 
-    return Shared(record_backend, lease_backend, inbox, new_bus(), idempotency)
+    return Shared(
+        MemorySessionRecordStore(),
+        MemorySessionLeaseStore(),
+        MemorySessionInbox(),
+        MemorySessionSignalBus(),
+        MemoryIdempotencyStore(ttls=TTLS),
+    )
 
 
 @pytest.fixture
