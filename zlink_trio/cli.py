@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from ._version import __version__
 from .cli_node import add_node_parser, run as run_node
+from .router_web.cli import add_router_parser, run as run_router
 from .store.cli import add_store_parser, run as run_store
 
 
@@ -20,6 +21,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     add_store_parser(commands)
     add_node_parser(commands)
+    add_router_parser(commands)
     return parser
 
 
@@ -33,6 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_store(args)
     if args.command == "node":
         return run_node(args)
+    if args.command == "router":
+        return run_router(args)
     return 0
 
 
