@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, final
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection, open_websocket_url
+from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
 __all__ = ["RouterClient", "open_router_client"]
 
 Frame = dict[str, Any]
+_CLOSE_TIMEOUT = 2.0
 
 
 @final
@@ -116,10 +118,22 @@ class RouterClient:
 
 @asynccontextmanager
 async def open_router_client(url: str) -> AsyncIterator[RouterClient]:
-    async with open_websocket_url(url) as ws, trio.open_nursery() as nursery:
+    """Connect to an adapter at ``ws://host:port/path``.
+
+    The client owns its TCP stream and closes it itself: trio-websocket 0.12's reader
+    leaves the socket open when the server vanishes without a close handshake (EOF)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme != "ws" or parts.hostname is None or parts.port is None:
+        raise ValueError(f"expected ws://host:port/..., got {url!r}")
+    resource = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    stream = await trio.open_tcp_stream(parts.hostname, parts.port)
+    async with stream, trio.open_nursery() as nursery:
+        ws = await wrap_client_stream(nursery, stream, parts.hostname, resource)
         client = RouterClient(ws)
         nursery.start_soon(client._read)
         try:
             yield client
         finally:
+            with trio.move_on_after(_CLOSE_TIMEOUT, shield=True), suppress(Exception):
+                await ws.aclose()  # bounded: a peer that never answers the close
             nursery.cancel_scope.cancel()
