@@ -18,10 +18,31 @@ from typing import Any, final
 import trio
 from trio_websocket import ConnectionClosed, WebSocketConnection, wrap_client_stream
 
-__all__ = ["RouterClient", "open_router_client"]
+__all__ = ["EventFrames", "RouterClient", "open_router_client"]
 
 Frame = dict[str, Any]
 _CLOSE_TIMEOUT = 2.0
+
+
+@final
+class EventFrames:
+    """``async for event in frames``: the ``event`` payloads until the subscription ends."""
+
+    def __init__(self, frames: trio.MemoryReceiveChannel[Frame]) -> None:
+        self._frames = frames
+
+    def __aiter__(self) -> EventFrames:
+        return self
+
+    async def __anext__(self) -> Frame:
+        try:
+            frame = await self._frames.receive()
+        except (trio.EndOfChannel, trio.ClosedResourceError):
+            raise StopAsyncIteration from None
+        if frame.get("type") != "event":
+            raise StopAsyncIteration
+        event: Frame = frame["event"]
+        return event
 
 
 @final
@@ -87,20 +108,13 @@ class RouterClient:
         raise ConnectionError("the connection closed before the answer")
 
     @asynccontextmanager
-    async def events(self, session_id: str) -> AsyncIterator[AsyncIterator[Frame]]:
+    async def events(self, session_id: str) -> AsyncIterator[EventFrames]:
         """The session's event frames (the ``event`` field of each), until it ends here."""
         async with self._request({"op": "events", "sessionId": session_id}) as frames:
             first = await frames.receive()
             if first.get("type") != "subscribed":
                 raise ConnectionError(f"events refused: {first}")
-
-            async def iterate() -> AsyncIterator[Frame]:
-                async for frame in frames:
-                    if frame.get("type") != "event":
-                        return
-                    yield frame["event"]
-
-            yield iterate()
+            yield EventFrames(frames)
 
     async def interrupt(self, session_id: str, turn_id: str | None = None) -> Frame:
         body: Frame = {"op": "interrupt", "sessionId": session_id}
