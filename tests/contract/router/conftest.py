@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
+from router_kit import TTLS, Advance
 
 from zlink_trio.router import (
     IdempotencyStore,
-    IdempotencyTtls,
     MemoryIdempotencyStore,
     MemorySessionInbox,
     MemorySessionLeaseStore,
@@ -35,11 +35,6 @@ from zlink_trio.router import (
     SessionRecordStore,
     SessionSignalBus,
 )
-
-Advance = Callable[[float], Awaitable[None]]
-
-TTLS = IdempotencyTtls()  # the §11.2 defaults: 24 h / 30 s / 5 min
-
 
 PG_SUITES = frozenset(
     {

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from conftest import TTLS, Advance
-from router_kit import KEY, NODE_A, NODE_B, NODE_C, reserver
+from router_kit import KEY, NODE_A, NODE_B, NODE_C, TTLS, Advance, reserver
 
 from zlink_trio.router import (
     AlreadyDone,
