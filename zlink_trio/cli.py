@@ -14,6 +14,7 @@ from .demo.terminal import add_client_parser, run as run_client
 from .ops.bench import add_bench_parser, run as run_bench
 from .ops.cluster import add_cluster_parser, run as run_cluster
 from .ops.status import add_status_parser, run as run_status
+from .router_web.cli import add_router_parser, run as run_router
 from .store.cli import add_store_parser, run as run_store
 
 
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_status_parser(commands)
     add_cluster_parser(commands)
     add_bench_parser(commands)
+    add_router_parser(commands)
     return parser
 
 
@@ -62,6 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run_cluster(args)
     if args.command == "bench":
         return run_bench(args)
+    if args.command == "router":
+        return run_router(args)
     return 0
 
 

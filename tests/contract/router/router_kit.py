@@ -3,7 +3,7 @@ order of SPI calls across several backends."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -12,6 +12,7 @@ import trio
 from zlink_trio.router import (
     AgentRef,
     IdempotencyKey,
+    IdempotencyTtls,
     InboundMessage,
     InboundMessageId,
     NodeId,
@@ -30,6 +31,12 @@ NODE_A = NodeId("node-a")
 NODE_B = NodeId("node-b")
 NODE_C = NodeId("node-c")
 KEY = IdempotencyKey("k-1")
+
+Advance = Callable[[float], Awaitable[None]]
+"""The ``advance`` fixture: move the backend's clock forward (defined here, not in
+conftest, so ``conftest`` names no module a test imports: tests/contract/store has one too)."""
+
+TTLS = IdempotencyTtls()  # the §11.2 defaults: 24 h / 30 s / 5 min
 
 
 def reserver(node: NodeId = NODE_A) -> ReserverId:

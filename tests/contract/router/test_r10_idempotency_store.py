@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from conftest import TTLS, Advance
-from router_kit import KEY, NODE_A, NODE_B, NODE_C, reserver
+from router_kit import KEY, NODE_A, NODE_B, NODE_C, TTLS, Advance, reserver
 
 from zlink_trio.router import (
     AlreadyDone,
@@ -258,9 +257,16 @@ async def test_r10_123_one_of_three_sweepers_wins_the_reset(
     await _reserve(idempotency, dead)
     await advance(TTLS.secondary + 1)
     wins: list[bool] = []
+    found: list[object] = []
+    all_found = trio.Event()
 
     async def sweeper() -> None:
-        for entry in await idempotency.find_stale_in_flight():
+        stale = await idempotency.find_stale_in_flight()
+        found.append(stale)
+        if len(found) == 3:  # the premise: all three read the entry before any resets it
+            all_found.set()
+        await all_found.wait()
+        for entry in stale:
             assert entry.holder_id is not None
             wins.append(await idempotency.compare_and_reset(entry.key, entry.holder_id))
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from conftest import Advance
-from router_kit import OTHER_AGENT, S1, S2, message
+from router_kit import OTHER_AGENT, S1, S2, Advance, message
 
 from zlink_trio.router import (
     CompositeInput,

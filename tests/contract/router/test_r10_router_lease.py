@@ -9,9 +9,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from conftest import Advance
 from router_app import Registry, Shared, World, cluster, no_overlap
-from router_kit import AGENT, OTHER_AGENT, S1, CallLog, message
+from router_kit import AGENT, OTHER_AGENT, S1, Advance, CallLog, message
 
 from zlink_trio.router import (
     ConflictingAgentError,

@@ -9,9 +9,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from conftest import Advance
 from router_app import Registry, Shared, World, cluster
-from router_kit import AGENT, OTHER_AGENT, S1, CallLog
+from router_kit import AGENT, OTHER_AGENT, S1, Advance, CallLog
 
 from zlink_trio.router import (
     NodeId,

@@ -8,9 +8,8 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from conftest import Advance
 from router_app import Registry, Shared, World, builder, cluster
-from router_kit import AGENT, KEY, OTHER_AGENT, S1, CallLog, DroppingBus
+from router_kit import AGENT, KEY, OTHER_AGENT, S1, Advance, CallLog, DroppingBus
 
 from zlink_trio.errors import ShuttingDown
 from zlink_trio.router import (

@@ -7,8 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from conftest import Advance
-from router_kit import AGENT, NODE_A, NODE_B, OTHER_AGENT, S1, S2, CallLog, raising
+from router_kit import AGENT, NODE_A, NODE_B, OTHER_AGENT, S1, S2, Advance, CallLog, raising
 
 from zlink_trio.errors import NotFound
 from zlink_trio.router import (
