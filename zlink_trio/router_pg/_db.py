@@ -81,6 +81,10 @@ class RouterDatabase:
         """A database time in this process's Trio clock."""
         return db_time - self._base
 
+    def database_time(self, local_time: float) -> float:
+        """A time in this process's Trio clock on the database clock (inverse of :meth:`local`)."""
+        return local_time + self._base
+
     async def db_now(self) -> float:
         return float(await self.read("fetchval", f"SELECT {self.q}.router_now()"))
 

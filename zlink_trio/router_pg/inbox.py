@@ -13,7 +13,7 @@ from ..router.ids import SessionId
 from ..router.inbox import InboundMessage
 from ..router.primitives import from_text, to_text
 from ..router.values import Priority
-from ._db import RouterDatabase, utf8
+from ._db import RouterDatabase, text_of, utf8
 
 __all__ = ["PostgresSessionInbox"]
 
@@ -34,6 +34,10 @@ class PostgresSessionInbox:
             " RETURNING priority, delivered_at, seq, body"
         )
         self._pending = f"SELECT EXISTS (SELECT 1 FROM {q}.router_inbox WHERE session_id = $1)"
+        self._orphans = (
+            f"SELECT session_id FROM {q}.router_inbox WHERE stored_at < $1"
+            " GROUP BY session_id ORDER BY min(stored_at), min(seq) LIMIT $2"
+        )
         self._purge = (
             f"WITH gone AS (DELETE FROM {q}.router_inbox WHERE session_id = $1 RETURNING 1)"
             " SELECT count(*) FROM gone"
@@ -65,6 +69,17 @@ class PostgresSessionInbox:
 
     async def has_pending(self, session_id: SessionId) -> bool:
         return bool(await self._db.read("fetchval", self._pending, utf8(session_id.value)))
+
+    async def pending_sessions(
+        self, delivered_before: float, limit: int = 100
+    ) -> tuple[SessionId, ...]:
+        """Sessions with a message stored before ``delivered_before`` (a time in this
+        process's Trio clock), oldest first. The age is judged on the database clock
+        (``stored_at``), since each row's ``delivered_at`` is its deliverer's own clock."""
+        rows = await self._db.read(
+            "fetch", self._orphans, self._db.database_time(delivered_before), limit
+        )
+        return tuple(SessionId(text_of(r["session_id"]) or "") for r in rows)
 
     async def purge(self, session_id: SessionId) -> int:
         gone = await self._db.call("fetchval", self._purge, utf8(session_id.value), idempotent=True)

@@ -40,6 +40,7 @@ PG_SUITES = frozenset(
     {
         "test_r10_session_store",
         "test_r10_inbox",
+        "test_r10_inbox_scan",
         "test_r10_signal_bus",
         "test_r10_idempotency_store",
     }

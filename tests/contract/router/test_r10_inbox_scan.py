@@ -6,8 +6,7 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from conftest import Advance
-from router_kit import S1, S2, message
+from router_kit import S1, S2, Advance, message
 
 from zlink_trio.router import Priority, SessionId, SessionInbox
 

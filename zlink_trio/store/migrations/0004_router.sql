@@ -133,9 +133,13 @@ CREATE TABLE @schema@.router_inbox (
     session_id bytea NOT NULL,
     priority integer NOT NULL,
     delivered_at double precision NOT NULL,
+    -- the database clock at delivery: the orphan scan's age (delivered_at is the delivering
+    -- node's own Trio clock, not comparable across processes)
+    stored_at double precision NOT NULL DEFAULT @schema@.router_now(),
     body text NOT NULL
 );
 CREATE INDEX router_inbox_session ON @schema@.router_inbox (session_id, priority);
+CREATE INDEX router_inbox_stored ON @schema@.router_inbox (stored_at);
 
 -- ----- SessionSignalBus: payloads over NOTIFY's limit --------------------------------------
 CREATE TABLE @schema@.router_signal_spill (
