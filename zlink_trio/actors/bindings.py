@@ -70,7 +70,7 @@ from ..ids import (
 )
 from ..mesh.api import PeerAddress, PeerIdentity
 from ..objects.sinks import RemoteSink, failure, ok
-from ..observe import FlowTrace
+from ..observe import FlowEvent, FlowTrace
 from ..wire.codec import evolve
 from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction
@@ -521,7 +521,12 @@ class ActorBindings:
         try:
             await self._node.send(PeerAddress(previous.mesh, old.owner_rid), replaced)
         except ZLinkError as exc:
-            logger.info("boundSessionReplaced (51) for %r not sent: %r", record.actor_id.value, exc)
+            self._flow.emit(
+                FlowEvent.SESSION_REPLACED_NOT_SENT,
+                "boundSessionReplaced (51) for %r not sent: %r",
+                record.actor_id.value,
+                exc,
+            )
 
     # --- relay ingress (24 with the bound-session tail, or local) -----------------------------
     def check_relay(self, actor_id: ActorId, tail: SessionTail) -> ZLinkError | None:

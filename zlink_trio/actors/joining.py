@@ -73,7 +73,7 @@ from ..wire.tails import JoinTail, ReplyPayloadTail
 from . import spot_side
 from .authority import Authority, actor_key
 from .host import ActorHost
-from .hosted import READY, ActorItem, Deliver, HostedActor, JoinDone, fail_sink
+from .hosted import JOINING, READY, ActorItem, Deliver, HostedActor, JoinDone, fail_sink
 from .join import JoinIntent, JoinRegistrar, PendingJoin
 from .membership import JoinCompletion, JoinEvent, JoinOutcome, LeaveEvent
 
@@ -166,15 +166,20 @@ class JoinRunner:
         """The handler that registered ``pending`` ended normally: activate the barrier
         and start the Join (synchronously: the Actor's next turn cannot come first)."""
         hosted = pending.hosted
-        if hosted.state is not READY or hosted.join is not pending:
+        # A Spot handler's registration parked its member at defer(): it is Joining.
+        expected = JOINING if pending.parked else READY
+        if hosted.state is not expected or hosted.join is not pending:
             # Destroyed or fenced while the handler ran: no Join, no completion (there is
             # no activation left to run it).
             logger.info("join of %r not started: the Actor is %r", hosted.context, hosted.state)
             if hosted.join is pending:
                 hosted.join = None
+            if pending.parked:
+                _abandon(hosted, Unavailable("the Actor stopped before its join started"))
             pending.done.set()
             return
-        self._host.park(hosted)
+        if not pending.parked:
+            self._host.park(hosted)
         self._activity.begin()
         try:
             self._nursery.start_soon(self._run, pending, name="zlink_trio.actor.join")

@@ -109,6 +109,8 @@ class ActorRuntime:
             self.host, default_timeout=config.join_timeout, payloads=payloads
         )
         self.host.joins = self.joins
+        if spots is not None:
+            spots.host.joins = self.joins  # User Spot handlers Defer their members' Joins
         self.reclaimer = Reclaimer(store, nursery)
         self.deadlines = ReplyDeadlines()
         self.messenger = Messenger(
