@@ -394,6 +394,24 @@ class ActorBindings:
         current = self._bindings.get(actor_id)
         if current is not None and current.generation != hosted.generation:
             current = None  # a leftover of an earlier incarnation
+        if (
+            current is not None
+            and current.notice is not None
+            and current.identity.same_session(identity)
+        ):
+            # The session binds again while its binding's disconnect notification runs:
+            # that binding is dying (the notification tombstones it), so this bind gets a
+            # new one, which the tombstone does not touch; the session is not sent a 51
+            # about itself.
+            self._bindings[actor_id] = _Binding(
+                identity, hosted.generation, hosted.owner_generation, mesh
+            )
+            tail = BindTail(
+                binding_generation=identity.binding_generation,
+                authority_owner_generation=hosted.owner_generation,
+                owner_lease_generation=lease,
+            )
+            return ok(tail), None
         if current is not None and current.identity.same_session(identity):
             tail = BindTail(
                 binding_generation=current.identity.binding_generation,
