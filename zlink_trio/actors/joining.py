@@ -117,16 +117,16 @@ class _Stay:
 
 @final
 class JoinStatistics:
-    """Counters of the Joins this node ran as their source."""
+    """Counters of the Joins this node ran as their source (``ActorRuntimeStatistics``
+    ``joins_*``; the Joins it received are the target's ``arrived``)."""
 
-    __slots__ = ("accepted", "failed", "moved_in", "moved_out", "rejected")
+    __slots__ = ("accepted", "failed", "moved_out", "rejected")
 
     def __init__(self) -> None:
         self.accepted = 0
         self.rejected = 0
         self.failed = 0
         self.moved_out = 0
-        self.moved_in = 0
 
 
 @final

@@ -406,6 +406,7 @@ class ActorRuntime:
                 )
             )
         cache = self.messenger.cache.statistics()
+        joins = self.joiner.stats
         flow = self._flow
         return ActorRuntimeStatistics(
             hosted=len(self.host),
@@ -423,6 +424,11 @@ class ActorRuntime:
             create_replays=self.source.replays,
             rejected=self.target.rejected,
             failed_creates=self.target.failed,
+            joins_accepted=joins.accepted,
+            joins_rejected=joins.rejected,
+            joins_failed=joins.failed,
+            joins_moved_out=joins.moved_out,
+            joins_moved_in=self.join_target.arrived,
         )
 
 

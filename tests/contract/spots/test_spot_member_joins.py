@@ -263,6 +263,13 @@ async def test_a04_13_a_spot_handler_moves_its_member_across_nodes(
         assert after is not None and after.node_rid == c.identity.node_rid
         assert after.object_generation == before.object_generation
         assert await a.actors.request(actor, "whoami") == lobby.encode()
+        # the Join counters (server.statistics()): the source counted a move out (after
+        # one accepted same-node Join into the guild), the target a move in
+        source, target = b.statistics().actors, c.statistics().actors
+        assert source is not None and target is not None
+        assert (source.joins_accepted, source.joins_moved_out) == (1, 1)
+        assert (target.joins_moved_in, target.joins_moved_out) == (1, 0)
+        assert source.joins_failed == source.joins_rejected == 0
 
 
 async def test_a04_11_the_members_barrier_holds_from_defer_and_a_failure_discards_it(
