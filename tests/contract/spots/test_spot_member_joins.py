@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import trio
 import trio.testing
 
@@ -191,19 +192,20 @@ async def _enter(server: Any, log: JoinLog, actor: str, spot: str, count: int) -
     assert log.completions_of(actor)[-1].outcome is JoinOutcome.ACCEPTED
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_a04_10_a_user_spot_handler_moves_its_member_same_node_and_back(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
-    """A04-10 (Spot handler part) on 2 nodes: a User Spot's request handler Defers the
+    """A04-10 (Spot handler part) on 2 and 3 nodes: a User Spot's request handler Defers the
     Join of its local member to another User Spot of its node; the Join runs after the
     handler, the member's ``@on_join_complete`` sees ACCEPTED with the target's reply, the
     old Spot runs LEAVE, the Store row names the new Spot; a packet handler then Defers
     the member's leave back to its Entry Spot. A lifecycle callback and the factory of
     the Spot get InvalidOperation."""
     log = JoinLog()
-    async with open_cluster(2, store=store, app=make_app(log)) as cluster:
+    async with open_cluster(nodes, store=store, app=make_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        a, b, *_ = cluster.servers
         actor = await create_on(b, cluster.servers, 1, "member")
         guild = await spot_on(b, cluster.servers, 1, "guild")
         lobby = await spot_on(b, cluster.servers, 1, "lobby")
@@ -272,18 +274,19 @@ async def test_a04_13_a_spot_handler_moves_its_member_across_nodes(
         assert source.joins_failed == source.joins_rejected == 0
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_a04_11_the_members_barrier_holds_from_defer_and_a_failure_discards_it(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
-    """A04-11 (Spot handler part) on 2 nodes: while the guild's handler that Deferred a
+    """A04-11 (Spot handler part) on 2 and 3 nodes: while the guild's handler that Deferred a
     PerActor member's leave still runs, a payload sent to the member waits behind the
     barrier (the member runs no turn), and runs after the member's completion; a guild
     handler that raises after its Defer discards the Join: no completion, the member
     stays a member and handles its next message."""
     log = JoinLog()
-    async with open_cluster(2, store=store, app=make_app(log)) as cluster:
+    async with open_cluster(nodes, store=store, app=make_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        a, b, *_ = cluster.servers
         one = await create_on(a, cluster.servers, 0, "held")
         two = await create_on(a, cluster.servers, 0, "kept")
         guild = await spot_on(a, cluster.servers, 0, "guild")
@@ -325,16 +328,17 @@ async def _raises(awaitable: Any) -> Exception | None:
     return None
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_a04_10_a_spot_timer_handler_defers_a_members_leave(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
     """A04-10 (timer handler part): a guild timer's tick Defers its member's leave; the
     Join runs after the tick's handler and the member's completion reports the Entry
     Spot."""
     log = JoinLog()
-    async with open_cluster(2, store=store, app=make_app(log)) as cluster:
+    async with open_cluster(nodes, store=store, app=make_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        a, b, *_ = cluster.servers
         actor = await create_on(a, cluster.servers, 0, "timed")
         guild = await spot_on(a, cluster.servers, 0, "guild")
         await _enter(b, log, actor, guild, 1)
@@ -346,14 +350,17 @@ async def test_a04_10_a_spot_timer_handler_defers_a_members_leave(
         assert spot_members(a, guild) == frozenset()
 
 
-async def test_a04_10_refusals_in_spot_handlers(clock: object, store: CountingStore) -> None:
+@pytest.mark.parametrize("nodes", [2, 3])
+async def test_a04_10_refusals_in_spot_handlers(
+    clock: object, store: CountingStore, nodes: int
+) -> None:
     """A04-10 (Spot side): an Instance Spot handler's join_spot / join_entry_spot is
     InvalidOperation; in a User Spot handler a non-member, a second defer() of one call
     and a detached task are InvalidOperation, and the valid first defer() still runs."""
     log = JoinLog()
-    async with open_cluster(2, store=store, app=make_app(log)) as cluster:
+    async with open_cluster(nodes, store=store, app=make_app(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        a, b, *_ = cluster.servers
         assert await b.spots.request("crate-1", "try-join").instance("crate") == b"tried"
         assert isinstance(log.errors["instance"], InvalidOperation)
         assert isinstance(log.errors["instance-entry"], InvalidOperation)
