@@ -46,18 +46,13 @@ def _lobby(server: Any) -> Any:
     return next(t for t in stats.types if t.stable_type == "lobby")
 
 
-@pytest.mark.parametrize("nodes", [2, 3])
-async def test_a04_01_03_a_user_spot_members_payloads_go_to_its_own_queue(
-    clock: object, store: CountingStore, nodes: int
-) -> None:
-    """A04-01 / A04-02 / A04-03 (User Spot side): an Actor joined a PerActor User Spot on
-    the last node. While the Spot's own request handler is blocked, a local request, a
-    request and a send from node 0 and an Actor-to-Actor request from node 0 all run the
-    Actor's handler; the Spot's packet/request handler counts, its callbacks and its
-    lifecycle turns do not move (its application queue ran only its own request). Then a
-    Join of the Actor back to its Entry Spot is pending (its handler blocked after
-    ``defer()``) when a send arrives: the send runs after the completion. Over the whole
-    test the Spot saw exactly the callbacks JOIN, JOINED and LEAVE."""
+async def _scenario(store: CountingStore, nodes: int) -> dict[str, Any]:
+    """An Actor joined a PerActor User Spot on the last node. While the Spot's own request
+    handler is blocked, a local request, a request and a send from node 0 and an
+    Actor-to-Actor request from node 0 are sent to the Actor; then a Join of the Actor
+    back to its Entry Spot is pending (its handler blocked after ``defer()``) when a send
+    arrives. What was observed, for the three tests below."""
+    seen: dict[str, Any] = {}
     log = JoinLog()
     async with open_cluster(nodes, store=store, app=make_app(log)) as cluster:
         await cluster.wait_all_admitted()
@@ -84,14 +79,9 @@ async def test_a04_01_03_a_user_spot_members_payloads_go_to_its_own_queue(
             await log.wait_for(lambda: ("note", b"sent") in log.packets(member))
             forwarded = await first.actors.request(forwarder, "forward", f"{member}|a2a".encode())
             assert forwarded == b"a2a"
-            during = _lobby(host)
-            assert during.request_handlers == before.request_handlers
-            assert during.packet_handlers == before.packet_handlers
-            assert during.lifecycle_callbacks == before.lifecycle_callbacks
-            assert during.lifecycle_turns == before.lifecycle_turns
-            assert during.application_turns == before.application_turns + 1  # "hold"
+            seen["before"], seen["during"] = before, _lobby(host)
+            seen["handled"] = [p for p, _ in log.packets(member)][-4:]
             log.spot_gate.set()
-        assert [p for p, _ in log.packets(member)][-4:] == ["echo", "echo", "note", "echo"]
         # a send during a pending Join (back to the Entry Spot) runs after its completion
         log.gate = trio.Event()
         log.entered = trio.Event()
@@ -105,10 +95,58 @@ async def test_a04_01_03_a_user_spot_members_payloads_go_to_its_own_queue(
             await first.actors.send(member, "note", b"behind")
             log.gate.set()
         await log.wait_for(lambda: ("note", b"behind") in log.packets(member))
-        completions = [i for i, t in enumerate(log.trace) if t == "complete:accepted"]
-        assert len(completions) == 2 and completions[1] < log.trace.index("note:behind")
-        after = _lobby(host)
-        callbacks = {k: v for k, v in after.lifecycle_callbacks.items() if v}
-        assert callbacks == {"join": 1, "joined": 1, "leave": 1}
-        assert after.request_handlers == before.request_handlers + 1
-        assert after.packet_handlers == 0
+        seen["completions"] = [i for i, t in enumerate(log.trace) if t == "complete:accepted"]
+        seen["behind"] = log.trace.index("note:behind")
+        seen["after"] = _lobby(host)
+    return seen
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+async def test_a04_01_a_user_spot_members_payloads_reach_its_own_handler(
+    clock: object, store: CountingStore, nodes: int
+) -> None:
+    """A04-01 (User Spot side): the payloads of an Actor in a PerActor User Spot — a local
+    request, a request and a send from another node, an Actor-to-Actor request — all run
+    the Actor's own handlers, in order; the Spot's packet and request handler counts do
+    not move (its only request is its own)."""
+    seen = await _scenario(store, nodes)
+    assert seen["handled"] == ["echo", "echo", "note", "echo"]
+    before, during = seen["before"], seen["during"]
+    assert during.request_handlers == before.request_handlers
+    assert during.packet_handlers == before.packet_handlers == 0
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+async def test_a04_02_member_payloads_never_pass_through_the_spot(
+    clock: object, store: CountingStore, nodes: int
+) -> None:
+    """A04-02 (User Spot side): while the PerActor Spot's own handler is blocked, its
+    member's payloads still run; the Spot's callback counters and lifecycle turns do not
+    move and its application queue ran only its own (blocked) request."""
+    seen = await _scenario(store, nodes)
+    before, during = seen["before"], seen["during"]
+    assert seen["handled"] == ["echo", "echo", "note", "echo"]  # all ran while blocked
+    assert during.lifecycle_callbacks == before.lifecycle_callbacks
+    assert during.lifecycle_turns == before.lifecycle_turns
+    assert during.application_turns == before.application_turns + 1  # its own "hold"
+
+
+@pytest.mark.parametrize("nodes", [2, 3])
+async def test_a04_03_the_spot_lifecycle_queue_sees_only_membership_control(
+    clock: object, store: CountingStore, nodes: int
+) -> None:
+    """A04-03 (User Spot side): over a Join, the member's traffic and its leave, the
+    Spot's invocations are only the lifecycle callbacks JOIN, JOINED and LEAVE (plus its
+    own request handler once); a send to the Actor while its Join is pending runs only
+    after the Join's completion."""
+    seen = await _scenario(store, nodes)
+    after, before = seen["after"], seen["before"]
+    assert {k: v for k, v in after.lifecycle_callbacks.items() if v} == {
+        "join": 1,
+        "joined": 1,
+        "leave": 1,
+    }
+    assert after.request_handlers == before.request_handlers + 1
+    assert after.packet_handlers == 0
+    completions = seen["completions"]
+    assert len(completions) == 2 and completions[1] < seen["behind"]
