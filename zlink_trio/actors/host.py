@@ -241,7 +241,8 @@ class ActorHost:
         finishes, nothing queued runs — and what it held is parked, in order, with every
         payload admitted from now on, until :meth:`unpark`."""
         lane = hosted.lane
-        hosted.parked = list(lane.retire()) if lane is not None else []
+        if hosted.parked is None:  # (parked already: what it holds stays, in order)
+            hosted.parked = list(lane.retire()) if lane is not None else []
         hosted.state = JOINING
 
     def restore(self, hosted: HostedActor) -> None:

@@ -174,7 +174,7 @@ Activate = Callable[[PendingJoin], None]
 class JoinRegistrar:
     """Registration, activation and discard of deferred Joins on this node."""
 
-    __slots__ = ("_activate", "_default_ms", "_host", "_payloads", "open")
+    __slots__ = ("_activate", "_default_ms", "_host", "_payloads", "_restore", "open")
 
     def __init__(
         self,
@@ -187,12 +187,15 @@ class JoinRegistrar:
         self._default_ms = check_join_timeout(default_timeout)
         self._payloads = payloads
         self._activate: Activate | None = None
+        self._restore: Activate | None = None
         self.open = 0
         """Registrations whose scope is still open (the request guard's fast exit)."""
 
-    def bind(self, activate: Activate) -> None:
-        """The transaction runner that starts an activated Join."""
+    def bind(self, activate: Activate, restore: Activate | None = None) -> None:
+        """The transaction runner that starts an activated Join (and un-parks the member
+        of a discarded Spot-handler registration once its turn in progress ended)."""
         self._activate = activate
+        self._restore = restore
 
     # --- registration -------------------------------------------------------------------
     def snapshot(self, request: object) -> bytes:
@@ -329,6 +332,8 @@ class JoinRegistrar:
         for p in pending:
             if ok and self._activate is not None:
                 self._activate(p)
+            elif p.parked and self._restore is not None:
+                self._restore(p)  # clears the transition once the member runs again
             else:
                 p.hosted.join = None
                 if p.parked:

@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import final
+from typing import Any, final
 
 import trio
 
 from ..config import ServerConfig
 from ..engine.gate import Gate
+from ..engine.lane import Lane
 from ..engine.oneshot import OneShot
 from ..errors import (
     DeadlineExceeded,
@@ -159,7 +160,7 @@ class JoinRunner:
         self._activity = activity
         self._flow = flow
         self.stats = JoinStatistics()
-        registrar.bind(self.activate)
+        registrar.bind(self.activate, self.restore)
 
     # --- activation -------------------------------------------------------------------------
     def activate(self, pending: PendingJoin) -> None:
@@ -189,11 +190,48 @@ class JoinRunner:
             pending.done.set()
             _abandon(hosted, ShuttingDown("the server stopped before the join started"))
 
+    def restore(self, pending: PendingJoin) -> None:
+        """A Spot handler's registration was discarded: its member (parked at
+        ``defer()``) gets its lane back — once the turn it had in progress then (a
+        PerActor member runs on its own gate) has ended, so no two turns of one Actor
+        ever overlap. Its transition stays pending until then."""
+        hosted = pending.hosted
+        old = hosted.lane
+        if old is None or old.idle:
+            self._restored(pending)
+            return
+        self._activity.begin()
+        try:
+            self._nursery.start_soon(
+                self._restore_later, pending, old, name="zlink_trio.actor.join"
+            )
+        except RuntimeError:  # the runtime is stopping
+            self._activity.end()
+            self._restored(pending)
+
+    async def _restore_later(self, pending: PendingJoin, old: Lane[Any, Any]) -> None:
+        try:
+            await old.wait_idle()
+        finally:
+            self._restored(pending)
+            self._activity.end()
+
+    def _restored(self, pending: PendingJoin) -> None:
+        hosted = pending.hosted
+        if hosted.join is pending:
+            hosted.join = None
+        self._host.restore(hosted)
+        pending.done.set()
+
     async def _run(self, pending: PendingJoin) -> None:
         hosted = pending.hosted
         intent = pending.intent
         try:
             try:
+                if pending.parked and hosted.lane is not None:
+                    # A Spot handler's registration: the member may have been in a turn
+                    # of its own (its own gate) then; the Join starts after that turn.
+                    await hosted.lane.wait_idle()
                 stay = await self._transact(hosted, intent)
             except trio.Cancelled:
                 _abandon(hosted, ShuttingDown("the server stopped during the join"))

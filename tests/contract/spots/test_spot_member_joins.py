@@ -411,3 +411,45 @@ async def test_a04_12_the_limits_of_one_spot_handler(clock: object, store: Count
         assert all(log.completions_of(m)[1].outcome is JoinOutcome.ACCEPTED for m in members[:64])
         assert len(log.completions_of(members[64])) == 1
         assert spot_members(a, guild) == {ActorId(members[64])}
+
+
+@pytest.mark.parametrize("fail", [False, True], ids=["activated", "discarded"])
+async def test_a04_11_a_members_turn_in_progress_ends_before_its_join_or_its_next_message(
+    clock: object, store: CountingStore, fail: bool
+) -> None:
+    """A04-11 (Spot handler part): the PerActor member is inside a turn of its own (its
+    handler blocked) when the guild's handler Defers its leave and ends: the Join (its
+    completion) runs only after that turn ended — never beside it; when the guild's
+    handler fails instead, the message sent to the member meanwhile also waits for that
+    turn: one Actor never runs two turns at once."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_app(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        member = await create_on(a, cluster.servers, 0, "busy")
+        guild = await spot_on(a, cluster.servers, 0, "guild")
+        await _enter(b, log, member, guild, 1)
+        log.gate = trio.Event()
+        log.entered = trio.Event()
+        async with trio.open_nursery() as nursery:
+            done: list[bytes | None] = []
+
+            async def block() -> None:
+                done.append(await b.actors.request(member, "block", b"busy").timeout(60))
+
+            nursery.start_soon(block)
+            await log.entered.wait()
+            if fail:
+                await _raises(b.spots.request(guild, "move-fail", member.encode()).timeout(30))
+            else:
+                await b.spots.request(guild, "move", f"{member}|".encode()).timeout(30)
+            await b.actors.send(member, "note", b"next")
+            await trio.testing.wait_all_tasks_blocked()
+            assert done == []  # its turn still runs ...
+            assert len(log.completions_of(member)) == 1  # ... and nothing of it ran beside
+            assert ("note", b"next") not in log.packets(member)
+            log.gate.set()
+        await log.wait_for(lambda: ("note", b"next") in log.packets(member))
+        assert done == [b"unblocked"]
+        assert len(log.completions_of(member)) == (1 if fail else 2)
+        assert spot_members(a, guild) == (frozenset({ActorId(member)}) if fail else frozenset())
