@@ -292,6 +292,17 @@ class JoinRunner:
         if refused is not None:
             # The shutdown admission seal came first: draining blocks new membership.
             return self._stay(hosted, intent, intent.target, JoinOutcome.FAILED, error=refused)
+        if trio.current_time() >= intent.deadline:
+            # The deadline fixed at defer() passed before the Join could start (its
+            # handler, or the member's turn in progress, outlasted it): it is over, never
+            # admitted (04 §8.1: Unavailable), and nothing moves.
+            return self._stay(
+                hosted,
+                intent,
+                intent.target,
+                JoinOutcome.FAILED,
+                error=Unavailable("the join's deadline passed before it could start"),
+            )
         context = hosted.context
         mesh = hosted.mesh_name
         target = intent.target
