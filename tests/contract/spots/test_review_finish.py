@@ -81,6 +81,26 @@ def add_clans(app: App, log: JoinLog, holder: _Holder) -> None:
             await log.spot_gate.wait()
             return b""
 
+        @on_request("big-reply")
+        async def big_reply(self, payload: bytes) -> bytes:
+            """Defer the member's leave, then a reply over the reply limit."""
+            self.context.join_entry_spot(payload.decode()).defer()
+            return b"x" * (16 * 1024 * 1024)
+
+        @on_request("child-defer")
+        async def child_defer(self, payload: bytes) -> bytes:
+            """A child task the handler awaits Defers the member's leave."""
+
+            async def child() -> None:
+                await trio.lowlevel.checkpoint()
+                attempt(
+                    log, "child", lambda: self.context.join_entry_spot(payload.decode()).defer()
+                )
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(child)
+            return b""
+
         @on_request("twice")
         async def twice(self, payload: bytes) -> bytes:
             actor, other = payload.decode().split("|")
@@ -366,3 +386,77 @@ async def test_a04_11_the_target_spot_closes_while_the_join_is_deferred(
         await log.wait_for(lambda: ("note", b"parked") in log.packets(member))
         assert log.trace.index("note:parked") > log.trace.index("complete:failed")
         assert spot_members(a, spot) == {ActorId(member)}
+
+
+@pytest.mark.parametrize("local", [True, False], ids=["local", "remote"])
+async def test_a04_11_a_spot_reply_over_the_limit_discards_the_members_join(
+    clock: object, store: CountingStore, local: bool
+) -> None:
+    """A04-11: a Spot handler Defers its member's leave and returns a reply over the
+    reply limit: a handler failure (the caller gets an error), the Join is discarded (no
+    completion), the member stays and handles its next message; a child task the handler
+    awaits may Defer (its Join runs)."""
+    log, holder = JoinLog(), _Holder()
+    async with open_cluster(2, store=store, app=make_app(log, holder)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        caller = a if local else b
+        member = await create_on(a, cluster.servers, 0, "big")
+        spot = await spot_on(a, cluster.servers, 0, "clan")
+        await _enter(b, log, member, spot, 1)
+        assert await _raises(caller.spots.request(spot, "big-reply", member.encode()).timeout(30))
+        assert await caller.actors.request(member, "echo", b"next").timeout(10) == b"next"
+        assert len(log.completions_of(member)) == 1
+        assert spot_members(a, spot) == {ActorId(member)}
+        await caller.spots.request(spot, "child-defer", member.encode()).timeout(30)
+        assert isinstance(log.errors["child"], OperationId)
+        await log.wait_for(lambda: len(log.completions_of(member)) == 2)
+        assert log.completions_of(member)[1].outcome is JoinOutcome.ACCEPTED
+
+
+@pytest.mark.parametrize("spot_type", ["clan", "camp"])
+async def test_a04_11_messages_parked_during_a_cross_node_spot_handler_join_travel(
+    clock: object, store: CountingStore, spot_type: str
+) -> None:
+    """A04-11 / A04-13: a Spot handler Defers its member's Join to a User Spot of another
+    node; a send and a request to the member while the handler still runs are parked,
+    then travel with the member: both run on the new instance on the target node, after
+    its completion, in order; none is lost or run twice."""
+    log, holder = JoinLog(), _Holder()
+    async with open_cluster(2, store=store, app=make_app(log, holder)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        member = await create_on(a, cluster.servers, 0, "traveller")
+        spot = await spot_on(a, cluster.servers, 0, spot_type)
+        target = await spot_on(a, cluster.servers, 1, "lobby")
+        await _enter(b, log, member, spot, 1)
+        log.spot_gate = trio.Event()
+        replies: list[bytes | None] = []
+        async with trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                await b.spots.request(spot, "hold-to", f"{member}|{target}".encode()).timeout(30)
+
+            async def ask() -> None:
+                replies.append(await b.actors.request(member, "echo", b"second").timeout(30))
+
+            nursery.start_soon(held)
+            await log.spot_entered.wait()
+            await a.actors.send(member, "note", b"first")
+            nursery.start_soon(ask)
+            await trio.testing.wait_all_tasks_blocked()
+            assert log.packets(member) == [("join-spot", f"{spot}|x".encode())]
+            log.spot_gate.set()
+        assert replies == [b"second"]
+        await log.wait_for(lambda: ("note", b"first") in log.packets(member))
+        done = log.completions_of(member)[1]
+        assert done.outcome is JoinOutcome.ACCEPTED and done.spot_id == SpotId(target)
+        old, new = log.instances[member]
+        assert old.context.retired
+        assert [(p, d) for x, p, d, inst in log.handled if x == member and inst is new] == [
+            ("note", b"first"),
+            ("echo", b"second"),
+        ]
+        last_completion = len(log.trace) - 1 - log.trace[::-1].index("complete:accepted")
+        assert log.trace.index("note:first") > last_completion
+        assert spot_members(b, target) == {ActorId(member)}
