@@ -29,6 +29,7 @@ from zlink_trio import (
     OperationId,
     PerActor,
     RecreateOnRelocation,
+    ShuttingDown,
     SpotCallback,
     SpotContext,
     SpotId,
@@ -460,3 +461,41 @@ async def test_a04_11_messages_parked_during_a_cross_node_spot_handler_join_trav
         last_completion = len(log.trace) - 1 - log.trace[::-1].index("complete:accepted")
         assert log.trace.index("note:first") > last_completion
         assert spot_members(b, target) == {ActorId(member)}
+
+
+@pytest.mark.parametrize("spot_type", ["clan", "camp"])
+async def test_a04_10_a_spot_handler_join_ending_during_the_drain_fails_shutting_down(
+    clock: object, store: CountingStore, spot_type: str
+) -> None:
+    """A04-10 (Join vs maintenance): the node hosting the Spot and its member starts its
+    graceful stop while the Spot's handler that Deferred the member's leave still runs;
+    the handler then ends normally (the drain lets the accepted turn finish): the shutdown
+    admission seal came first, so the member's completion is FAILED with ShuttingDown,
+    exactly once, and the stop completes."""
+    log, holder = JoinLog(), _Holder()
+    with trio.fail_after(90):
+        async with open_cluster(2, store=store, app=make_app(log, holder)) as cluster:
+            await cluster.wait_all_admitted()
+            a, b = cluster.servers
+            member = await create_on(a, cluster.servers, 0, "drained")
+            spot = await spot_on(a, cluster.servers, 0, spot_type)
+            await _enter(b, log, member, spot, 1)
+            log.spot_gate = trio.Event()
+            async with trio.open_nursery() as nursery:
+
+                async def held() -> None:
+                    await _raises(
+                        b.spots.request(spot, "hold", f"{member}|30|".encode()).timeout(60)
+                    )
+
+                nursery.start_soon(held)
+                await log.spot_entered.wait()
+                nursery.start_soon(cluster.stop, 0)
+                await trio.testing.wait_all_tasks_blocked()
+                log.spot_gate.set()
+            await log.wait_for(lambda: len(log.completions_of(member)) == 2)
+            done = log.completions_of(member)[1]
+            assert done.operation_id == log.errors["held-op"]
+            assert done.outcome is JoinOutcome.FAILED
+            assert isinstance(done.error, ShuttingDown)
+    assert len(log.completions_of(member)) == 2
