@@ -218,6 +218,9 @@ async def test_a04_11_the_deadline_fixed_at_defer_passes_while_the_spot_handler_
         assert done.outcome is JoinOutcome.FAILED
         # never started before its deadline: Unavailable (04 §8.1)
         assert isinstance(done.error, Unavailable)
+        counters = a.statistics().actors
+        assert counters is not None
+        assert (counters.joins_accepted, counters.joins_failed) == (1, 1)
         await log.wait_for(lambda: ("note", b"while parked") in log.packets(member))
         assert spot_members(a, spot) == {ActorId(member)}
         assert await b.actors.request(member, "whoami").timeout(10) == spot.encode()
