@@ -18,7 +18,7 @@ from stream_kit import Record, bind, connect, create, relay, stream_app, stream_
 from test_b02_rebind import _receive
 
 import zlink_trio
-from zlink_trio import App
+from zlink_trio import App, PerActor, RecreateOnRelocation, SpotContext, on_request
 from zlink_trio.stream import Packet
 from zlink_trio.testing import CountingStore, TapDirection, WireTap
 from zlink_trio.wire.stream import Push
@@ -144,3 +144,60 @@ async def test_b02_16_rebinding_repeatedly_during_disconnect_notifications(
             assert tap.count(command=51) == 0
             await trio.testing.wait_all_tasks_blocked()
             assert len(rec.disconnects) == 2
+
+
+def _keep_app(rec: Any, node: int, entered: trio.Event, gate: trio.Event) -> App:
+    """The STREAM test app (rooms) plus, on the Actor host, a User Spot "keep" whose
+    request ``hold-leave <actor>`` Defers its member's leave and waits for ``gate``."""
+    app = stream_app(rec, node, host=node == 1, rooms=True)
+    if node != 1:
+        return app
+
+    class Keep:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+        @on_request("hold-leave")
+        async def hold_leave(self, payload: bytes) -> bytes:
+            self.context.join_entry_spot(payload.decode()).timeout(60).defer()
+            entered.set()
+            await gate.wait()
+            return b""
+
+    app.register_spot("keep", Keep, execution=PerActor(), relocation=RecreateOnRelocation())
+    return app
+
+
+@pytest.mark.xfail(strict=True, reason="a bind to a Spot handler's parked member is Unavailable")
+async def test_a04_15_a_bind_while_a_spot_handler_defers_the_members_join(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-15 (binding independent of membership): while a User Spot's handler that
+    Deferred its member's leave still runs (the member parked behind its barrier), a
+    client binds that member: the bind succeeds (membership and binding are independent;
+    the Join has not started), and after the Join the binding is still bound."""
+    rec = Record()
+    entered, gate = trio.Event(), trio.Event()
+    async with stream_cluster(
+        2, rec, store=store, hosts=lambda i: i == 1, app=lambda i: _keep_app(rec, i, entered, gate)
+    ) as cluster:
+        session_node, actor_node = cluster.servers
+        await create(session_node, rec, "a")
+        created = await actor_node.spots.create("keep").timeout(30)
+        assert created.ref is not None
+        keep = created.ref.spot_id.value
+        await actor_node.actors.request("a", "join_spot", keep.encode()).timeout(30)
+        await rec.wait_until(lambda: len(rec.joins) == 1)
+        async with connect(session_node, "user") as client, trio.open_nursery() as nursery:
+
+            async def held() -> None:
+                await actor_node.spots.request(keep, "hold-leave", b"a").timeout(60)
+
+            nursery.start_soon(held)
+            await entered.wait()
+            with trio.fail_after(30):
+                generation = await bind(client, "a")
+            assert generation > 0
+            gate.set()
+            await rec.wait_until(lambda: len(rec.joins) == 2)
+            assert await relay(client, "a", "echo", b"after") == b"after"
