@@ -83,7 +83,8 @@ from ..wire.records import (
     TerminalReply,
 )
 from ..wire.tails import ActorAuthorityFence, BindTail, RetiredSessionBinding, SessionTail
-from .hosted import READY, ActorWork, HostedActor
+from .hosted import JOINING, READY, ActorWork, HostedActor
+from .join import PendingJoin
 
 if TYPE_CHECKING:
     from ..mesh.node import MeshNode
@@ -374,7 +375,7 @@ class ActorBindings:
         if record.target_rid != me.node_rid or record.target_node_generation != me.node_generation:
             return failure(StaleRoute("the bind names another node lifecycle")), None
         hosted = self._host.get(actor_id)
-        if hosted is None or hosted.state is not READY:
+        if hosted is None or (hosted.state is not READY and not _join_not_started(hosted)):
             # No Message Follow route exists (the relocation issue adds them): the bind
             # ends Unavailable, never re-sent to an owner found in the Store.
             return failure(
@@ -717,3 +718,16 @@ class ActorBindings:
             retained = terminals.get(key)
             if retained is not None and retained.expires <= now:
                 del terminals[key]
+
+
+def _join_not_started(hosted: HostedActor) -> bool:
+    """``hosted`` is Joining only because a User Spot handler that Deferred its Join
+    still runs (parked at ``defer()``, the Join not started): binding is independent of
+    membership (04 §2.3), so a bind is taken as for a Ready Actor."""
+    pending = hosted.join
+    return (
+        hosted.state is JOINING
+        and isinstance(pending, PendingJoin)
+        and pending.parked
+        and not pending.scope.closed
+    )

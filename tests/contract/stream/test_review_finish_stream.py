@@ -168,14 +168,14 @@ def _keep_app(rec: Any, node: int, entered: trio.Event, gate: trio.Event) -> App
     return app
 
 
-@pytest.mark.xfail(strict=True, reason="a bind to a Spot handler's parked member is Unavailable")
 async def test_a04_15_a_bind_while_a_spot_handler_defers_the_members_join(
     clock: object, store: CountingStore
 ) -> None:
     """A04-15 (binding independent of membership): while a User Spot's handler that
     Deferred its member's leave still runs (the member parked behind its barrier), a
     client binds that member: the bind succeeds (membership and binding are independent;
-    the Join has not started), and after the Join the binding is still bound."""
+    the Join has not started); a relay through it waits behind the barrier and is
+    answered after the Join; the binding is still bound afterwards."""
     rec = Record()
     entered, gate = trio.Event(), trio.Event()
     async with stream_cluster(
@@ -188,16 +188,26 @@ async def test_a04_15_a_bind_while_a_spot_handler_defers_the_members_join(
         keep = created.ref.spot_id.value
         await actor_node.actors.request("a", "join_spot", keep.encode()).timeout(30)
         await rec.wait_until(lambda: len(rec.joins) == 1)
-        async with connect(session_node, "user") as client, trio.open_nursery() as nursery:
+        async with connect(session_node, "user") as client:
+            relayed: list[bytes | None] = []
+            async with trio.open_nursery() as nursery:
 
-            async def held() -> None:
-                await actor_node.spots.request(keep, "hold-leave", b"a").timeout(60)
+                async def held() -> None:
+                    await actor_node.spots.request(keep, "hold-leave", b"a").timeout(60)
 
-            nursery.start_soon(held)
-            await entered.wait()
+                async def relay_parked() -> None:
+                    relayed.append(await relay(client, "a", "echo", b"parked"))
+
+                nursery.start_soon(held)
+                await entered.wait()
+                with trio.fail_after(30):
+                    generation = await bind(client, "a")
+                assert generation > 0
+                nursery.start_soon(relay_parked)
+                await trio.testing.wait_all_tasks_blocked()
+                assert relayed == []  # behind the barrier
+                gate.set()
             with trio.fail_after(30):
-                generation = await bind(client, "a")
-            assert generation > 0
-            gate.set()
-            await rec.wait_until(lambda: len(rec.joins) == 2)
+                await rec.wait_until(lambda: len(rec.joins) == 2)
+            assert relayed == [b"parked"]
             assert await relay(client, "a", "echo", b"after") == b"after"
