@@ -13,11 +13,18 @@ starts). Without it the node hosts nothing (a transport-only node).
 Flags override a JSON ``--config`` file whose keys are ServerConfig field names
 (scalars), plus ``meshes`` (``["world", "lobby=client"]`` or objects with ``name`` and
 ``object_role``), ``listen`` (``HOST:PORT``), ``secret_hex``, ``pg_dsn``, ``pg_schema``,
-``pg_connections``. Without ``--pg-dsn`` the node uses a private in-memory Location Store
-(a single-node demo: processes cannot share one).
+``pg_connections``, ``stream_listen`` (``HOST:PORT``) and ``stream`` (an object of
+:class:`~zlink_trio.config.StreamConfig` fields: ``host``, ``port``, ``bind_timeout``, ...).
+Without ``--pg-dsn`` the node uses a private in-memory Location Store (a single-node demo:
+processes cannot share one).
+
+``--stream-listen HOST:PORT`` (key ``stream_listen``) opens the node's STREAM websocket
+endpoint for client sessions there (port 0: a free port; it overrides ``host`` and ``port``
+of a ``stream`` object); without either the node has none. The ready line then carries
+``"stream_port"`` (the bound port), else ``null``.
 
 Standard output carries one JSON object per line: ``{"event": "ready", "rid": ..., "generation":
-..., "host": ..., "port": ..., "entry_spot_ids": {mesh: id}}`` once the node is registered
+..., "host": ..., "port": ..., "stream_port": ..., "entry_spot_ids": {mesh: id}}`` once the node is registered
 and accepting; with ``--report-peers`` a ``{"event": "peer", "mesh", "rid", "state"}`` line
 per peer state transition; ``{"event": "lease_lost", "reason"}`` when the owner lease is
 lost (the node is fail-stopped: it exits with status 3 so a supervisor starts a new
@@ -47,7 +54,7 @@ from typing import TYPE_CHECKING, Any, Final
 import attrs
 import trio
 
-from .config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig
+from .config import MeshConfig, ObjectRole, PostgresStoreConfig, ServerConfig, StreamConfig
 from .errors import ConfigurationError, ZLinkError
 from .mesh.api import PeerState
 from .observe import FlowEvent
@@ -98,6 +105,9 @@ def add_node_parser(commands: Any) -> None:
     node.add_argument("--poll-interval", type=float, metavar="SECONDS")
     node.add_argument("--hello-timeout", type=float, metavar="SECONDS")
     node.add_argument("--drain-timeout", type=float, metavar="SECONDS")
+    node.add_argument(
+        "--stream-listen", metavar="HOST:PORT", help="STREAM websocket endpoint (port 0: any)"
+    )
     node.add_argument("--app", metavar="MODULE:ATTR", help="the App to host (or its factory)")
     node.add_argument("--report-peers", action="store_true", help="print peer transitions")
     add_product_flags(node)
@@ -142,6 +152,7 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         "pg_dsn": args.pg_dsn,
         "pg_schema": args.pg_schema,
         "pg_connections": args.pg_connections,
+        "stream_listen": args.stream_listen,
     }
     settings.update({key: value for key, value in flags.items() if value is not None})
     for flag, field in _FLAG_FIELDS.items():
@@ -156,10 +167,10 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
     fields["meshes"] = tuple(_mesh(m) for m in meshes)
     listen = settings.pop("listen", None)
     if listen is not None:
-        host, sep, port = str(listen).rpartition(":")
-        if not sep or not port.isdigit():
-            raise ConfigurationError(f"listen: expected HOST:PORT, got {listen!r}")
-        fields["listen_host"], fields["listen_port"] = host.strip("[]"), int(port)
+        fields["listen_host"], fields["listen_port"] = _host_port("listen", listen)
+    stream = _stream(settings.pop("stream", None), settings.pop("stream_listen", None))
+    if stream is not None:
+        fields["stream"] = stream
     secret = settings.pop("secret_hex", None)
     if secret is not None:
         if not isinstance(secret, str):
@@ -187,6 +198,34 @@ def build_config(args: argparse.Namespace) -> ServerConfig:
         return ServerConfig(**fields)
     except TypeError as exc:
         raise ConfigurationError(str(exc)) from None
+
+
+def _host_port(key: str, value: object) -> tuple[str, int]:
+    host, sep, port = str(value).rpartition(":")
+    if not sep or not port.isdigit():
+        raise ConfigurationError(f"{key}: expected HOST:PORT, got {value!r}")
+    return host.strip("[]"), int(port)
+
+
+def _stream(spec: object, listen: object) -> StreamConfig | None:
+    """The STREAM endpoint of a ``stream`` object and/or ``stream_listen`` (None: none)."""
+    if spec is None and listen is None:
+        return None
+    fields: dict[str, Any] = {}
+    if spec is not None:
+        if not isinstance(spec, Mapping):
+            raise ConfigurationError(f"stream: expected an object, got {spec!r}")
+        known = {f.name for f in attrs.fields(StreamConfig)}
+        unknown = set(spec) - known
+        if unknown:
+            raise ConfigurationError(f"unknown stream settings: {', '.join(sorted(unknown))}")
+        fields.update(spec)
+    if listen is not None:
+        fields["host"], fields["port"] = _host_port("stream_listen", listen)
+    try:
+        return StreamConfig(**fields)
+    except TypeError as exc:
+        raise ConfigurationError(f"stream: {exc}") from None
 
 
 def load_app(spec: str) -> App:
@@ -261,6 +300,7 @@ async def serve(
                 generation=server.identity.node_generation.value,
                 host=None if endpoint is None else endpoint.host,
                 port=None if endpoint is None else endpoint.port,
+                stream_port=None if config.stream is None else server.stream.port,
                 entry_spot_ids={
                     str(m.name): node.entry_spot_id(m.name).value for m in config.meshes
                 },

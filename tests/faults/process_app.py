@@ -30,3 +30,21 @@ def app() -> App:
     application.enable_actor_dispatch()
     application.register_actor("cart", Cart, relocation=RecreateOnRelocation())
     return application
+
+
+def stream_app() -> App:
+    """A STREAM session application: every credential is accepted as an Actor of type
+    ``cart``; the packet ``echo`` is answered by the session's own handler."""
+    from zlink_trio.stream import Authenticated, Packet
+
+    application = app()
+
+    @application.authenticate
+    async def authenticate(request: Any) -> Authenticated:
+        return Authenticated(request.credentials.decode(), "cart")
+
+    @application.on_packet("echo")
+    async def echo(packet: Packet, payload: bytes) -> bytes:
+        return b"echo:" + payload
+
+    return application

@@ -149,3 +149,40 @@ def test_a_bad_app_exits_2_with_one_line(spec: str, capsys: pytest.CaptureFixtur
     assert main(["node", "--app", spec]) == EXIT_CONFIGURATION
     err = capsys.readouterr().err
     assert err.startswith("zlink-trio node: --app") and err.count("\n") == 1, err
+
+
+def test_stream_endpoint_from_a_flag_or_the_file(tmp_path: Path) -> None:
+    """``--stream-listen HOST:PORT`` (file key ``stream_listen``) opens the STREAM
+    endpoint; a ``stream`` object in the file sets StreamConfig fields; the flag
+    overrides the file's host and port; without either there is none."""
+    from zlink_trio.config import StreamConfig
+
+    assert parse("--secret-hex", SECRET).stream is None  # type: ignore[attr-defined]
+    config = parse("--stream-listen", "0.0.0.0:7443")
+    assert config.stream == StreamConfig(host="0.0.0.0", port=7443)  # type: ignore[attr-defined]
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps({"stream": {"host": "10.0.0.1", "port": 9000, "bind_timeout": 3}}))
+    from_file = parse("--config", str(path))
+    assert from_file.stream == StreamConfig(host="10.0.0.1", port=9000, bind_timeout=3)  # type: ignore[attr-defined]
+    both = parse("--config", str(path), "--stream-listen", "127.0.0.1:0")
+    assert both.stream == StreamConfig(host="127.0.0.1", port=0, bind_timeout=3)  # type: ignore[attr-defined]
+    path.write_text(json.dumps({"stream_listen": "127.0.0.1:7444"}))
+    assert parse("--config", str(path)).stream == StreamConfig(port=7444)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"stream": {"port": 1, "colour": "red"}},
+        {"stream": "127.0.0.1:1"},
+        {"stream_listen": "no-port"},
+        {"stream": {"port": 70000}},
+    ],
+)
+def test_bad_stream_settings_are_configuration_errors(
+    tmp_path: Path, settings: dict[str, object], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "node.json"
+    path.write_text(json.dumps(settings))
+    assert main(["node", "--config", str(path)]) == EXIT_CONFIGURATION
+    assert capsys.readouterr().err.startswith("zlink-trio node: ")

@@ -70,7 +70,7 @@ from ..ids import (
 )
 from ..mesh.api import PeerAddress, PeerIdentity
 from ..objects.sinks import RemoteSink, failure, ok
-from ..observe import FlowTrace
+from ..observe import FlowEvent, FlowTrace
 from ..wire.codec import evolve
 from ..wire.commands import Command
 from ..wire.enums import BindAction, BoundSessionCloseAction
@@ -86,7 +86,8 @@ from ..wire.records import (
     TerminalReply,
 )
 from ..wire.tails import ActorAuthorityFence, BindTail, RetiredSessionBinding, SessionTail
-from .hosted import READY, ActorWork, HostedActor
+from .hosted import JOINING, READY, ActorWork, HostedActor
+from .join import PendingJoin
 
 if TYPE_CHECKING:
     from ..mesh.node import MeshNode
@@ -411,7 +412,7 @@ class ActorBindings:
         if record.target_rid != me.node_rid or record.target_node_generation != me.node_generation:
             return failure(StaleRoute("the bind names another node lifecycle")), None
         hosted = self._host.get(actor_id)
-        if hosted is None or hosted.state is not READY:
+        if hosted is None or (hosted.state is not READY and not _join_not_started(hosted)):
             # No Message Follow route exists (the relocation issue adds them): the bind
             # ends Unavailable, never re-sent to an owner found in the Store.
             return failure(
@@ -431,6 +432,24 @@ class ActorBindings:
         current = self._bindings.get(actor_id)
         if current is not None and current.generation != hosted.generation:
             current = None  # a leftover of an earlier incarnation
+        if (
+            current is not None
+            and current.notice is not None
+            and current.identity.same_session(identity)
+        ):
+            # The session binds again while its binding's disconnect notification runs:
+            # that binding is dying (the notification tombstones it), so this bind gets a
+            # new one, which the tombstone does not touch; the session is not sent a 51
+            # about itself.
+            self._bindings[actor_id] = _Binding(
+                identity, hosted.generation, hosted.owner_generation, mesh
+            )
+            tail = BindTail(
+                binding_generation=identity.binding_generation,
+                authority_owner_generation=hosted.owner_generation,
+                owner_lease_generation=lease,
+            )
+            return ok(tail), None
         if current is not None and current.identity.same_session(identity):
             tail = BindTail(
                 binding_generation=current.identity.binding_generation,
@@ -558,7 +577,12 @@ class ActorBindings:
         try:
             await self._node.send(PeerAddress(previous.mesh, old.owner_rid), replaced)
         except ZLinkError as exc:
-            logger.info("boundSessionReplaced (51) for %r not sent: %r", record.actor_id.value, exc)
+            self._flow.emit(
+                FlowEvent.SESSION_REPLACED_NOT_SENT,
+                "boundSessionReplaced (51) for %r not sent: %r",
+                record.actor_id.value,
+                exc,
+            )
 
     # --- relay ingress (24 with the bound-session tail, or local) -----------------------------
     def check_relay(self, actor_id: ActorId, tail: SessionTail) -> ZLinkError | None:
@@ -731,3 +755,16 @@ class ActorBindings:
             retained = terminals.get(key)
             if retained is not None and retained.expires <= now:
                 del terminals[key]
+
+
+def _join_not_started(hosted: HostedActor) -> bool:
+    """``hosted`` is Joining only because a User Spot handler that Deferred its Join
+    still runs (parked at ``defer()``, the Join not started): binding is independent of
+    membership (04 §2.3), so a bind is taken as for a Ready Actor."""
+    pending = hosted.join
+    return (
+        hosted.state is JOINING
+        and isinstance(pending, PendingJoin)
+        and pending.parked
+        and not pending.scope.closed
+    )

@@ -7,6 +7,7 @@ session relay, Actor-to-Actor): so every ingress kind is ordered by the same que
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, final
 
@@ -16,6 +17,7 @@ from ..engine.engine import Engine
 from ..engine.gate import Gate
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
+from ..engine.oneshot import OneShot
 from ..errors import CapacityExceeded, ShuttingDown, StaleRoute, Unavailable, ZLinkError
 from ..ids import ActorId, NodeRid, StableType
 from ..mesh.lease import LeaseDeadline
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
     from .stats import DispatchStats
 
 __all__ = ["ActorHost"]
+
+logger = logging.getLogger("zlink_trio.actors")
 
 
 @final
@@ -243,8 +247,31 @@ class ActorHost:
         finishes, nothing queued runs — and what it held is parked, in order, with every
         payload admitted from now on, until :meth:`unpark`."""
         lane = hosted.lane
-        hosted.parked = list(lane.retire()) if lane is not None else []
+        if hosted.parked is None:  # (parked already: what it holds stays, in order)
+            hosted.parked = list(lane.retire()) if lane is not None else []
         hosted.state = JOINING
+
+    def restore(self, hosted: HostedActor) -> None:
+        """A Spot handler's registration (which parked ``hosted`` at its
+        ``defer()``) was discarded: a fresh lane under the gate it had runs what was
+        parked, in order, as if nothing happened. Synchronous (the handler's scope closes
+        inside its turn): when no lane can be made any more (the engine stops), local
+        callers are failed now and remote ones see their link close."""
+        items, hosted.parked = hosted.parked or [], None
+        if hosted.state is not JOINING:
+            _fail_local(items, _not_admitting(hosted))
+            return
+        old = hosted.lane
+        try:
+            lane = self._engine.new_lane(ACTOR_LANE, hosted, gate=None if old is None else old.gate)
+        except ShuttingDown as exc:
+            hosted.state = DESTROYING
+            _fail_local(items, exc)
+            return
+        hosted.lane = lane
+        hosted.state = READY
+        for item in items:
+            lane.submit_nowait(item, lifecycle=type(item) is Barrier or type(item) is JoinDone)
 
     def _park(self, hosted: HostedActor, item: Deliver) -> None:
         parked = hosted.parked
@@ -483,6 +510,14 @@ class ActorHost:
 
 async def _fail_items(items: list[ActorItem], error: ZLinkError) -> None:
     await fail_parked([item for item in items if type(item) is Deliver], error)
+
+
+def _fail_local(items: list[ActorItem], error: ZLinkError) -> None:
+    for item in items:
+        if type(item) is Deliver and type(item.sink) is OneShot:
+            item.sink.fail(error)
+        elif type(item) is Deliver:
+            logger.info("%r to a stopping Actor not run: %r", item.packet, error)
 
 
 def _not_admitting(hosted: HostedActor) -> Unavailable:

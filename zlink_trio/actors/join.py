@@ -129,13 +129,15 @@ class PendingJoin:
     scope closes, then running until its completion. ``done`` is set when it is over
     (discarded or completed)."""
 
-    __slots__ = ("done", "hosted", "intent", "scope")
+    __slots__ = ("done", "hosted", "intent", "parked", "scope")
 
     def __init__(self, intent: JoinIntent, scope: JoinScope, hosted: HostedActor) -> None:
         self.intent = intent
         self.scope = scope
         self.hosted = hosted
         self.done = trio.Event()
+        self.parked = False
+        """A Spot handler's registration: the Actor was parked at ``defer()``."""
 
 
 @final
@@ -172,7 +174,7 @@ Activate = Callable[[PendingJoin], None]
 class JoinRegistrar:
     """Registration, activation and discard of deferred Joins on this node."""
 
-    __slots__ = ("_activate", "_default_ms", "_host", "_payloads", "open")
+    __slots__ = ("_activate", "_default_ms", "_host", "_payloads", "_restore", "open")
 
     def __init__(
         self,
@@ -185,12 +187,15 @@ class JoinRegistrar:
         self._default_ms = check_join_timeout(default_timeout)
         self._payloads = payloads
         self._activate: Activate | None = None
+        self._restore: Activate | None = None
         self.open = 0
         """Registrations whose scope is still open (the request guard's fast exit)."""
 
-    def bind(self, activate: Activate) -> None:
-        """The transaction runner that starts an activated Join."""
+    def bind(self, activate: Activate, restore: Activate | None = None) -> None:
+        """The transaction runner that starts an activated Join (and un-parks the member
+        of a discarded Spot-handler registration once its turn in progress ended)."""
         self._activate = activate
+        self._restore = restore
 
     # --- registration -------------------------------------------------------------------
     def snapshot(self, request: object) -> bytes:
@@ -225,15 +230,16 @@ class JoinRegistrar:
             )
         return self.register_in(scope, hosted, call)
 
-    def open_scope(self) -> JoinScope:
-        """A registration scope for the handler running in the calling task (for a Spot
-        host: open one around a User/Entry Spot packet, request or timer handler, pass it
-        to :meth:`member_call`, and :meth:`close` it when the handler ended)."""
-        return JoinScope(trio.lowlevel.current_task())
+    def open_scope(self, task: trio.lowlevel.Task | None = None) -> JoinScope:
+        """A registration scope for the handler running in ``task`` (default: the calling
+        task). A Spot host opens one around a User Spot request, packet or timer handler
+        (its lane's runner task), passes it to :meth:`member_call`, and closes it with
+        :meth:`close` when the handler ended."""
+        return JoinScope(trio.lowlevel.current_task() if task is None else task)
 
     def member_call(
         self,
-        scope: JoinScope,
+        scope: JoinScope | None,
         spot_id: SpotId,
         actor_id: ActorId,
         target: SpotId | None,
@@ -242,20 +248,35 @@ class JoinRegistrar:
         request: object = b"",
     ) -> JoinCall:
         """A Join of the member ``actor_id`` of the Spot ``spot_id``, registered (at
-        ``defer()``) in a Spot handler's ``scope``."""
+        ``defer()``) in a Spot handler's ``scope`` (None: the call was made outside a
+        handler; its ``defer()`` is InvalidOperation)."""
         call = JoinCall(self, None, target, entry=entry, request=request)
         call.member = (scope, spot_id, actor_id)
         return call
 
     def register_member(
-        self, scope: JoinScope, spot_id: SpotId, actor_id: ActorId, call: JoinCall
+        self, scope: JoinScope | None, spot_id: SpotId, actor_id: ActorId, call: JoinCall
     ) -> OperationId:
+        """A Spot handler's registration for its member ``actor_id``. The member's
+        barrier is active from here on (its lane is parked: a member on its own gate, a
+        PerActor one, could otherwise run its next message while the Spot's handler still
+        runs); a discarded registration un-parks it in order."""
+        if scope is None:
+            raise InvalidOperation(
+                "defer() is allowed only inside a User Spot request, packet or timer "
+                "handler, from its own task"
+            )
         hosted = self._host.get(actor_id)
         if hosted is None or hosted.context.spot_id != spot_id:
             raise InvalidOperation(
                 f"actor {actor_id.value!r} is not a local member of spot {spot_id.value!r}"
             )
-        return self.register_in(scope, hosted, call)
+        operation_id = self.register_in(scope, hosted, call)
+        pending = hosted.join
+        assert isinstance(pending, PendingJoin)
+        pending.parked = True
+        self._host.park(hosted)
+        return operation_id
 
     def register_in(self, scope: JoinScope, hosted: HostedActor, call: JoinCall) -> OperationId:
         """Record ``call`` for ``hosted`` (a local Actor) in ``scope`` — for a Spot
@@ -311,8 +332,12 @@ class JoinRegistrar:
         for p in pending:
             if ok and self._activate is not None:
                 self._activate(p)
+            elif p.parked and self._restore is not None:
+                self._restore(p)  # clears the transition once the member runs again
             else:
                 p.hosted.join = None
+                if p.parked:
+                    self._host.restore(p.hosted)
                 p.done.set()
 
     def check_request(self, target: ActorId) -> None:
@@ -359,7 +384,7 @@ class JoinCall:
         self.entry = entry
         self.request = request
         self.timeout_ms: int | None = None
-        self.member: tuple[JoinScope, SpotId, ActorId] | None = None
+        self.member: tuple[JoinScope | None, SpotId, ActorId] | None = None
         """A Spot handler's Join of one of its members: (scope, Spot, Actor)."""
         self._deferred = False
 

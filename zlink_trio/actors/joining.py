@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from typing import final
+from typing import Any, final
 
 import trio
 
 from ..config import ServerConfig
 from ..engine.gate import Gate
+from ..engine.lane import Lane
 from ..engine.oneshot import OneShot
 from ..errors import (
     DeadlineExceeded,
@@ -73,7 +74,7 @@ from ..wire.tails import JoinTail, ReplyPayloadTail
 from . import spot_side
 from .authority import Authority, actor_key
 from .host import ActorHost
-from .hosted import READY, ActorItem, Deliver, HostedActor, JoinDone, fail_sink
+from .hosted import JOINING, READY, ActorItem, Deliver, HostedActor, JoinDone, fail_sink
 from .join import JoinIntent, JoinRegistrar, PendingJoin
 from .membership import JoinCompletion, JoinEvent, JoinOutcome, LeaveEvent
 
@@ -117,16 +118,16 @@ class _Stay:
 
 @final
 class JoinStatistics:
-    """Counters of the Joins this node ran as their source."""
+    """Counters of the Joins this node ran as their source (``ActorRuntimeStatistics``
+    ``joins_*``; the Joins it received are the target's ``arrived``)."""
 
-    __slots__ = ("accepted", "failed", "moved_in", "moved_out", "rejected")
+    __slots__ = ("accepted", "failed", "moved_out", "rejected")
 
     def __init__(self) -> None:
         self.accepted = 0
         self.rejected = 0
         self.failed = 0
         self.moved_out = 0
-        self.moved_in = 0
 
 
 @final
@@ -159,22 +160,27 @@ class JoinRunner:
         self._activity = activity
         self._flow = flow
         self.stats = JoinStatistics()
-        registrar.bind(self.activate)
+        registrar.bind(self.activate, self.restore)
 
     # --- activation -------------------------------------------------------------------------
     def activate(self, pending: PendingJoin) -> None:
         """The handler that registered ``pending`` ended normally: activate the barrier
         and start the Join (synchronously: the Actor's next turn cannot come first)."""
         hosted = pending.hosted
-        if hosted.state is not READY or hosted.join is not pending:
+        # A Spot handler's registration parked its member at defer(): it is Joining.
+        expected = JOINING if pending.parked else READY
+        if hosted.state is not expected or hosted.join is not pending:
             # Destroyed or fenced while the handler ran: no Join, no completion (there is
             # no activation left to run it).
             logger.info("join of %r not started: the Actor is %r", hosted.context, hosted.state)
             if hosted.join is pending:
                 hosted.join = None
+            if pending.parked:
+                _abandon(hosted, Unavailable("the Actor stopped before its join started"))
             pending.done.set()
             return
-        self._host.park(hosted)
+        if not pending.parked:
+            self._host.park(hosted)
         self._activity.begin()
         try:
             self._nursery.start_soon(self._run, pending, name="zlink_trio.actor.join")
@@ -184,11 +190,48 @@ class JoinRunner:
             pending.done.set()
             _abandon(hosted, ShuttingDown("the server stopped before the join started"))
 
+    def restore(self, pending: PendingJoin) -> None:
+        """A Spot handler's registration was discarded: its member (parked at
+        ``defer()``) gets its lane back — once the turn it had in progress then (a
+        PerActor member runs on its own gate) has ended, so no two turns of one Actor
+        ever overlap. Its transition stays pending until then."""
+        hosted = pending.hosted
+        old = hosted.lane
+        if old is None or old.idle:
+            self._restored(pending)
+            return
+        self._activity.begin()
+        try:
+            self._nursery.start_soon(
+                self._restore_later, pending, old, name="zlink_trio.actor.join"
+            )
+        except RuntimeError:  # the runtime is stopping
+            self._activity.end()
+            self._restored(pending)
+
+    async def _restore_later(self, pending: PendingJoin, old: Lane[Any, Any]) -> None:
+        try:
+            await old.wait_idle()
+        finally:
+            self._restored(pending)
+            self._activity.end()
+
+    def _restored(self, pending: PendingJoin) -> None:
+        hosted = pending.hosted
+        if hosted.join is pending:
+            hosted.join = None
+        self._host.restore(hosted)
+        pending.done.set()
+
     async def _run(self, pending: PendingJoin) -> None:
         hosted = pending.hosted
         intent = pending.intent
         try:
             try:
+                if pending.parked and hosted.lane is not None:
+                    # A Spot handler's registration: the member may have been in a turn
+                    # of its own (its own gate) then; the Join starts after that turn.
+                    await hosted.lane.wait_idle()
                 stay = await self._transact(hosted, intent)
             except trio.Cancelled:
                 _abandon(hosted, ShuttingDown("the server stopped during the join"))
@@ -249,6 +292,17 @@ class JoinRunner:
         if refused is not None:
             # The shutdown admission seal came first: draining blocks new membership.
             return self._stay(hosted, intent, intent.target, JoinOutcome.FAILED, error=refused)
+        if trio.current_time() >= intent.deadline:
+            # The deadline fixed at defer() passed before the Join could start (its
+            # handler, or the member's turn in progress, outlasted it): it is over, never
+            # admitted (04 §8.1: Unavailable), and nothing moves.
+            return self._stay(
+                hosted,
+                intent,
+                intent.target,
+                JoinOutcome.FAILED,
+                error=Unavailable("the join's deadline passed before it could start"),
+            )
         context = hosted.context
         mesh = hosted.mesh_name
         target = intent.target

@@ -130,6 +130,8 @@ class ActorRuntime:
             self.host, default_timeout=config.join_timeout, payloads=payloads
         )
         self.host.joins = self.joins
+        if spots is not None:
+            spots.host.joins = self.joins  # User Spot handlers Defer their members' Joins
         self.reclaimer = Reclaimer(store, nursery)
         self.deadlines = ReplyDeadlines()
         self.messenger = Messenger(
@@ -533,6 +535,7 @@ class ActorRuntime:
                 )
             )
         cache = self.messenger.cache.statistics()
+        joins = self.joiner.stats
         flow = self._flow
         return ActorRuntimeStatistics(
             hosted=len(self.host),
@@ -561,6 +564,11 @@ class ActorRuntime:
                 cutover_timeouts=self.relocation_target.cutover_timeouts,
                 followed=self.follow.followed,
             ),
+            joins_accepted=joins.accepted,
+            joins_rejected=joins.rejected,
+            joins_failed=joins.failed,
+            joins_moved_out=joins.moved_out,
+            joins_moved_in=self.join_target.arrived,
         )
 
 

@@ -89,3 +89,14 @@ class ActorRuntimeStatistics:
     failed_creates: int
     relocation: RelocationStatistics = attrs.field(factory=lambda: RelocationStatistics())
     """Live relocations with this node as source or target (docs/relocation.md)."""
+    joins_accepted: int = 0
+    """Joins of this node's Actors that ended ACCEPTED with the Actor staying here (a
+    same-node Join, or already a member); a cross-node one is ``joins_moved_out``."""
+    joins_rejected: int = 0
+    """Joins a Spot's JOIN callback rejected."""
+    joins_failed: int = 0
+    """Joins that ended FAILED (NotFound, InvalidOperation, Unavailable, ...)."""
+    joins_moved_out: int = 0
+    """Cross-node Joins that moved an Actor of this node to another node."""
+    joins_moved_in: int = 0
+    """Cross-node Joins that moved an Actor here (this node as their target)."""

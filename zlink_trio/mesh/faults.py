@@ -18,6 +18,9 @@ docs/decisions.md, "Fault plan semantics"):
   then written right after it (the two swap).
 * **cut**: the connection is closed at this frame; ``deliver=True`` writes the frame
   first (the peer gets it, the link breaks right after), else it is lost with the link.
+* **stall**: the writer stops at this frame (written nothing more, it takes nothing more
+  from the writer lane) until :meth:`FaultRule.release`: a peer that stopped reading.
+  The lane fills (``peer_send_queue``) and later sends wait ``peer_send_timeout``.
 
 Matching: ``command`` (a number or a collection), ``to`` (the receiving NodeRid),
 ``sender`` (the sending NodeRid), ``mesh``; None matches anything. A rule lets its first
@@ -53,6 +56,7 @@ class FaultKind(enum.Enum):
     DUPLICATE = "duplicate"
     REORDER = "reorder"
     CUT = "cut"
+    STALL = "stall"
     PARTITION = "partition"
     """A connection refused or cut because its two nodes are partitioned."""
 
@@ -96,6 +100,7 @@ class FaultRule:
         "mesh",
         "number",
         "probability",
+        "released",
         "removed",
         "seconds",
         "sender",
@@ -143,6 +148,8 @@ class FaultRule:
         """Times the rule acted."""
         self.removed = False
         self._changed: trio.Event | None = None
+        self.released = trio.Event()
+        """A stall ends (:meth:`release`)."""
 
     @property
     def command(self) -> frozenset[int] | None:
@@ -154,6 +161,11 @@ class FaultRule:
 
     def remove(self) -> None:
         self._plan.remove(self)
+
+    def release(self) -> None:
+        """A stall rule: the stalled writer goes on (and the rule stops firing)."""
+        self._plan.remove(self)
+        self.released.set()
 
     async def wait_fired(self, times: int = 1) -> None:
         """Wait until the rule has fired at least ``times`` times in total."""
@@ -296,6 +308,22 @@ class FaultPlan:
         return self._add(
             FaultKind.CUT, command=command, to=to, sender=sender, mesh=mesh, after=after,
             count=count, probability=probability, deliver=deliver,
+        )  # fmt: skip
+
+    def stall(
+        self,
+        *,
+        command: int | Collection[int] | None = None,
+        to: NodeRid | None = None,
+        sender: NodeRid | None = None,
+        mesh: MeshName | None = None,
+        after: int = 0,
+    ) -> FaultRule:
+        """Stop the writer of the connection at the (``after`` + 1)-th matching frame
+        until :meth:`FaultRule.release` (then that frame and the rest are written)."""
+        return self._add(
+            FaultKind.STALL, command=command, to=to, sender=sender, mesh=mesh, after=after,
+            count=1, probability=1.0,
         )  # fmt: skip
 
     def partition(self, a: NodeRid, b: NodeRid) -> None:

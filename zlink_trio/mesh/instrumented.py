@@ -192,6 +192,12 @@ class _Hooks:
                 heapq.heappush(self._delayed, (now + rule.seconds, self._serial, item))
             elif rule.kind is FaultKind.REORDER:
                 self._reordered.append(item)
+            elif rule.kind is FaultKind.STALL:
+                if parts:
+                    await conn.flush(parts, frames)
+                    parts, frames = [], 0
+                await rule.released.wait()  # the peer "stopped reading": the lane fills
+                emit_then_reordered(item)
             else:  # CUT
                 if rule.deliver:
                     emit(item)

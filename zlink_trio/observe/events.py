@@ -118,6 +118,10 @@ class FlowEvent(enum.Enum):
     connection: its session is unknown or closed, or its binding generation, Actor
     ObjectGeneration, source NodeGeneration or AuthorityOwnerGeneration is not the current
     binding's (spec 02 §5: a rejected push is recorded, never silently lost)."""
+    SESSION_REPLACED_NOT_SENT = ("session_replaced_not_sent", _INFO, "sessions")
+    """A boundSessionReplaced (51) could not be sent to the old session owner (its writer
+    lane stayed full for ``peer_send_timeout``, or the peer was gone): not retried; the
+    new binding stands (spec 02 §6)."""
     SESSION_STALE_CONTROL = ("session_stale_control", _INFO, "sessions")
     """A late or duplicate boundSessionReplaced (51) or boundSessionClose (140) named an
     identity that is not a current binding of this session owner: ignored (spec 02 §6)."""

@@ -6,13 +6,14 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, final
 
 from ..errors import InvalidOperation, NotConfigured
-from ..ids import MeshName, ObjectGeneration, SpotId, StableType
+from ..ids import ActorId, MeshName, ObjectGeneration, SpotId, StableType
 from ..objects.timers import Timers
 from .spot_kind import SpotKind
 
 if TYPE_CHECKING:
     from .client import SpotClient
     from .hosted import HostedSpot
+    from .members import DeferredJoin
 
 __all__ = ["SpotContext"]
 
@@ -106,6 +107,50 @@ class SpotContext:
         Instance Spot handlers never (InvalidOperation)."""
         return self._kind is SpotKind.USER
 
+    def join_spot(self, actor_id: object, spot_id: object, request: object = b"") -> DeferredJoin:
+        """The Join of this User Spot's local member ``actor_id`` to the User Spot
+        ``spot_id``, from one of this Spot's request, packet or timer handlers (spec 04
+        §3.1): ``.timeout(s)`` at most once, then the synchronous ``.defer()``, under the
+        rules of the Actor API (``ActorContext.join_spot``): at most 64 per handler, a
+        request of at most 1 MiB and 8 MiB together (ConfigurationError), the default 5 s
+        timeout. The member's barrier holds its messages from ``defer()`` on; the Join
+        runs when this handler ended normally (an exception discards it); its result
+        reaches the member's ``@on_join_complete``.
+
+        Raises:
+            InvalidOperation: an Instance Spot (no members); an Entry Spot id (use
+                :meth:`join_entry_spot`). At ``defer()``: outside a handler of this Spot
+                or its own task, ``actor_id`` not a local member of this Spot.
+        """
+        hosted = self._live()
+        target = _spot_id(spot_id)
+        if target.is_reserved_entry_shape:
+            raise InvalidOperation(
+                f"{target.value!r} is an Entry Spot id: use join_entry_spot() for Entry Spots"
+            )
+        return hosted.member_join(_actor_id(actor_id), target, entry=False, request=request)
+
+    def join_entry_spot(
+        self, actor_id: object, entry_spot_id: object = None, request: object = b""
+    ) -> DeferredJoin:
+        """The Join of this User Spot's local member ``actor_id`` to an Entry Spot (None:
+        the Entry Spot of its node and mesh) -- its leave. As :meth:`join_spot`."""
+        hosted = self._live()
+        target = None if entry_spot_id is None else _spot_id(entry_spot_id)
+        if target is not None and not target.is_reserved_entry_shape:
+            raise InvalidOperation(f"{target.value!r} is not an Entry Spot id: use join_spot()")
+        return hosted.member_join(_actor_id(actor_id), target, entry=True, request=request)
+
+    def _live(self) -> HostedSpot:
+        if self._kind is not SpotKind.USER:
+            raise InvalidOperation(
+                "an Instance Spot has no members: its handlers cannot Defer a Join"
+            )
+        hosted = self._hosted
+        if hosted is None:
+            raise InvalidOperation("this Spot is not hosted")
+        return hosted
+
     def close(self) -> None:
         """Close this Instance Spot incarnation (from one of its handlers or timers).
 
@@ -129,3 +174,11 @@ class SpotContext:
             f"<SpotContext {self._kind.value} {self._stable_type.value!r} "
             f"{self._spot_id.value!r} gen={self._generation.value}>"
         )
+
+
+def _spot_id(value: object) -> SpotId:
+    return value if isinstance(value, SpotId) else SpotId.parse(value)
+
+
+def _actor_id(value: object) -> ActorId:
+    return value if isinstance(value, ActorId) else ActorId.parse(value)

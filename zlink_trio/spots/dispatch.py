@@ -109,13 +109,16 @@ async def run_message(hosted: HostedSpot, item: SpotMessage) -> None:
         if sink is not None:
             await fail_message(sink, exc)
         return
+    hosted.handling = True  # its Join registration scope (members' Joins) is open
     try:
         result: object = await handler(hosted.instance, payload)
     except trio.Cancelled:
+        hosted.end_handler(ok=False)
         if type(sink) is OneShot:
             sink.fail(ShuttingDown("the server stopped during the turn"))
         raise
     except ZLinkError as exc:
+        hosted.end_handler(ok=False)
         counters.handler_failures += 1
         shared.flow.emit(
             FlowEvent.HANDLER_ERROR,
@@ -128,6 +131,7 @@ async def run_message(hosted: HostedSpot, item: SpotMessage) -> None:
             await fail_message(sink, exc)
         return
     except Exception as exc:
+        hosted.end_handler(ok=False)
         counters.handler_failures += 1
         shared.flow.emit(
             FlowEvent.HANDLER_CRASHED,
@@ -141,6 +145,7 @@ async def run_message(hosted: HostedSpot, item: SpotMessage) -> None:
             await fail_message(sink, ApplicationError(f"{type(exc).__name__}: {exc}"))
         return
     if sink is None:
+        hosted.end_handler(ok=True)
         counters.packets += 1
         return
     counters.requests += 1
@@ -150,17 +155,22 @@ async def run_message(hosted: HostedSpot, item: SpotMessage) -> None:
 async def _reply(
     hosted: HostedSpot, item: SpotMessage, sink: LocalReply | ReplySink, result: object
 ) -> None:
+    """Shape (and, for a remote caller, encode) the reply, close the handler's Join
+    scope (a shaping failure is a handler failure: its registrations are discarded), then
+    write the reply."""
     if result is not None:
         if type(result) is TypedPayload:
             if type(sink) is not OneShot:  # in-process the reply is not encoded
                 try:
                     result = result.encode()
                 except ZLinkError as exc:
+                    hosted.end_handler(ok=False)
                     await fail_message(sink, ApplicationError(exc.message))
                     return
         elif isinstance(result, bytearray | memoryview):
             result = bytes(result)
         elif type(result) is not bytes:
+            hosted.end_handler(ok=False)
             await fail_message(
                 sink,
                 ApplicationError(
@@ -170,10 +180,12 @@ async def _reply(
             return
         max_reply = hosted.shared.max_reply
         if type(result) is bytes and len(result) > max_reply:
+            hosted.end_handler(ok=False)
             await fail_message(
                 sink, ApplicationError(f"reply of {len(result)} bytes exceeds {max_reply}")
             )
             return
+    hosted.end_handler(ok=True)
     if type(sink) is OneShot:
         sink.set(result)
     else:

@@ -44,6 +44,7 @@ from .registry import SpotType
 
 if TYPE_CHECKING:
     from .client import SpotClient
+    from .members import MemberJoins
 
 __all__ = ["SpotHost"]
 
@@ -75,6 +76,7 @@ class SpotHost:
         "_spots",
         "_staging",
         "_timers",
+        "joins",
         "spots_client",
     )
 
@@ -101,6 +103,9 @@ class SpotHost:
         self._spots: dict[SpotId, HostedSpot] = {}
         self._staging: dict[SpotId, _Staging] = {}
         self._shared: dict[StableType, SpotShared] = {}
+        self.joins: MemberJoins | None = None
+        """The Actor runtime's Join registrar: a User Spot handler Defers its members'
+        Joins through it (set by that runtime; None: no membership on this server)."""
         self.spots_client: SpotClient | None = None
         """The direct-call client the Spots' Contexts hand out as ``context.spots`` (set
         by the runtime once it exists)."""
@@ -130,7 +135,7 @@ class SpotHost:
         if shared is None or shared.spot_type is not spot_type:
             shared = self._shared[spot_type.stable_type] = SpotShared(
                 spot_type, self._node_rid(), self._max_reply, self._flow, self._lease,
-                self._lease_live, self._timers,
+                self._lease_live, self._timers, self.joins,
             )  # fmt: skip
         return shared
 

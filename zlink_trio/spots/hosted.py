@@ -24,7 +24,7 @@ from ..engine.gate import Gate
 from ..engine.lane import Lane
 from ..engine.lanes import SpotLane
 from ..engine.oneshot import OneShot
-from ..errors import ShuttingDown, Unavailable, ZLinkError
+from ..errors import InvalidOperation, ShuttingDown, Unavailable, ZLinkError
 from ..ids import ActorId, AuthorityOwnerGeneration, NodeRid, ObjectGeneration, SpotId, SpotRef
 from ..mesh.lease import LeaseDeadline
 from ..objects.timers import TimerService, TimerTable, TimerTick
@@ -34,6 +34,7 @@ from .context import SpotContext
 from .dispatch import SpotMessage, fail_message, fail_messages, run_message
 from .execution import ExecutionMode, SpotWide
 from .lifecycle import SpotCallback
+from .members import DeferredJoin, MemberJoins
 from .registry import SpotType
 from .spot_kind import SpotKind
 from .states import (
@@ -111,6 +112,7 @@ class SpotShared:
     __slots__ = (
         "counters",
         "flow",
+        "joins",
         "lease",
         "lease_live",
         "max_reply",
@@ -129,8 +131,11 @@ class SpotShared:
         lease: LeaseDeadline,
         lease_live: Callable[[], bool],
         timer_service: TimerService | None = None,
+        joins: MemberJoins | None = None,
     ) -> None:
         self.spot_type = spot_type
+        self.joins = joins
+        """Where a User Spot handler's members' Joins are registered (None: nowhere)."""
         self.timer_service = timer_service
         """The node's timer service (None: timers cannot be registered)."""
         self.traced_timers: set[str] = set()
@@ -154,11 +159,13 @@ class HostedSpot:
         "close_requested",
         "context",
         "gate",
+        "handling",
         "instance",
         "lane",
         "orphans",
         "owner_generation",
         "parked",
+        "scope",
         "shared",
         "state",
         "timers",
@@ -187,6 +194,10 @@ class HostedSpot:
         self._cleanups: list[Callable[[], object]] = []
         self.timers: TimerTable | None = None
         """Its timers, from its first registration on (``context.timers``)."""
+        self.handling = False
+        """True while one of its request, packet or timer handlers runs."""
+        self.scope: Any = None
+        """That handler's Join registration scope, made at its first member Join."""
         context._hosted = self
 
     # --- identity -----------------------------------------------------------------------
@@ -270,6 +281,42 @@ class HostedSpot:
 
     def remove_member(self, actor_id: ActorId) -> None:
         self._members.discard(actor_id)
+
+    def member_join(
+        self, actor_id: ActorId, target: SpotId | None, *, entry: bool, request: object
+    ) -> DeferredJoin:
+        """``context.join_spot(actor_id, ...)``: the Join of member ``actor_id``,
+        registered in the running handler's scope at its ``defer()`` (spec 04 §3.1)."""
+        joins = self.shared.joins
+        if joins is None:
+            raise InvalidOperation("this server has no Actor membership")
+        if self.kind is not SpotKind.USER:
+            raise InvalidOperation(
+                "an Instance Spot has no members: its handlers cannot Defer a Join"
+            )
+        scope = self.scope
+        lane = self.lane
+        runner = None if lane is None else lane.runner
+        if scope is None and self.handling and runner is not None:
+            scope = self.scope = joins.open_scope(runner)
+        return joins.member_call(
+            scope, self.spot_id, actor_id, target, entry=entry, request=request
+        )
+
+    def begin_handler(self) -> None:
+        """A request, packet or timer handler starts (its registration scope opens)."""
+        self.handling = True
+
+    def end_handler(self, *, ok: bool) -> None:
+        """The handler ended (``ok``: normally, its reply shaped): the members' Joins it
+        registered activate (``ok``) or are discarded."""
+        self.handling = False
+        scope = self.scope
+        if scope is not None:
+            self.scope = None
+            joins = self.shared.joins
+            if joins is not None:
+                joins.close(scope, ok=ok)
 
     def on_cleanup(self, fn: Callable[[], object]) -> None:
         """Run ``fn()`` (sync, or returning an awaitable) once at close step 3."""
@@ -421,11 +468,14 @@ class HostedSpot:
             counters.no_handler += 1
             shared.flow.emit(FlowEvent.NO_HANDLER, "timer %r of %r", tick.name, self.context)
             return
+        self.begin_handler()
         try:
             await handler(self.instance, registration.payload)
         except trio.Cancelled:
+            self.end_handler(ok=False)
             raise
         except ZLinkError as exc:
+            self.end_handler(ok=False)
             counters.handler_failures += 1
             shared.flow.emit(
                 FlowEvent.HANDLER_ERROR,
@@ -435,6 +485,7 @@ class HostedSpot:
                 exc,
             )
         except Exception as exc:
+            self.end_handler(ok=False)
             counters.handler_failures += 1
             first = tick.name not in shared.traced_timers
             shared.traced_timers.add(tick.name)
@@ -446,6 +497,8 @@ class HostedSpot:
                 exc,
                 traceback=first,
             )
+        else:
+            self.end_handler(ok=True)
 
     # --- ending ---------------------------------------------------------------------------
     def dropped(self, item: SpotItem) -> None:

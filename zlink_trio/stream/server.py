@@ -25,6 +25,7 @@ import attrs
 import trio
 from trio_websocket import WebSocketRequest, WebSocketServer, serve_websocket
 
+from .._exceptions import raise_single_error
 from ..actors.hosted import Deliver
 from ..config import ServerConfig, StreamConfig
 from ..errors import (
@@ -212,6 +213,10 @@ class StreamServer:
                 )
                 task_status.started(self)
                 await trio.sleep_forever()
+        except BaseExceptionGroup as group:
+            # One error (the listener cannot open: its port taken, its host unknown)
+            # leaves as itself, as the mesh listener's does, so a caller sees an OSError.
+            raise_single_error(group)
         finally:
             self._admitting = False
             for conn in list(self._live):

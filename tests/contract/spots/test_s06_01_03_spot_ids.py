@@ -73,15 +73,16 @@ async def test_s06_01_one_spot_id_across_meshes_kinds_and_types(
         assert await second_node.spots.find("lobby") == first.spot
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_s06_01_the_id_is_checked_before_any_store_mutation(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
     """S06-01: a 255-byte UTF-8 id is accepted; an empty, 256-byte or invalid UTF-8 id is
     refused (a configuration failure, InvalidId) before any Store mutation."""
     rec = SpotRecorder()
-    async with open_cluster(2, store=store, app=hosts(rec)) as cluster:
+    async with open_cluster(nodes, store=store, app=hosts(rec)) as cluster:
         await cluster.wait_all_admitted()
-        spots = cluster.servers[1].spots
+        spots = cluster.servers[-1].spots
         longest = "é" * 127 + "x"  # 255 bytes
         assert len(longest.encode()) == 255
         created = await spots.get_or_create(longest, "room").timeout(10)
@@ -96,12 +97,15 @@ async def test_s06_01_the_id_is_checked_before_any_store_mutation(
         assert rec.runs(longest) == 1
 
 
-async def test_s06_01_another_kind_holds_the_id(clock: object, store: CountingStore) -> None:
+@pytest.mark.parametrize("nodes", [2, 3])
+async def test_s06_01_another_kind_holds_the_id(
+    clock: object, store: CountingStore, nodes: int
+) -> None:
     """S06-01: the namespace is one across kinds: an Instance Spot row under an id makes
     a User Spot GetOrCreate of it TypeMismatch (the kind differs), with nothing reserved
     for it. (The Instance row is made the way a cold activation's target reserves.)"""
     rec = SpotRecorder()
-    async with open_cluster(2, store=store, app=lambda i: instance_app(rec)) as cluster:
+    async with open_cluster(nodes, store=store, app=lambda i: instance_app(rec)) as cluster:
         await cluster.wait_all_admitted()
         host = cluster.servers[0]
         (record,) = [
@@ -123,7 +127,7 @@ async def test_s06_01_another_kind_holds_the_id(clock: object, store: CountingSt
         )
         store.reset()
         with pytest.raises(TypeMismatch):
-            await cluster.servers[1].spots.get_or_create("cart-1", "room").timeout(10)
+            await cluster.servers[-1].spots.get_or_create("cart-1", "room").timeout(10)
         assert store.count("reserve") == 0 and rec.runs("cart-1") == 0
 
 

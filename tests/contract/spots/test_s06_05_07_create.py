@@ -137,8 +137,9 @@ async def test_s06_05_placement_checks_type_and_capacity(
             await cluster.servers[1].spots.get_or_create("x", "nothing").timeout(10)
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_s06_06_the_manager_offers_no_instance_spot_create(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
     """S06-06: the Spot manager has no Instance-kind overload or Instance-only create:
     its creating operations are create(type) and get_or_create(id, type) only, and an
@@ -152,12 +153,12 @@ async def test_s06_06_the_manager_offers_no_instance_spot_create(
     for name in ("create", "get_or_create"):
         assert "kind" not in inspect.signature(getattr(SpotManager, name)).parameters
     rec = SpotRecorder()
-    async with open_cluster(2, store=store, app=lambda i: instance_app(rec)) as cluster:
+    async with open_cluster(nodes, store=store, app=lambda i: instance_app(rec)) as cluster:
         await cluster.wait_all_admitted()
         store.reset()
         for call in (
             cluster.servers[0].spots.create("cart"),
-            cluster.servers[1].spots.get_or_create("c-1", "cart"),
+            cluster.servers[-1].spots.get_or_create("c-1", "cart"),
         ):
             with pytest.raises(NotFound, match="user spot type 'cart'"):
                 await call.timeout(10)

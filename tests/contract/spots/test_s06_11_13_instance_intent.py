@@ -43,14 +43,15 @@ def two_configs(index: int) -> ServerConfig:
 # --- S06-11 ----------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_s06_11_a_missing_spot_without_instance_intent_is_not_found_and_nothing_is_made(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
     """S06-11: a send or request to a Missing id without Instance intent ends NotFound
     (from the caller node and from the hosting node): no Location Store mutation, no
     Relocation Store write, no factory run."""
     rec = Recorder()
-    async with open_cluster(2, store=store, app=two_nodes(rec), config=two_configs) as cluster:
+    async with open_cluster(nodes, store=store, app=two_nodes(rec), config=two_configs) as cluster:
         await cluster.wait_all_admitted()
         store.reset()
         for server in cluster.servers:

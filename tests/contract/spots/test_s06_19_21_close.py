@@ -93,18 +93,19 @@ async def test_s06_19_close_while_sealed_for_a_move_is_unavailable(
         assert rec.closes == []
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 @pytest.mark.parametrize("remote", [False, True], ids=["local", "remote"])
 async def test_s06_20_close_keeps_a_spot_with_members(
-    clock: object, store: CountingStore, remote: bool
+    clock: object, store: CountingStore, remote: bool, nodes: int
 ) -> None:
     """S06-20: while the User Spot has a current Actor membership, close is False and
     keeps admission and authority: find still returns it, its members are unchanged, no
     leave or close callback ran; once the member left, the close is True."""
     rec = SpotRecorder()
-    async with open_cluster(2, store=store, app=hosts(rec)) as cluster:
+    async with open_cluster(nodes, store=store, app=hosts(rec)) as cluster:
         await cluster.wait_all_admitted()
         host = cluster.servers[0]
-        caller = cluster.servers[1 if remote else 0]
+        caller = cluster.servers[-1 if remote else 0]
         created = await caller.spots.get_or_create("club", "room").timeout(10)
         assert isinstance(created, SpotCreated)
         await record_spot_member(host, "club", "alice")
@@ -145,8 +146,9 @@ class ReadAfter(StoreWrapper):
         return result
 
 
+@pytest.mark.parametrize("nodes", [2, 3])
 async def test_s06_21_remote_close_is_command_48_and_its_bool(
-    clock: object, store: CountingStore
+    clock: object, store: CountingStore, nodes: int
 ) -> None:
     """S06-21: a close of a Spot owned by another node sends one command 48 carrying the
     SpotRef, the source and target lifecycles, the expected owner generation and
@@ -159,9 +161,9 @@ async def test_s06_21_remote_close_is_command_48_and_its_bool(
     def config(index: int) -> ServerConfig:
         return ServerConfig(location_store=source_store) if index == 1 else ServerConfig()
 
-    async with open_cluster(2, store=store, app=hosts(rec), tap=tap, config=config) as cluster:
+    async with open_cluster(nodes, store=store, app=hosts(rec), tap=tap, config=config) as cluster:
         await cluster.wait_all_admitted()
-        host, source = cluster.servers
+        host, source = cluster.servers[:2]
         created = await source.spots.get_or_create("far", "room").timeout(10)
         assert isinstance(created, SpotCreated)
         row = await store.read(ObjectKey.spot("far"))

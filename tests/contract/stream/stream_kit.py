@@ -39,10 +39,14 @@ from zlink_trio import (
     App,
     MeshConfig,
     ObjectRole,
+    PerActor,
     RecreateOnRelocation,
     ServerConfig,
     SessionNotBound,
+    SpotCallback,
     ZLinkError,
+    on_join_complete,
+    on_lifecycle,
     on_request,
     on_send,
 )
@@ -84,6 +88,11 @@ class Record:
     """(node index, packet name) of every packet handler run."""
     fail_factory: set[int] = attrs.field(factory=set)
     """Nodes whose Actor factory raises (a relocation target failing its Restore)."""
+    joins: list[tuple[str, Any]] = attrs.field(factory=list)
+    """(actor id, JoinCompletion) of every Join completion, in order."""
+    spot_disconnects: list[tuple[int, str, str, bytes]] = attrs.field(factory=list)
+    """(node index, spot id, actor id, connection id) of every User Spot
+    DISCONNECT_ACTOR callback."""
     _changed: trio.Event = attrs.field(factory=trio.Event)
 
     def changed(self) -> None:
@@ -161,7 +170,39 @@ def _actor_class(rec: Record, node: int) -> type:
             spot = self.context.spot_id
             return b"" if spot is None else spot.value.encode()
 
+        @on_request("join_spot")
+        async def join_spot(self, payload: bytes) -> bytes:
+            """Join the User Spot ``payload`` (empty: back to this node's Entry Spot)."""
+            if payload:
+                op = self.context.join_spot(payload.decode()).defer()
+            else:
+                op = self.context.join_entry_spot().defer()
+            return str(op.value).encode()
+
+        @on_join_complete
+        async def joined(self, completion: Any) -> None:
+            rec.joins.append((self.context.actor_id.value, completion))
+            rec.changed()
+
     return Player
+
+
+def add_room(app: App, rec: Record, node: int) -> None:
+    """A PerActor User Spot type "room" that approves every Join and records its
+    DISCONNECT_ACTOR callbacks."""
+
+    class Room:
+        def __init__(self, context: Any) -> None:
+            self.context = context
+
+        @on_lifecycle(SpotCallback.DISCONNECT_ACTOR)
+        async def disconnected(self, event: Any) -> None:
+            rec.spot_disconnects.append(
+                (node, self.context.spot_id.value, event.actor.actor_id.value, event.connection_id)
+            )
+            rec.changed()
+
+    app.register_spot("room", Room, execution=PerActor(), relocation=RecreateOnRelocation())
 
 
 def stream_app(
@@ -172,12 +213,16 @@ def stream_app(
     auth: bool = True,
     autobind: AutoBind = AutoBind.NONE,
     on_replaced: bool = True,
+    rooms: bool = False,
 ) -> App:
-    """The test application of node ``node`` (see the module docstring)."""
+    """The test application of node ``node`` (see the module docstring; ``rooms``: the
+    User Spot type "room" too)."""
     app = App()
     app.enable_actor_dispatch()
     if host:
         app.register_actor("player", _actor_class(rec, node), relocation=RecreateOnRelocation())
+    if rooms and host:
+        add_room(app, rec, node)
 
     if auth:
 

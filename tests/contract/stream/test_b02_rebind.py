@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import attrs
 import pytest
 import trio
-from stream_kit import Record, bind, connect, create, relay, stream_cluster
+from stream_kit import Record, bind, connect, create, relay, stream_cluster, stream_config
 
-from zlink_trio import MemoryLocationStore, Unavailable
+from zlink_trio import MemoryLocationStore, ServerConfig, Unavailable
 from zlink_trio.testing import (
     CountingStore,
     FaultPlan,
@@ -65,6 +66,59 @@ async def test_b02_11_rebind_completes_without_waiting_for_the_old_session(
             rec.replace_gate.set()
             await one.wait_closed()
             assert tap.count(node=a_rid, direction=TapDirection.SENT, command=51) == 1
+
+
+async def test_b02_11_a_full_queue_to_the_old_owner_ends_the_51_without_retry(
+    autojump_clock: object,
+) -> None:
+    """B02-11 (full queue): the Actor owner's writer lane to the old session owner is
+    full (that peer stopped reading): the new bind still completes at once; the 51 waits
+    ``peer_send_timeout`` and ends DeadlineExceeded (recorded), is never retried (it is
+    never on the wire, also after the peer reads again), and the new binding is not
+    rolled back: pushes reach the new session only."""
+    rec = Record()
+    plan = FaultPlan(seed=11)
+    tap = WireTap()
+
+    def config(i: int) -> ServerConfig:
+        base = stream_config(i, host=i == 1)
+        return attrs.evolve(base, peer_send_queue=2, peer_send_timeout=1.0, hello_timeout=30.0)
+
+    store = CountingStore(MemoryLocationStore())
+    async with stream_cluster(
+        3, rec, store=store, hosts=lambda i: i == 1, fault_plan=plan, tap=tap, config=config
+    ) as cluster:
+        old_node, actor_node, new_node = cluster.servers
+        old_rid = node_of(old_node).identity.node_rid
+        a_rid = node_of(actor_node).identity.node_rid
+        await create(old_node, rec, "a")
+        async with connect(old_node, "one") as one, connect(new_node, "two") as two:
+            await bind(one, "a")
+            stall = plan.stall(sender=a_rid, to=old_rid)
+            # pushes to the old session fill the writer lane to its owner
+            results = []
+            while not results or results[-1] != b"DeadlineExceeded":
+                results.append(await actor_node.actors.request("a", "try_push", b"p").timeout(30))
+            assert results[0] == b"ok" and stall.fired == 1
+            started = trio.current_time()
+            with trio.fail_after(0.5):
+                await bind(two, "a")
+            bound_at = trio.current_time()
+            await trio.sleep(5.0)  # well past the 51's send timeout
+            assert flow_count(actor_node, FlowEvent.SESSION_REPLACED_NOT_SENT) == 1
+            assert bound_at - started < 1.0
+            assert await actor_node.actors.request("a", "push_req", b"new") == b"pushed"
+            push = await _receive(two, Push)
+            assert isinstance(push, Push) and push.payload == b"new"
+            stall.release()  # the old owner reads again: what was queued is written
+            await trio.sleep(5.0)
+            assert tap.count(node=a_rid, direction=TapDirection.SENT, command=51) == 0
+            assert rec.replaced == []  # the old session never heard of the replacement
+            assert one.received["Push"] == len([r for r in results if r == b"ok"])
+            assert await actor_node.actors.request("a", "push_req", b"again") == b"pushed"
+            push = await _receive(two, Push)
+            assert isinstance(push, Push) and push.payload == b"again"
+            assert tap.count(node=a_rid, direction=TapDirection.SENT, command=51) == 0
 
 
 @pytest.mark.parametrize("lose_51", [False, True], ids=["with-51", "51-dropped"])

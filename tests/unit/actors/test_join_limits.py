@@ -121,9 +121,14 @@ async def test_a_spot_handler_scope_registers_joins_of_its_members_only() -> Non
         hosted.context.actor_id = ActorId(f"m{i}")
     members["m2"].context.spot_id = SpotId("elsewhere")
 
+    parked: list[Any] = []
+
     class _Host:
         def get(self, actor_id: ActorId) -> Any:
             return members.get(actor_id.value)
+
+        def park(self, hosted: Any) -> None:  # the member's barrier holds from defer() on
+            parked.append(hosted)
 
     registrar = JoinRegistrar(_Host(), default_timeout=5.0)  # type: ignore[arg-type]
     activated: list[Any] = []
@@ -137,6 +142,7 @@ async def test_a_spot_handler_scope_registers_joins_of_its_members_only() -> Non
         registrar.member_call(scope, lobby, ActorId("m2"), SpotId("room"), entry=False).defer()
     with pytest.raises(InvalidOperation):
         registrar.member_call(scope, lobby, ActorId("gone"), None, entry=True).defer()
+    assert parked == [members["m0"], members["m1"]]
     registrar.close(scope, ok=True)
     assert [p.hosted for p in activated] == [members["m0"], members["m1"]]
     with pytest.raises(InvalidOperation):  # the scope is closed
