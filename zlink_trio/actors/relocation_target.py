@@ -87,6 +87,7 @@ class _Attempt:
         "mesh",
         "record",
         "restored",
+        "restored_by",
         "spot",
         "unit",
     )
@@ -99,6 +100,8 @@ class _Attempt:
         self.actor_type = actor_type
         self.mesh = unit.mesh_name
         self.hosted: HostedActor | None = None
+        self.restored_by: list[ActorRelocationParticipant] = []
+        """Participants whose ``restore`` returned (each gets ``discarded`` on a discard)."""
         self.spot: SpotId | None = None
         """The Actor's Spot here (an Entry Actor's: this node's Entry Spot)."""
         self.envelope: RelocationEnvelope | None = None
@@ -336,9 +339,10 @@ class RelocationTarget:
         if envelope.timers is not None and self._timers is not None:
             hosted.timers = self._timers.restore(hosted, envelope.timers, suspended=True)
         states = dict(envelope.participants)
+        attempt.hosted = hosted
         for participant in self._participants:
             await participant.restore(unit, states.get(participant.participant_name, b""))
-        attempt.hosted = hosted
+            attempt.restored_by.append(participant)
         return None
 
     # --- 123 / 124 ---------------------------------------------------------------------------
@@ -461,11 +465,10 @@ class RelocationTarget:
                 leftover, StaleRoute(f"actor {unit.actor_id.value!r} did not move here")
             )
         hosted = attempt.hosted
-        if hosted is not None:
-            if hosted.timers is not None:
-                hosted.timers.close()
-            for participant in self._participants:
-                try:
-                    await participant.discarded(unit)
-                except Exception:
-                    logger.exception("relocation participant %r: discarded", participant)
+        if hosted is not None and hosted.timers is not None:
+            hosted.timers.close()
+        for participant in attempt.restored_by:
+            try:
+                await participant.discarded(unit)
+            except Exception:
+                logger.exception("relocation participant %r: discarded", participant)
