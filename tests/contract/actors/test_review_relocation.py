@@ -239,3 +239,37 @@ async def test_cancelling_relocate_after_relay_ready_loses_nothing(
         await log.wait_for(lambda: len(log.payloads(actor)) == 20, timeout=30)
         assert log.payloads(actor) == [str(i).encode() for i in range(20)]
         assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node1"}
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="the seal turn stays queued after relocate gave up waiting for it "
+    "(relocation_timeout): it seals the Actor later with no relocation in flight",
+)
+async def test_a_relocation_that_times_out_before_its_seal_turn_leaves_the_actor_open(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A handler runs longer than ``relocation_timeout``: ``relocate`` gives up (a typed
+    error) and the Actor is not moved; once the handler ends the Actor keeps running
+    here (it is not sealed later by the abandoned seal turn) and a new move works."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "slowseal", "counter")
+        log.gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.actors.request(actor, "hold", b"").timeout(120)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            with pytest.raises(ZLinkError):
+                await a.relocate(actor, to=b.identity.node_rid)
+            log.gate.set()
+        await b.actors.send(actor, "add", b"after")
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"2@node0"
+        assert log.payloads(actor) == [b"after"]
+        assert (await a.relocate(actor, to=b.identity.node_rid)).committed
