@@ -24,6 +24,7 @@ from .._exceptions import raise_single_error
 from ..config import ServerConfig
 from ..engine.oneshot import OneShot
 from ..errors import (
+    ApplicationError,
     DeadlineExceeded,
     InvalidOperation,
     NotFound,
@@ -160,6 +161,10 @@ class ActorRelocator:
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         generation, lease = await self._target_generation(hosted, to)
+        # Re-checked after the await: a concurrent relocate of the same Actor may have
+        # started meanwhile (the check above and the reservation below must not be split).
+        if actor_id in self.in_flight or hosted.join is not None or hosted.state is not READY:
+            raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         unit = RelocationUnit(
             relocation_id=OperationId(secrets.randbits(128) or 1),
             actor_id=actor_id,
@@ -225,7 +230,12 @@ class ActorRelocator:
                     states.append((participant.participant_name, state))
                 envelope = self._capture_framework(hosted, states)
                 if isinstance(policy, PreserveStateWith):
-                    state = await policy.adapter.capture(hosted.instance)
+                    try:
+                        state = await policy.adapter.capture(hosted.instance)
+                    except Exception as exc:  # the application's adapter: typed here
+                        raise _Abort(
+                            ApplicationError(f"the relocation adapter's capture raised: {exc!r}")
+                        ) from None
                     if not isinstance(state, bytes):
                         raise _Abort(
                             InvalidOperation("the relocation adapter's capture must return bytes")
@@ -258,10 +268,15 @@ class ActorRelocator:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
         and before its queued work); raises _Abort when the Actor cannot be sealed."""
         sealed = trio.Event()
+        mine: list[bool] = []
+        abandoned: list[bool] = []
 
         def seal(actor: HostedActor) -> None:
-            if actor.state is READY and actor.join is None:
+            # A relocation that gave up waiting for this turn (its deadline, a cancelled
+            # caller) must not seal the Actor later with nothing in flight to unseal it.
+            if not abandoned and actor.state is READY and actor.join is None:
                 self._host.seal_relocation(actor)
+                mine.append(True)
             sealed.set()
 
         lane = hosted.lane
@@ -271,8 +286,12 @@ class ActorRelocator:
             lane.submit_nowait(ActorWork(seal), lifecycle=True)
         except ZLinkError as exc:
             raise _Abort(Unavailable(f"the Actor cannot be sealed: {exc}")) from None
-        await sealed.wait()
-        if hosted.state is not RELOCATING:
+        try:
+            await sealed.wait()
+        finally:
+            if not sealed.is_set():
+                abandoned.append(True)
+        if not mine or hosted.state is not RELOCATING:
             raise _Abort(Unavailable(f"actor {hosted.actor_id.value!r} is joining or destroyed"))
         for item in hosted.parked or ():
             if type(item) is not Deliver and type(item) is not TimerTick:
@@ -403,23 +422,29 @@ class ActorRelocator:
     ) -> RelocationResult:
         """Relay-ready accepted: never back. Unpublish here, install the follow route,
         relay what was held, send the cutover."""
-        items = self._host.unpublish_relocated(hosted)
-        self._follow.install(unit, lease)
-        self.moved_out += 1
-        for participant in sealed:
+        # The point of no return: the held work is unpublished here and only this task
+        # relays it; a cancelled caller must not drop it (nor the cutover) half-way. The
+        # wait for the commit below stays cancellable.
+        with trio.CancelScope(
+            shield=True, deadline=trio.current_time() + self._config.relocation_timeout
+        ):
+            items = self._host.unpublish_relocated(hosted)
+            self._follow.install(unit, lease)
+            self.moved_out += 1
+            for participant in sealed:
+                try:
+                    await participant.departed(unit)
+                except Exception:
+                    logger.exception("relocation participant %r: departed", participant)
+            deliveries = [item for item in items if type(item) is Deliver]
+            relayed = await self._relay(peer, unit, deliveries, nursery)
             try:
-                await participant.departed(unit)
-            except Exception:
-                logger.exception("relocation participant %r: departed", participant)
-        deliveries = [item for item in items if type(item) is Deliver]
-        relayed = await self._relay(peer, unit, deliveries, nursery)
-        try:
-            await self._node.send(
-                peer, RelocationCutover(relocation_id=unit.relocation_id, relayed_count=relayed)
-            )
-        except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
-            # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
-            logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
+                await self._node.send(
+                    peer, RelocationCutover(relocation_id=unit.relocation_id, relayed_count=relayed)
+                )
+            except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
+                # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
+                logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
         committed = self._commits[unit.relocation_id]
         with trio.move_on_after(self._config.relocation_timeout):
             if draining:
@@ -587,7 +612,10 @@ class ActorRelocator:
             try:
                 if request:
                     pending = await node.request_with(peer, build)
-                    nursery.start_soon(_relay_reply, item, pending)
+                    # The coordinator's nursery, not this relocation's: the reply must
+                    # reach its caller even when the relocate caller is cancelled (bounded
+                    # by the request's own deadline).
+                    self._nursery.start_soon(_relay_reply, item, pending)
                 else:
                     await node.send(peer, build(0))
             except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:

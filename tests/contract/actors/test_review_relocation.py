@@ -29,10 +29,6 @@ def _apps(log: RelocLog):  # type: ignore[no-untyped-def]
     return lambda i: make_reloc_app(log, f"node{i}")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the in_flight check and its reservation are split by the await of list_nodes: both calls pass it, and the loser's abort unseals the winner's seal (held ingress runs at the source mid-move)",
-)
 async def test_two_relocations_of_one_actor_at_once_one_wins(
     clock: object, store: CountingStore
 ) -> None:
@@ -138,7 +134,6 @@ def _capture_app(node_name: str, fail: list[bool], handled: list[bytes]) -> App:
     return app
 
 
-@pytest.mark.xfail(strict=True, reason="the adapter's RuntimeError leaves relocate untyped")
 async def test_a_raising_capture_adapter_aborts_with_a_typed_error_and_the_actor_stays(
     clock: object, store: CountingStore
 ) -> None:
@@ -200,10 +195,6 @@ async def test_a_stale_route_after_two_moves_follows_two_hops(
         assert log.payloads(actor) == [str(i).encode() for i in range(5)]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="_after_accepted is not shielded: cancelling the relocate caller after 122 ACCEPTED drops the unpublished held work (never relayed, no cutover)",
-)
 async def test_cancelling_relocate_after_relay_ready_loses_nothing(
     clock: object, store: CountingStore
 ) -> None:
@@ -227,6 +218,13 @@ async def test_cancelling_relocate_after_relay_ready_loses_nothing(
             await log.restore_entered.wait()
             for i in range(20):
                 await b.actors.send(actor, "add", str(i).encode())
+            answers: list[bytes] = []
+
+            async def held_request() -> None:
+                answers.append(await b.actors.request(actor, "get", b"").timeout(30))
+
+            nursery.start_soon(held_request)
+            await trio.testing.wait_all_tasks_blocked()
             log.restore_gate.set()
             with trio.fail_after(30):
                 while True:
@@ -239,14 +237,10 @@ async def test_cancelling_relocate_after_relay_ready_loses_nothing(
         await log.wait_for(lambda: len(log.payloads(actor)) == 20, timeout=30)
         assert log.payloads(actor) == [str(i).encode() for i in range(20)]
         assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node1"}
+        assert answers == [b"20@node1"]  # the held request's reply came back
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="the seal turn stays queued after relocate gave up waiting for it "
-    "(relocation_timeout): it seals the Actor later with no relocation in flight",
-)
 async def test_a_relocation_that_times_out_before_its_seal_turn_leaves_the_actor_open(
     clock: trio.testing.MockClock, store: CountingStore
 ) -> None:
