@@ -267,3 +267,81 @@ async def test_a_relocation_that_times_out_before_its_seal_turn_leaves_the_actor
         assert await b.actors.request(actor, "get", b"").timeout(10) == b"2@node0"
         assert log.payloads(actor) == [b"after"]
         assert (await a.relocate(actor, to=b.identity.node_rid)).committed
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.parametrize("where", ["source", "remote"])
+async def test_a_held_request_keeps_its_deadline_and_its_cancellation(
+    clock: trio.testing.MockClock, store: CountingStore, where: str
+) -> None:
+    """Spec 04 §6.7 / 02 §8: requests held during the seal each keep their own deadline
+    and cancellation. While the target's Restore is held 2 s: a request with a 0.5 s
+    timeout fails DeadlineExceeded at 0.5 s, one whose caller's cancel scope ends is
+    cancelled; neither runs anywhere after the move; a request with room runs on the
+    target and answers."""
+    log = RelocLog()
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "helddl", "counter")
+        caller = a if where == "source" else c
+        assert await caller.actors.request(actor, "get", b"").timeout(10) == b"0@node0"
+        log.restore_gate = trio.Event()
+        outcomes: dict[str, object] = {}
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(actor, to=b.identity.node_rid)
+
+            async def short() -> None:
+                started = trio.current_time()
+                try:
+                    await caller.actors.request(actor, "add-req", b"short").timeout(0.5)
+                except ZLinkError as exc:
+                    outcomes["short"] = (type(exc).__name__, trio.current_time() - started)
+
+            async def cancelled() -> None:
+                with trio.move_on_after(0.5) as scope:
+                    await caller.actors.request(actor, "add-req", b"cancelled").timeout(30)
+                outcomes["cancelled"] = scope.cancelled_caught
+
+            async def roomy() -> None:
+                outcomes["roomy"] = await caller.actors.request(actor, "add-req", b"roomy").timeout(
+                    30
+                )
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            nursery.start_soon(short)
+            nursery.start_soon(cancelled)
+            nursery.start_soon(roomy)
+            await trio.sleep(2)
+            log.restore_gate.set()
+        assert outcomes["roomy"] == b"ok"
+        name, elapsed = outcomes["short"]  # type: ignore[misc]
+        assert name == "DeadlineExceeded" and elapsed < 1.0
+        assert outcomes["cancelled"] is True
+        await trio.sleep(5)
+        assert log.payloads(actor, "add-req") == [b"roomy"]
+
+
+async def test_follow_routes_after_a_round_trip_lead_forward_not_in_a_loop(
+    clock: object, store: CountingStore
+) -> None:
+    """Message Follow after 0 → 1 → 0 → 2: node 0 had a follow route to node 1 from the
+    first move and node 1 one back to node 0; a caller whose cache names node 1 reaches
+    the Actor on node 2 (1 → 0 → 2, not 1 → 0 → 1 …) with each send once and in order."""
+    log = RelocLog()
+    async with open_cluster(4, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c, d = cluster.servers
+        actor = await create_on(d, cluster.servers, 0, "loop", "counter")
+        assert (await a.relocate(actor, to=b.identity.node_rid)).committed
+        assert await d.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+        assert (await b.relocate(actor, to=a.identity.node_rid)).committed
+        assert (await a.relocate(actor, to=c.identity.node_rid)).committed
+        for i in range(4):
+            await d.actors.send(actor, "add", str(i).encode())
+        assert await d.actors.request(actor, "get", b"").timeout(10) == b"4@node2"
+        assert log.payloads(actor) == [str(i).encode() for i in range(4)]
+        assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node2"}
