@@ -345,3 +345,42 @@ async def test_follow_routes_after_a_round_trip_lead_forward_not_in_a_loop(
         assert await d.actors.request(actor, "get", b"").timeout(10) == b"4@node2"
         assert log.payloads(actor) == [str(i).encode() for i in range(4)]
         assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node2"}
+
+
+async def test_the_target_dying_during_restore_leaves_the_source_owner_in_order(
+    clock: object, store: CountingStore
+) -> None:
+    """The target's lifecycle ends like a crash (sockets closed, nobody told) while its
+    Restore runs (before relay-ready): ``relocate`` fails with a typed error, the source
+    stays owner (row unchanged) and the messages held meanwhile run there once, in
+    order; a move to a live node works afterwards."""
+    log = RelocLog()
+    async with open_cluster(3, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "deadtarget", "counter")
+        log.restore_gate = trio.Event()
+        failure: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                try:
+                    await a.relocate(actor, to=b.identity.node_rid)
+                except ZLinkError as exc:
+                    failure.append(exc)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            for i in range(5):
+                await c.actors.send(actor, "add", str(i).encode())
+            await cluster.kill(1)
+        assert len(failure) == 1
+        log.restore_gate = None
+        await log.wait_for(lambda: len(log.payloads(actor)) == 5)
+        assert log.payloads(actor) == [str(i).encode() for i in range(5)]
+        assert {n for x, p, _, n in log.handled if x == actor and p == "add"} == {"node0"}
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None and row.owner_generation == AuthorityOwnerGeneration(1)
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"5@node0"
+        assert (await a.relocate(actor, to=c.identity.node_rid)).committed
+        assert await c.actors.request(actor, "get", b"").timeout(10) == b"5@node2"
