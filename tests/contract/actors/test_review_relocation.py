@@ -22,7 +22,8 @@ from zlink_trio import (
     on_timer,
 )
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
+from zlink_trio.wire.commands import Command
 
 
 def _apps(log: RelocLog):  # type: ignore[no-untyped-def]
@@ -384,3 +385,46 @@ async def test_the_target_dying_during_restore_leaves_the_source_owner_in_order(
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"5@node0"
         assert (await a.relocate(actor, to=c.identity.node_rid)).committed
         assert await c.actors.request(actor, "get", b"").timeout(10) == b"5@node2"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_the_target_dying_after_relay_ready_never_reopens_the_source_nor_wedges(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (after acceptance), target dead: the cutover is held on the wire and the
+    target's lifecycle ends (crash-like) after the relay-ready reply was accepted and
+    before its CAS. The source never runs the Actor again; ``relocate`` returns
+    uncommitted after ``relocation_timeout``; the id is not wedged: calls end with a
+    typed error, and a create makes the Actor anew."""
+    log = RelocLog()
+    plan = FaultPlan(seed=77)
+    async with open_cluster(3, store=store, app=_apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await create_on(c, cluster.servers, 0, "deadafter", "counter")
+        plan.delay(5.0, command=Command.RELOCATION_CUTOVER)
+        results: list[object] = []
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                results.append(await a.relocate(actor, to=b.identity.node_rid))
+
+            nursery.start_soon(move)
+            with trio.fail_after(30):
+                while True:
+                    stats = a.statistics().actors
+                    assert stats is not None
+                    if stats.relocation.moved_out == 1:
+                        break
+                    await trio.lowlevel.checkpoint()
+            await c.actors.send(actor, "add", b"lost-with-the-target")
+            await cluster.kill(1)
+        (result,) = results
+        assert not result.committed  # type: ignore[attr-defined]
+        assert [n for x, _, _, n in log.handled if x == actor] == []
+        with pytest.raises(ZLinkError):
+            await c.actors.request(actor, "get", b"").timeout(10)
+        # the source released the unconfirmed row (one fenced CAS): a create works now
+        created = await c.actors.get_or_create(actor, "counter").timeout(10)
+        assert created.actor is not None  # type: ignore[attr-defined]
+        assert (await c.actors.request(actor, "get", b"").timeout(10)).startswith(b"0@")
