@@ -428,3 +428,50 @@ async def test_the_target_dying_after_relay_ready_never_reopens_the_source_nor_w
         created = await c.actors.get_or_create(actor, "counter").timeout(10)
         assert created.actor is not None  # type: ignore[attr-defined]
         assert (await c.actors.request(actor, "get", b"").timeout(10)).startswith(b"0@")
+
+
+async def test_a_relocation_racing_a_deferred_join_is_refused_and_the_join_completes(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-10 with relocation: a handler defers a Join (to another node's Entry Spot)
+    and is still running when ``relocate`` is called: the relocation is refused
+    Unavailable (the seal turn finds the Join), the Join completes accepted exactly once,
+    the message queued behind its barrier runs once after the completion, and a
+    relocation afterwards works."""
+    from join_kit import JoinLog, create_on as join_create_on, entry_id, make_join_app
+
+    log = JoinLog()
+    async with open_cluster(3, store=store, app=make_join_app(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        actor = await join_create_on(c, cluster.servers, 0, "joinmove")
+        target = await entry_id(b)
+        log.gate = trio.Event()
+        refused: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def join() -> None:
+                await c.actors.request(actor, "join-block", target.value.encode()).timeout(30)
+
+            async def move() -> None:
+                try:
+                    await a.relocate(actor, to=c.identity.node_rid)
+                except ZLinkError as exc:
+                    refused.append(exc)
+
+            nursery.start_soon(join)
+            await log.entered.wait()
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            await c.actors.send(actor, "note", b"behind")
+            log.gate.set()
+        assert len(refused) == 1 and isinstance(refused[0], Unavailable), refused
+        await log.wait_for(lambda: len(log.completions_of(actor)) == 1)
+        await log.wait_for(lambda: ("note", b"behind") in log.packets(actor))
+        assert log.packets(actor).count(("note", b"behind")) == 1
+        assert log.trace.index("complete:accepted") < log.trace.index("note:behind")
+        ref = await c.actors.find(actor)
+        assert ref is not None and ref.node_rid == b.identity.node_rid
+        assert (await b.relocate(actor, to=c.identity.node_rid)).committed
+        ref = await a.actors.find(actor)
+        assert ref is not None
