@@ -475,3 +475,50 @@ async def test_a_relocation_racing_a_deferred_join_is_refused_and_the_join_compl
         assert (await b.relocate(actor, to=c.identity.node_rid)).committed
         ref = await a.actors.find(actor)
         assert ref is not None
+
+
+@pytest.mark.parametrize("order", ["destroy-first", "relocate-first"])
+async def test_a_destroy_and_a_relocation_started_together_never_both_win(
+    clock: object, store: CountingStore, order: str
+) -> None:
+    """A destroy and a relocation of the same Actor started in the same instant: either
+    the destroy wins (the row is gone, nothing answers, the relocation failed typed) or
+    the move wins (the destroy failed typed, the Actor answers on the target); never a
+    destroyed row with a live instance, nor a move of a destroyed Actor."""
+    log = RelocLog()
+    async with open_cluster(2, store=store, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, f"dr-{order}", "counter")
+        ref = await b.actors.find(actor)
+        assert ref is not None
+        outcome: dict[str, object] = {}
+
+        async def destroy() -> None:
+            try:
+                await a.actors.destroy(ref)
+                outcome["destroy"] = "ok"
+            except ZLinkError as exc:
+                outcome["destroy"] = exc
+
+        async def move() -> None:
+            try:
+                outcome["move"] = await a.relocate(actor, to=b.identity.node_rid)
+            except ZLinkError as exc:
+                outcome["move"] = exc
+
+        async with trio.open_nursery() as nursery:
+            first, second = (destroy, move) if order == "destroy-first" else (move, destroy)
+            nursery.start_soon(first)
+            nursery.start_soon(second)
+        row = await store.read(ObjectKey.actor(actor))
+        if outcome["destroy"] == "ok":
+            assert isinstance(outcome["move"], ZLinkError), outcome
+            assert row is None
+            with pytest.raises(ZLinkError):
+                await b.actors.request(actor, "get", b"").timeout(10)
+        else:
+            assert isinstance(outcome["destroy"], ZLinkError), outcome
+            assert not isinstance(outcome["move"], ZLinkError), outcome
+            assert row is not None and row.owner.node_rid == b.identity.node_rid
+            assert await a.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
