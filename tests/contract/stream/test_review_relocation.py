@@ -20,7 +20,7 @@ from zlink_trio.wire.commands import Command
     "disconnect notification until a 44 resolves the seal (stream/server.py disconnect -> "
     "relocations.wait_parked); the target's 44 does reach the stopping node's transport "
     "(tapped) but no 38 DISCONNECT is ever sent, so OnDisconnectActor never runs (it does "
-    "when no move is in flight); the fix belongs to the session owner's stop order"",
+    "when no move is in flight); the fix belongs to the session owner's stop order",
 )
 async def test_the_session_owner_stopping_mid_relocation_neither_wedges_nor_duplicates(
     clock: object, store: CountingStore
