@@ -99,9 +99,11 @@ class RelocationResult:
 
 
 class _Abort(Exception):
-    def __init__(self, error: ZLinkError) -> None:
+    def __init__(self, error: ZLinkError, *, reopen: bool = True) -> None:
         super().__init__(error)
         self.error = error
+        self.reopen = reopen
+        """False: this relocation did not seal the Actor (nothing of it to reopen)."""
 
 
 @final
@@ -248,7 +250,7 @@ class ActorRelocator:
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, unit, sealed, abort.error)
+            await self._abort(hosted, unit, sealed, abort.error, reopen=abort.reopen)
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
@@ -292,7 +294,10 @@ class ActorRelocator:
             if not sealed.is_set():
                 abandoned.append(True)
         if not mine or hosted.state is not RELOCATING:
-            raise _Abort(Unavailable(f"actor {hosted.actor_id.value!r} is joining or destroyed"))
+            raise _Abort(
+                Unavailable(f"actor {hosted.actor_id.value!r} is joining, moving or destroyed"),
+                reopen=False,
+            )
         for item in hosted.parked or ():
             if type(item) is not Deliver and type(item) is not TimerTick:
                 raise _Abort(Unavailable("framework work is pending for the Actor: retry later"))
@@ -387,6 +392,8 @@ class ActorRelocator:
         unit: RelocationUnit,
         sealed: list[ActorRelocationParticipant],
         error: ZLinkError,
+        *,
+        reopen: bool = True,
     ) -> None:
         """Before relay-ready acceptance: the source stays owner. The Store row never
         changed (nothing durable to undo); the held work returns to a fresh lane in
@@ -394,7 +401,7 @@ class ActorRelocator:
         one-way to drop its temporary queue."""
         self.aborted += 1
         logger.info("relocation of %r aborted: %r", unit.actor_id, error)
-        if hosted.state is RELOCATING:
+        if reopen and hosted.state is RELOCATING:
             self._host.unseal_relocation(hosted)
         for participant in sealed:
             try:

@@ -52,12 +52,15 @@ async def test_two_relocations_of_one_actor_at_once_one_wins(
                 outcomes.append(await a.relocate(actor, to=to))
             except ZLinkError as exc:
                 outcomes.append(exc)
+                refused.set()
 
+        refused = trio.Event()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(move, b.identity.node_rid)
             nursery.start_soon(move, c.identity.node_rid)
             await log.restore_entered.wait()
-            await log.wait_for(lambda: len(outcomes) == 1)  # the loser is refused
+            with trio.fail_after(60):
+                await refused.wait()  # the loser is refused
             for i in range(5):
                 await a.actors.send(actor, "add", f"held-{i}".encode())
             await trio.testing.wait_all_tasks_blocked()
