@@ -270,13 +270,11 @@ class ActorRelocator:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
         and before its queued work); raises _Abort when the Actor cannot be sealed."""
         sealed = trio.Event()
-        mine: list[bool] = []
-        abandoned: list[bool] = []
+        live = [True]  # a seal item that runs after this relocation gave up does nothing
+        mine: list[bool] = []  # this relocation's seal item sealed the Actor
 
         def seal(actor: HostedActor) -> None:
-            # A relocation that gave up waiting for this turn (its deadline, a cancelled
-            # caller) must not seal the Actor later with nothing in flight to unseal it.
-            if not abandoned and actor.state is READY and actor.join is None:
+            if live[0] and actor.state is READY and actor.join is None:
                 self._host.seal_relocation(actor)
                 mine.append(True)
             sealed.set()
@@ -291,8 +289,7 @@ class ActorRelocator:
         try:
             await sealed.wait()
         finally:
-            if not sealed.is_set():
-                abandoned.append(True)
+            live[0] = False
         if not mine or hosted.state is not RELOCATING:
             raise _Abort(
                 Unavailable(f"actor {hosted.actor_id.value!r} is joining, moving or destroyed"),

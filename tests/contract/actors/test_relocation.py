@@ -507,3 +507,50 @@ async def test_destroy_during_a_move_is_unavailable_and_the_move_completes(
         assert moved is not None
         await b.actors.destroy(moved)
         assert await store.read(ObjectKey.actor(actor)) is None
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_10_a_join_claimed_first_wins_over_the_relocation(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-10 (Join vs maintenance): the handler running when the relocation's seal is
+    queued registers a cross-node Join; the Join (claimed first) moves the Actor to node
+    1's Entry Spot; the relocation does not seal it (it ends with an error, the Actor is
+    not left sealed anywhere) and the Actor answers on node 1 afterwards."""
+    from join_kit import JoinLog, entry_id, make_join_app
+
+    from zlink_trio import JoinOutcome
+
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "joinfirst", "mover")
+        target = await entry_id(b)
+        log.gate = trio.Event()
+        failures: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def join() -> None:
+                await b.actors.request(actor, "join-block", target.value.encode()).timeout(30)
+
+            async def move() -> None:
+                try:
+                    await a.relocate(actor, to=b.identity.node_rid)
+                except ZLinkError as exc:
+                    failures.append(exc)
+
+            nursery.start_soon(join)
+            await log.entered.wait()
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            log.gate.set()
+        await log.wait_for(lambda: len(log.completions_of(actor)) == 1)
+        (done,) = log.completions_of(actor)
+        assert done.outcome is JoinOutcome.ACCEPTED and done.spot_id == target
+        assert len(failures) == 1
+        ref = await b.actors.find(actor)
+        assert ref is not None and ref.node_rid == b.identity.node_rid
+        assert await b.actors.request(actor, "echo", b"hi").timeout(10) == b"hi"
+        stats = b.statistics().actors
+        assert stats is not None and stats.relocation.sealed == 0
