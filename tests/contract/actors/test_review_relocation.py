@@ -525,3 +525,32 @@ async def test_a_destroy_and_a_relocation_started_together_never_both_win(
             assert not isinstance(outcome["move"], ZLinkError), outcome
             assert row is not None and row.owner.node_rid == b.identity.node_rid
             assert await a.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+
+
+async def test_relocate_to_a_node_without_the_type_is_refused_and_the_actor_stays(
+    clock: object, store: CountingStore
+) -> None:
+    """The target node does not register the Actor's type: the move fails with a typed
+    error before relay-ready, the source stays owner and the messages held meanwhile
+    run there once, in order."""
+    log = RelocLog()
+
+    def apps(i: int) -> App:
+        if i == 1:
+            bare = App()
+            bare.enable_actor_dispatch()
+            return bare
+        return make_reloc_app(log, f"node{i}")
+
+    async with open_cluster(2, store=store, app=apps) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(a, cluster.servers, 0, "notype", "counter")
+        await a.actors.send(actor, "add", b"1")
+        with pytest.raises(ZLinkError):
+            await a.relocate(actor, to=b.identity.node_rid)
+        await b.actors.send(actor, "add", b"2")
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"2@node0"
+        assert log.payloads(actor) == [b"1", b"2"]
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None and row.owner_generation == AuthorityOwnerGeneration(1)
