@@ -24,6 +24,7 @@ from .._exceptions import raise_single_error
 from ..config import ServerConfig
 from ..engine.oneshot import OneShot
 from ..errors import (
+    ApplicationError,
     DeadlineExceeded,
     InvalidOperation,
     NotFound,
@@ -98,9 +99,11 @@ class RelocationResult:
 
 
 class _Abort(Exception):
-    def __init__(self, error: ZLinkError) -> None:
+    def __init__(self, error: ZLinkError, *, reopen: bool = True) -> None:
         super().__init__(error)
         self.error = error
+        self.reopen = reopen
+        """False: this relocation did not seal the Actor (nothing of it to reopen)."""
 
 
 @final
@@ -160,6 +163,10 @@ class ActorRelocator:
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         generation, lease = await self._target_generation(hosted, to)
+        # Re-checked after the await: a concurrent relocate of the same Actor may have
+        # started meanwhile (the check above and the reservation below must not be split).
+        if actor_id in self.in_flight or hosted.join is not None or hosted.state is not READY:
+            raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         unit = RelocationUnit(
             relocation_id=OperationId(secrets.randbits(128) or 1),
             actor_id=actor_id,
@@ -225,7 +232,12 @@ class ActorRelocator:
                     states.append((participant.participant_name, state))
                 envelope = self._capture_framework(hosted, states)
                 if isinstance(policy, PreserveStateWith):
-                    state = await policy.adapter.capture(hosted.instance)
+                    try:
+                        state = await policy.adapter.capture(hosted.instance)
+                    except Exception as exc:  # the application's adapter: typed here
+                        raise _Abort(
+                            ApplicationError(f"the relocation adapter's capture raised: {exc!r}")
+                        ) from None
                     if not isinstance(state, bytes):
                         raise _Abort(
                             InvalidOperation("the relocation adapter's capture must return bytes")
@@ -238,7 +250,7 @@ class ActorRelocator:
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, unit, sealed, abort.error)
+            await self._abort(hosted, unit, sealed, abort.error, reopen=abort.reopen)
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
@@ -259,10 +271,12 @@ class ActorRelocator:
         and before its queued work); raises _Abort when the Actor cannot be sealed."""
         sealed = trio.Event()
         live = [True]  # a seal item that runs after this relocation gave up does nothing
+        mine: list[bool] = []  # this relocation's seal item sealed the Actor
 
         def seal(actor: HostedActor) -> None:
             if live[0] and actor.state is READY and actor.join is None:
                 self._host.seal_relocation(actor)
+                mine.append(True)
             sealed.set()
 
         lane = hosted.lane
@@ -276,8 +290,11 @@ class ActorRelocator:
             await sealed.wait()
         finally:
             live[0] = False
-        if hosted.state is not RELOCATING:
-            raise _Abort(Unavailable(f"actor {hosted.actor_id.value!r} is joining or destroyed"))
+        if not mine or hosted.state is not RELOCATING:
+            raise _Abort(
+                Unavailable(f"actor {hosted.actor_id.value!r} is joining, moving or destroyed"),
+                reopen=False,
+            )
         for item in hosted.parked or ():
             if type(item) is not Deliver and type(item) is not TimerTick:
                 raise _Abort(Unavailable("framework work is pending for the Actor: retry later"))
@@ -372,6 +389,8 @@ class ActorRelocator:
         unit: RelocationUnit,
         sealed: list[ActorRelocationParticipant],
         error: ZLinkError,
+        *,
+        reopen: bool = True,
     ) -> None:
         """Before relay-ready acceptance: the source stays owner. The Store row never
         changed (nothing durable to undo); the held work returns to a fresh lane in
@@ -379,7 +398,7 @@ class ActorRelocator:
         one-way to drop its temporary queue."""
         self.aborted += 1
         logger.info("relocation of %r aborted: %r", unit.actor_id, error)
-        if hosted.state is RELOCATING:
+        if reopen and hosted.state is RELOCATING:
             self._host.unseal_relocation(hosted)
         for participant in sealed:
             try:
@@ -407,23 +426,29 @@ class ActorRelocator:
     ) -> RelocationResult:
         """Relay-ready accepted: never back. Unpublish here, install the follow route,
         relay what was held, send the cutover."""
-        items = self._host.unpublish_relocated(hosted)
-        self._follow.install(unit, lease)
-        self.moved_out += 1
-        for participant in sealed:
+        # The point of no return: the held work is unpublished here and only this task
+        # relays it; a cancelled caller must not drop it (nor the cutover) half-way. The
+        # wait for the commit below stays cancellable.
+        with trio.CancelScope(
+            shield=True, deadline=trio.current_time() + self._config.relocation_timeout
+        ):
+            items = self._host.unpublish_relocated(hosted)
+            self._follow.install(unit, lease)
+            self.moved_out += 1
+            for participant in sealed:
+                try:
+                    await participant.departed(unit)
+                except Exception:
+                    logger.exception("relocation participant %r: departed", participant)
+            deliveries = [item for item in items if type(item) is Deliver]
+            relayed = await self._relay(peer, unit, deliveries, nursery)
             try:
-                await participant.departed(unit)
-            except Exception:
-                logger.exception("relocation participant %r: departed", participant)
-        deliveries = [item for item in items if type(item) is Deliver]
-        relayed = await self._relay(peer, unit, deliveries, nursery)
-        try:
-            await self._node.send(
-                peer, RelocationCutover(relocation_id=unit.relocation_id, relayed_count=relayed)
-            )
-        except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
-            # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
-            logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
+                await self._node.send(
+                    peer, RelocationCutover(relocation_id=unit.relocation_id, relayed_count=relayed)
+                )
+            except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
+                # The target's 1,000 ms fallback goes on without it (spec 02 §8.1).
+                logger.info("cutover of %r not sent: %r", unit.actor_id, exc)
         committed = self._commits[unit.relocation_id]
         with trio.move_on_after(self._config.relocation_timeout):
             if draining:
@@ -591,7 +616,10 @@ class ActorRelocator:
             try:
                 if request:
                     pending = await node.request_with(peer, build)
-                    nursery.start_soon(_relay_reply, item, pending)
+                    # The coordinator's nursery, not this relocation's: the reply must
+                    # reach its caller even when the relocate caller is cancelled (bounded
+                    # by the request's own deadline).
+                    self._nursery.start_soon(_relay_reply, item, pending)
                 else:
                     await node.send(peer, build(0))
             except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
