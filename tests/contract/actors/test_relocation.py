@@ -122,7 +122,7 @@ async def test_disable_relocation_refuses_and_the_actor_stays(
 async def test_a04_04_a04_05_temporary_queue_then_merge_order(
     clock: object, store: CountingStore
 ) -> None:
-    """A04-04: a message that reaches the target while Restore runs goes into the
+    """A04-04 / A04-05 — A04-04: a message that reaches the target while Restore runs goes into the
     temporary queue (registered before dispatch looks for the instance) and no handler
     runs it before the commit; it runs once afterwards. A04-05: on the target the saved
     work (queued at the seal), then the pre-boundary relay (held at the source after the
@@ -202,7 +202,7 @@ async def _moved_once(
 async def test_a04_07_a04_08_failure_before_relay_ready_restores_the_source(
     clock: object, store: CountingStore
 ) -> None:
-    """A04-07 (before acceptance): Restore fails explicitly on the target: the relocation
+    """A04-07 / A04-08 — A04-07 (before acceptance): Restore fails explicitly on the target: the relocation
     raises, the source stays owner (row unchanged), the held messages run at the source
     in arrival order and the target ran none of them; its temporary queue was discarded
     unrun. A04-08: a later attempt's handler never sees what the earlier attempt's
