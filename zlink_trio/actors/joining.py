@@ -690,7 +690,7 @@ class JoinRunner:
             if pending is None:
                 await fail_sink(sink, Unavailable("the Actor moved; its new owner was not reached"))
             else:
-                await _relay_reply(item, pending)
+                await relay_reply(item, pending)
 
     async def _admitted(self, peer: PeerAddress) -> None:
         """Wait until ``peer`` has an admitted connection (raises _PeerGone)."""
@@ -758,8 +758,9 @@ class _PeerGone(Exception):
     """The new owner's lifecycle ended while its journal was being sent."""
 
 
-async def _relay_reply(item: Deliver, pending: PendingReply) -> None:
-    """Wait for a journal request's reply and give it to the original caller."""
+async def relay_reply(item: Deliver, pending: PendingReply) -> None:
+    """Wait for a journal request's reply and give it to the original caller (a Join's
+    journal and a relocation's relay both answer their held requests through it)."""
     sink = item.sink
     assert sink is not None
     reply: TerminalReply | None = None

@@ -22,7 +22,6 @@ import trio
 
 from .._exceptions import raise_single_error
 from ..config import ServerConfig
-from ..engine.oneshot import OneShot
 from ..errors import (
     ApplicationError,
     DeadlineExceeded,
@@ -68,11 +67,11 @@ from ..wire.relocation import (
     RelocationRelayReady,
     RelocationRestore,
 )
-from ..wire.tails import ReplyPayloadTail
 from .authority import actor_key
 from .follow import FollowRoutes
 from .host import ActorHost
 from .hosted import READY, RELOCATING, ActorWork, Deliver, HostedActor, fail_sink
+from .joining import relay_reply
 from .relocation_envelope import RelocationEnvelope
 
 __all__ = ["ActorRelocator", "RelocationResult"]
@@ -619,7 +618,7 @@ class ActorRelocator:
                     # The coordinator's nursery, not this relocation's: the reply must
                     # reach its caller even when the relocate caller is cancelled (bounded
                     # by the request's own deadline).
-                    self._nursery.start_soon(_relay_reply, item, pending)
+                    self._nursery.start_soon(relay_reply, item, pending)
                 else:
                     await node.send(peer, build(0))
             except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
@@ -629,33 +628,3 @@ class ActorRelocator:
                     )
 
         return len(entries)
-
-
-async def _relay_reply(item: Deliver, pending: object) -> None:
-    sink = item.sink
-    assert sink is not None
-    reply: TerminalReply | None = None
-    with trio.move_on_at(item.deadline):
-        while True:
-            try:
-                reply = await pending.wait()  # type: ignore[attr-defined]
-                break
-            except PeerGone:
-                break
-            except LinkLost:
-                continue
-    if reply is None:
-        pending.discard()  # type: ignore[attr-defined]
-        await fail_sink(sink, Unavailable("the Actor moved and its new owner did not answer"))
-        return
-    try:
-        raise_for_failure(reply)
-    except ZLinkError as exc:
-        await fail_sink(sink, exc)
-        return
-    tail = reply.tail
-    payload = tail.payload if isinstance(tail, ReplyPayloadTail) else None
-    if type(sink) is OneShot:
-        sink.set(payload)
-    else:
-        await sink.reply(payload)
