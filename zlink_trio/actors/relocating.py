@@ -52,7 +52,11 @@ from ..mesh.api import (
 )
 from ..objects.durable import remaining_ms
 from ..objects.policy import DisableRelocation, PreserveStateWith
-from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
+from ..objects.relocation import (
+    ActorRelocationParticipant,
+    RelocationUnit,
+    refuse_unless_relocatable,
+)
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
@@ -153,13 +157,10 @@ class ActorRelocator:
         if hosted is None or hosted.state is not READY:
             raise NotFound(f"actor {actor_id.value!r} is not hosted (Ready) on this node")
         policy = hosted.actor_type.relocation
-        if isinstance(policy, DisableRelocation):
-            raise InvalidOperation(
-                f"actor type {hosted.actor_type.stable_type.value!r} is DisableRelocation"
-            )
         me = self._node.identity
-        if to == me.node_rid:
-            raise InvalidOperation("the relocation target is this node")
+        refuse_unless_relocatable(
+            policy, "actor", hosted.actor_type.stable_type, to=to, me=me.node_rid
+        )
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         generation, lease = await self._target_generation(hosted, to)
