@@ -187,7 +187,8 @@ class Server(metaclass=NoPublicConstructor):
         Raises:
             NotConfigured: Actor dispatch is not enabled; or a Spot that could move.
             NotFound: the Actor (Spot) is not hosted here.
-            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or the
+                Actor is a member of a SpotWide User Spot (it moves only with its Spot).
             Unavailable: it is moving or joining already, or the target refused or could
                 not be reached before relay-ready (the Actor stays here, in order).
         """

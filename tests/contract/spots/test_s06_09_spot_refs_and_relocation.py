@@ -14,18 +14,27 @@ from __future__ import annotations
 
 import inspect
 import json
+import sys
+from pathlib import Path
+from typing import Any
 
 import pytest
 from call_kit import Recorder, server_config, spot_app
 
+sys.path.insert(0, str(Path(__file__).parents[1] / "actors"))
+
+from join_kit import JoinLog, create_on, make_join_app, spot_on
+
 from zlink_trio import (
     InvalidId,
     InvalidOperation,
+    JoinOutcome,
     NotConfigured,
     NotFound,
     SpotCreated,
 )
-from zlink_trio.ids import ObjectGeneration, SpotId
+from zlink_trio.ids import ActorId, ObjectGeneration, SpotId
+from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, open_cluster
 
 LONG = 30.0
@@ -120,3 +129,65 @@ async def test_spot_relocation_honours_the_policy_and_leaves_the_spot_in_place(
             reply = await server.spots.request("r1", "whoami").timeout(LONG)
             name = "n0" if room.node_rid == a.identity.node_rid else "n1"
             assert reply == f"{name}:{room.object_generation.value}".encode()
+
+
+async def _joined(cluster: Any, log: Any, spot_type: str) -> tuple[str, str]:
+    """An Actor on node 0 that joined a User Spot of ``spot_type`` on node 0."""
+    servers = cluster.servers
+    first = servers[0]
+    member = await create_on(first, servers, 0, "m")
+    spot = await spot_on(first, servers, 0, spot_type)
+    await first.actors.request(member, "join-spot", f"{spot}|in".encode()).timeout(LONG)
+    await log.wait_for(lambda: len(log.completions_of(member)) == 1)
+    assert log.completions_of(member)[0].outcome is JoinOutcome.ACCEPTED
+    return member, spot
+
+
+async def test_a_spot_wide_member_does_not_move_without_its_spot(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 06 §6.1 (SpotWide: the Spot and its members move in one aggregate commit): an
+    Actor that joined a SpotWide User Spot is not relocated alone — InvalidOperation —
+    and stays Ready in its Spot on its owner, answering; its authority row is unchanged
+    (owner, AuthorityOwnerGeneration, membership)."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member, hall = await _joined(cluster, log, "hall")
+        key = ObjectKey.actor(member)
+        row = await store.read(key)
+        assert row is not None and row.membership == SpotId(hall)
+        with pytest.raises(InvalidOperation, match="SpotWide"):
+            await first.relocate(ActorId(member), to=second.identity.node_rid)
+        assert await store.read(key) == row
+        assert await second.actors.request(member, "echo", b"still").timeout(LONG) == b"still"
+
+
+async def test_a_per_actor_member_moves_alone_and_keeps_its_spot(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 06 §6.1 (PerActor: Spot and Actor routes are separate): an Actor that joined a
+    PerActor User Spot relocates alone; its row then names the target with
+    AuthorityOwnerGeneration + 1, the same ObjectGeneration and the same Spot, which
+    stays Ready on its own owner; the Actor answers by its id from both nodes."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member, lobby = await _joined(cluster, log, "lobby")
+        key = ObjectKey.actor(member)
+        row = await store.read(key)
+        assert row is not None
+        result = await first.relocate(ActorId(member), to=second.identity.node_rid)
+        assert result.committed
+        moved = await store.read(key)
+        assert moved is not None
+        assert moved.owner.node_rid == second.identity.node_rid
+        assert moved.owner_generation.value == row.owner_generation.value + 1
+        assert moved.object_generation == row.object_generation
+        assert moved.membership == SpotId(lobby)
+        spot = await first.spots.find(lobby)
+        assert spot is not None and spot.node_rid == first.identity.node_rid
+        for server in (first, second):
+            assert await server.actors.request(member, "echo", b"moved").timeout(LONG) == b"moved"
