@@ -170,7 +170,8 @@ async def test_a_per_actor_member_moves_alone_and_keeps_its_spot(
     """Spec 06 §6.1 (PerActor: Spot and Actor routes are separate): an Actor that joined a
     PerActor User Spot relocates alone; its row then names the target with
     AuthorityOwnerGeneration + 1, the same ObjectGeneration and the same Spot, which
-    stays Ready on its own owner; the Actor answers by its id from both nodes."""
+    stays Ready on its own owner and still counts the moved Actor as a member (its Close
+    is False, S06-20); the Actor answers by its id from both nodes."""
     log = JoinLog()
     async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
         await cluster.wait_all_admitted()
@@ -191,3 +192,6 @@ async def test_a_per_actor_member_moves_alone_and_keeps_its_spot(
         assert spot is not None and spot.node_rid == first.identity.node_rid
         for server in (first, second):
             assert await server.actors.request(member, "echo", b"moved").timeout(LONG) == b"moved"
+        assert await second.spots.close(spot) is False
+        assert await first.spots.find(lobby) == spot
+        assert (await store.read(key)) == moved
