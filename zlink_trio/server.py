@@ -49,7 +49,7 @@ from .config import MemoryStoreConfig, PostgresStoreConfig, ServerConfig
 from .engine import EngineStatistics
 from .engine._construct import NoPublicConstructor
 from .errors import ConfigurationError, NotConfigured
-from .ids import ActorId, ActorRef, NodeRid
+from .ids import ActorId, ActorRef, NodeRid, SpotId, SpotRef
 from .mesh.api import NodeIdentity
 from .mesh.descriptors import advertised_host
 from .mesh.faults import FaultPlan
@@ -60,6 +60,7 @@ from .mesh.tap import WireTap
 from .objects.timers import TimerStatistics
 from .observe import FlowEvent
 from .spots.manager import SpotManager
+from .spots.relocation import relocate_spot
 from .spots.stats import SpotRuntimeStatistics
 from .store.api import Endpoint, LocationStore
 from .stream.server import StreamServer
@@ -171,20 +172,32 @@ class Server(metaclass=NoPublicConstructor):
             timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
 
-    async def relocate(self, actor: ActorRef | ActorId | str, *, to: NodeRid) -> RelocationResult:
+    async def relocate(
+        self, actor: ActorRef | ActorId | SpotRef | SpotId | str, *, to: NodeRid
+    ) -> RelocationResult:
         """Move an Actor hosted on this node to the live node ``to`` of its mesh, live
         (docs/relocation.md): nothing it accepted is lost or run twice, its
         ObjectGeneration stays, its AuthorityOwnerGeneration rises by one. Returns once
         the target committed (``result.committed``), or ``relocation_timeout`` after the
         relay-ready reply was accepted (the move is then the target's in any case).
 
+        A Spot (a SpotRef or a SpotId; a str names an Actor) gets the same checks, and
+        then NotConfigured: Spot relocation is not built yet (``spots/relocation.py``).
+
         Raises:
-            NotConfigured: Actor dispatch is not enabled.
-            NotFound: the Actor is not hosted here.
-            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            NotConfigured: Actor dispatch is not enabled; or a Spot that could move.
+            NotFound: the Actor (Spot) is not hosted here.
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or the
+                Actor is a member of a SpotWide User Spot (it moves only with its Spot).
             Unavailable: it is moving or joining already, or the target refused or could
                 not be reached before relay-ready (the Actor stays here, in order).
         """
+        if isinstance(actor, SpotRef | SpotId):
+            spots = self._runtime.spots.runtime
+            if spots is None:
+                raise NotConfigured("this node hosts no Spots")
+            spot_id = actor.spot_id if isinstance(actor, SpotRef) else actor
+            await relocate_spot(spots.host, spot_id, to, self._runtime.node.identity.node_rid)
         actors = self._runtime.actors
         if actors is None:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")

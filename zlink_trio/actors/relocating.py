@@ -51,7 +51,11 @@ from ..mesh.api import (
 )
 from ..objects.durable import remaining_ms
 from ..objects.policy import DisableRelocation, PreserveStateWith
-from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
+from ..objects.relocation import (
+    ActorRelocationParticipant,
+    RelocationUnit,
+    refuse_unless_relocatable,
+)
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
@@ -141,7 +145,8 @@ class ActorRelocator:
 
         Raises:
             NotFound: the Actor is not hosted here.
-            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or it is
+                a member of a SpotWide User Spot (it moves only with its Spot).
             Unavailable: it is already moving or joining, the target refused or could not
                 be reached before relay-ready (the Actor stays here, nothing lost).
         """
@@ -152,15 +157,13 @@ class ActorRelocator:
         if hosted is None or hosted.state is not READY:
             raise NotFound(f"actor {actor_id.value!r} is not hosted (Ready) on this node")
         policy = hosted.actor_type.relocation
-        if isinstance(policy, DisableRelocation):
-            raise InvalidOperation(
-                f"actor type {hosted.actor_type.stable_type.value!r} is DisableRelocation"
-            )
         me = self._node.identity
-        if to == me.node_rid:
-            raise InvalidOperation("the relocation target is this node")
+        refuse_unless_relocatable(
+            policy, "actor", hosted.actor_type.stable_type, to=to, me=me.node_rid
+        )
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
+        _refuse_spot_wide_member(hosted)
         generation, lease = await self._target_generation(hosted, to)
         # Re-checked after the await: a concurrent relocate of the same Actor may have
         # started meanwhile (the check above and the reservation below must not be split).
@@ -273,7 +276,13 @@ class ActorRelocator:
         mine: list[bool] = []  # this relocation's seal item sealed the Actor
 
         def seal(actor: HostedActor) -> None:
-            if live[0] and actor.state is READY and actor.join is None:
+            # (a SpotWide member is never sealed alone: a Join may have made it one)
+            if (
+                live[0]
+                and actor.state is READY
+                and actor.join is None
+                and actor.context.spot is None
+            ):
                 self._host.seal_relocation(actor)
                 mine.append(True)
             sealed.set()
@@ -498,8 +507,10 @@ class ActorRelocator:
         peers: dict[tuple[object, object], list[NodeRid]] = {}
         turn: dict[tuple[object, object], int] = {}
         for hosted in list(self._host):
-            if hosted.state is not READY or isinstance(
-                hosted.actor_type.relocation, DisableRelocation
+            if (
+                hosted.state is not READY
+                or isinstance(hosted.actor_type.relocation, DisableRelocation)
+                or hosted.context.spot is not None  # a SpotWide member moves with its Spot
             ):
                 continue
             key = (hosted.mesh_name, hosted.actor_type.stable_type)
@@ -628,3 +639,19 @@ class ActorRelocator:
                     )
 
         return len(entries)
+
+
+def _refuse_spot_wide_member(hosted: HostedActor) -> None:
+    """A member of a SpotWide User Spot runs its turns under its Spot's gate and moves only
+    with its Spot, in one aggregate commit (spec 06 §6.1): never alone. (A PerActor
+    member moves alone; its Spot stays.)
+
+    Raises:
+        InvalidOperation: ``hosted`` is a member of a SpotWide User Spot.
+    """
+    if hosted.context.spot is not None:
+        spot = hosted.context.spot_id
+        raise InvalidOperation(
+            f"actor {hosted.actor_id.value!r} is a member of the SpotWide User Spot "
+            f"{spot and spot.value!r}: it moves only with its Spot"
+        )

@@ -38,6 +38,7 @@ from typing import Protocol
 
 import attrs
 
+from ..errors import InvalidOperation
 from ..ids import (
     ActorId,
     AuthorityOwnerGeneration,
@@ -46,9 +47,11 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OperationId,
+    StableType,
 )
+from .policy import DisableRelocation
 
-__all__ = ["ActorRelocationParticipant", "RelocationUnit"]
+__all__ = ["ActorRelocationParticipant", "RelocationUnit", "refuse_unless_relocatable"]
 
 
 @attrs.frozen(slots=True)
@@ -122,3 +125,19 @@ class ActorRelocationParticipant(Protocol):
         discarded (abort before acceptance, or the cleanup timeout); drop what
         ``restore`` installed."""
         ...
+
+
+def refuse_unless_relocatable(
+    policy: object, what: str, stable_type: StableType, *, to: NodeRid, me: NodeRid
+) -> None:
+    """The checks every relocation (an Actor's, a Spot's) makes before anything moves:
+    its type's policy allows a move (spec 04 §6.1, spec 06 §8) and the target is another
+    node.
+
+    Raises:
+        InvalidOperation: the type is DisableRelocation, or ``to`` is this node.
+    """
+    if isinstance(policy, DisableRelocation):
+        raise InvalidOperation(f"{what} type {stable_type.value!r} is DisableRelocation")
+    if to == me:
+        raise InvalidOperation("the relocation target is this node")
