@@ -203,10 +203,12 @@ class MeshNodeApi(Protocol):
         closes or after it closed."""
         ...
 
-    def on(self, command: int, handler: InboundHandler) -> None:
+    def on(self, command: int, handler: InboundHandler, *, draining: bool = False) -> None:
         """Register the one handler of ``command``. Only before the node accepts
         connections; InvalidOperation for a second handler, for a transport-owned command
-        (20, 43, 122, 100-105) or after start."""
+        (20, 43, 122, 100-105) or after start. ``draining``: the handler still runs while
+        the node closes (after :meth:`stop_admitting`, until :meth:`aclose`), for what a
+        clean stop's drain must still finish; other inbound commands are refused then."""
         ...
 
     async def send(

@@ -100,6 +100,7 @@ class _Encoded:
 
 ENCODED: Final = _Encoded()
 _RUNNING: Final = NodePhase.RUNNING
+_CLOSING: Final = NodePhase.CLOSING
 _NEVER: Final = math.inf
 
 
@@ -495,7 +496,9 @@ class Connection:
             return
         if kind in HANDSHAKE_TYPES:
             raise ProtocolError(f"command {int(record.COMMAND)} after the handshake")
-        if state.phase is not _RUNNING:
+        if state.phase is not _RUNNING and not (
+            state.phase is _CLOSING and record.COMMAND in state.draining
+        ):
             counters.drop(DropReason.NOT_ADMITTING)
             correlation = getattr(record, "correlation", 0)
             if kind in ANSWERED_BY_20 and correlation:

@@ -220,7 +220,7 @@ class MeshNode:
             return Unavailable("this node has not started")
         return ShuttingDown("this node is shutting down")
 
-    def on(self, command: int, handler: InboundHandler) -> None:
+    def on(self, command: int, handler: InboundHandler, *, draining: bool = False) -> None:
         if self._phase is not NodePhase.CREATED:
             raise InvalidOperation("handlers are registered before the node starts")
         try:
@@ -232,6 +232,8 @@ class MeshNode:
         if number in self._handlers:
             raise InvalidOperation(f"command {int(number)} already has a handler")
         self._handlers[int(number)] = handler
+        if draining:
+            self._state.draining.add(int(number))
 
     async def send(
         self, peer: PeerAddress, record: Any, *, flush: bool = True, wait: bool = True

@@ -63,6 +63,7 @@ class TransportState:
         "connect",
         "corked",
         "counters",
+        "draining",
         "handlers",
         "hello_timeout",
         "identity",
@@ -114,6 +115,9 @@ class TransportState:
         self.phase = NodePhase.CREATED
         """The node's phase (the node changes it; the transport reads it)."""
         self.handlers: dict[int, InboundHandler] = {}
+        self.draining: set[int] = set()
+        """Commands whose handler still runs while the node is CLOSING (a clean stop's
+        drain must finish what it owes: the session owner's 44)."""
         self.replies: Final = ReplyRegistry()
         self.links: Final = PeerTable(on_gone=self.replies.peer_gone)
         self.counters: Final = Counters()

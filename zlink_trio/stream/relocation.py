@@ -94,7 +94,9 @@ class SessionRelocations:
     def register(self) -> None:
         node = self._server.node
         node.on(Command.SESSION_RELOCATION_SEAL, self._on_seal)
-        node.on(Command.SESSION_RELOCATION_ROUTE, self._on_route)
+        # A stopping session owner still applies the 44 it receives: a binding its drain
+        # closed while sealed waits for it to learn where to send its disconnect (38).
+        node.on(Command.SESSION_RELOCATION_ROUTE, self._on_route, draining=True)
 
     # --- 42 → 43 ----------------------------------------------------------------------------
     def seal(self, record: SessionRelocationSeal, sender: Sender) -> SessionRelocationSealed:

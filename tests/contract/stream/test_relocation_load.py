@@ -50,7 +50,9 @@ async def test_a_stream_survives_20_moves_between_three_nodes(
                     for _ in range(TAIL):
                         await client.send("relay", f"a|push|{sent}".encode())
                         sent += 1
+                    streamed.set()  # ``sent`` is final from here on
 
+                streamed = trio.Event()
                 pushed = trio.Event()
 
                 async def read() -> None:
@@ -59,7 +61,7 @@ async def test_a_stream_survives_20_moves_between_three_nodes(
                         if isinstance(event, Push):
                             assert event.sequence == generation
                             pushes.append(int(event.payload))
-                            if done_moving.is_set() and len(pushes) >= sent:
+                            if streamed.is_set() and len(pushes) >= sent:
                                 pushed.set()
 
                 async def move() -> None:

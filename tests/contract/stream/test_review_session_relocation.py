@@ -4,7 +4,6 @@ websocket client, real TCP, ``zlink_trio.testing`` hooks)."""
 
 from __future__ import annotations
 
-import pytest
 import trio
 from reloc_kit import moves_cluster, relocate
 from stream_kit import Record, bind, connect, create, relay
@@ -13,15 +12,6 @@ from zlink_trio.testing import CountingStore, FaultPlan, TapDirection, WireTap
 from zlink_trio.wire.commands import Command
 
 
-@pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a session owner stopping while its binding is sealed parks the binding's "
-    "disconnect notification until a 44 resolves the seal (stream/server.py disconnect -> "
-    "relocations.wait_parked); the target's 44 does reach the stopping node's transport "
-    "(tapped) but no 38 DISCONNECT is ever sent, so OnDisconnectActor never runs (it does "
-    "when no move is in flight); the fix belongs to the session owner's stop order",
-)
 async def test_the_session_owner_stopping_mid_relocation_neither_wedges_nor_duplicates(
     clock: object, store: CountingStore
 ) -> None:
