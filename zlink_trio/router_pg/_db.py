@@ -23,12 +23,12 @@ from typing import Any, Final, NoReturn, final
 
 import trio
 
-from ..errors import ConfigurationError, NotFound, Unavailable, ZLinkError
+from ..errors import NotFound, Unavailable, ZLinkError
 from ..router.errors import FencingRejected
-from ..store._aiobridge import LoopThread, open_loop_thread
-from ..store._pgadmin import _connect_kwargs, _migrate_dsn, _status_dsn, run_admin
+from ..store._aiobridge import LoopThread
+from ..store._pgadmin import open_schema_connections
 from ..store._pgconn import Method, PgConnections
-from ..store._pgmigrate import MigrationStatus, check_schema, quote_schema
+from ..store._pgmigrate import quote_schema
 
 __all__ = ["RouterDatabase", "open_router_database"]
 
@@ -118,11 +118,6 @@ class RouterDatabase:
             raise RuntimeError("the router's database clock is not frozen")
 
 
-def _check_connections(connections: int) -> None:
-    if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
-        raise ConfigurationError(f"connections must be a positive int, got {connections!r}")
-
-
 @asynccontextmanager
 async def open_router_database(
     dsn: str,
@@ -136,31 +131,18 @@ async def open_router_database(
     """Open the router's database for the block (arguments as for
     :func:`zlink_trio.store.postgres.open_postgres_store`). Raises Unavailable (no server)
     or ConfigurationError (bad schema name, schema not migrated with ``migrate=False``)."""
-    check_schema(schema)
-    _check_connections(connections)
-    async with open_loop_thread(name=f"zlink-pg-router-{schema}") as bridge:
-        if migrate:
-            await run_admin(bridge, _migrate_dsn, dsn, schema)
-        else:
-            status: MigrationStatus = await run_admin(bridge, _status_dsn, dsn, schema)
-            if not status.up_to_date:
-                raise ConfigurationError(
-                    f"schema {schema} is not migrated: run `zlink-trio store migrate`"
-                )
-        conns = PgConnections(
-            bridge,
-            _connect_kwargs(dsn, schema),
-            connections,
-            cancel_grace=cancel_grace,
-            retry_window=retry_window,
-        )
-        await conns.open()
-        try:
-            db = RouterDatabase(conns, bridge, dsn, schema)
-            await db.measure_clock()
-            yield db
-        finally:
-            await conns.aclose()
+    async with open_schema_connections(
+        dsn,
+        schema,
+        connections,
+        migrate=migrate,
+        cancel_grace=cancel_grace,
+        retry_window=retry_window,
+        thread_name=f"zlink-pg-router-{schema}",
+    ) as (bridge, conns):
+        db = RouterDatabase(conns, bridge, dsn, schema)
+        await db.measure_clock()
+        yield db
 
 
 def utf8(value: str) -> bytes:

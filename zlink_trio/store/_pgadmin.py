@@ -12,12 +12,15 @@ modified/missing migration is ``ConfigurationError``; anything else (server unre
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import asyncpg
 
-from ..errors import Unavailable, ZLinkError
+from ..errors import ConfigurationError, Unavailable, ZLinkError
 from ._aiobridge import LoopThread, open_loop_thread
+from ._pgconn import PgConnections
 from ._pgmigrate import MigrationStatus, check_schema, migrate, quote_schema, read_status
 
 __all__ = ["application_name", "drop_schema", "migrate_schema", "schema_status"]
@@ -96,3 +99,49 @@ async def drop_schema(dsn: str, schema: str) -> None:
     ConfigurationError (bad schema name) or Unavailable."""
     check_schema(schema)
     await _on_own_loop(_drop_dsn, dsn, schema)
+
+
+@asynccontextmanager
+async def open_schema_connections(
+    dsn: str,
+    schema: str,
+    connections: int,
+    *,
+    migrate: bool,
+    cancel_grace: float,
+    retry_window: float,
+    thread_name: str,
+) -> AsyncIterator[tuple[LoopThread, PgConnections]]:
+    """The bridge thread and ``connections`` open connections to ``schema``, migrated first
+    (``migrate``) or checked to be up to date, for the block: what the Location Store and
+    the router's PostgreSQL backends both open.
+
+    Raises:
+        Unavailable: the server cannot be reached.
+        ConfigurationError: bad schema name or connection count, or a schema that is not
+            up to date with ``migrate=False``.
+    """
+    check_schema(schema)
+    if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
+        raise ConfigurationError(f"connections must be a positive int, got {connections!r}")
+    async with open_loop_thread(name=thread_name) as bridge:
+        if migrate:
+            await run_admin(bridge, _migrate_dsn, dsn, schema)
+        else:
+            status: MigrationStatus = await run_admin(bridge, _status_dsn, dsn, schema)
+            if not status.up_to_date:
+                raise ConfigurationError(
+                    f"schema {schema} is not migrated: run `zlink-trio store migrate`"
+                )
+        conns = PgConnections(
+            bridge,
+            _connect_kwargs(dsn, schema),
+            connections,
+            cancel_grace=cancel_grace,
+            retry_window=retry_window,
+        )
+        await conns.open()
+        try:
+            yield bridge, conns
+        finally:
+            await conns.aclose()

@@ -34,7 +34,6 @@ import trio
 
 from ..errors import (
     CapacityExceeded,
-    ConfigurationError,
     DescriptorConflict,
     InvalidOperation,
     NotFound,
@@ -44,20 +43,16 @@ from ..errors import (
 )
 from ..ids import MeshName, NodeGeneration, NodeRid, OwnerLeaseGeneration, SpotId
 from . import _pgcodec as codec
-from ._aiobridge import open_loop_thread
 from ._pgadmin import (
-    _connect_kwargs,
-    _migrate_dsn,
-    _status_dsn,
     application_name as application_name,
     drop_schema as drop_schema,
     migrate_schema as migrate_schema,
-    run_admin,
+    open_schema_connections,
     schema_status as schema_status,
 )
 from ._pgbatch import APPLIED_FULL, APPLIED_SLIM, FALLBACK, FieldBatcher
 from ._pgconn import Method, PgConnections, Then
-from ._pgmigrate import MigrationStatus, check_schema
+from ._pgmigrate import MigrationStatus
 from ._pgsql import FieldCas, Statements
 from .api import (
     ENTRY_SPOT_TYPE,
@@ -602,30 +597,16 @@ async def open_postgres_store(
         Unavailable: the server cannot be reached at startup.
         ConfigurationError: bad schema name, modified or missing migrations.
     """
-    check_schema(schema)
-    if isinstance(connections, bool) or not isinstance(connections, int) or connections < 1:
-        raise ConfigurationError(f"connections must be a positive int, got {connections!r}")
-    async with open_loop_thread(name=f"zlink-pg-{schema}") as bridge:
-        if migrate:
-            await run_admin(bridge, _migrate_dsn, dsn, schema)
-        else:
-            status: MigrationStatus = await run_admin(bridge, _status_dsn, dsn, schema)
-            if not status.up_to_date:
-                raise ConfigurationError(
-                    f"schema {schema} is not migrated: run `zlink-trio store migrate`"
-                )
-        conns = PgConnections(
-            bridge,
-            _connect_kwargs(dsn, schema),
-            connections,
-            cancel_grace=cancel_grace,
-            retry_window=retry_window,
-        )
-        await conns.open()
-        try:
-            yield PostgresLocationStore(conns, schema)
-        finally:
-            await conns.aclose()
+    async with open_schema_connections(
+        dsn,
+        schema,
+        connections,
+        migrate=migrate,
+        cancel_grace=cancel_grace,
+        retry_window=retry_window,
+        thread_name=f"zlink-pg-{schema}",
+    ) as (_, conns):
+        yield PostgresLocationStore(conns, schema)
 
 
 if TYPE_CHECKING:
