@@ -250,21 +250,39 @@ def inject_raw(pg_db: Any) -> Callable[[SessionSignalBus, str], Awaitable[None]]
 
 
 @pytest.fixture
-async def shared(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+def shared(backend: str, pg_cluster: Any) -> Any:
     """One cluster's shared SPIs: in memory (MockClock, autojump), or — for the cases of
-    :data:`ROUTER_PG_CASES` — the PostgreSQL backends on a schema of the test's own, on the
+    :data:`ROUTER_PG_CASES` — the PostgreSQL backends of ``pg_cluster``. (A plain fixture:
+    the router's synchronous tests, e.g. the builder's, use it too; only on PostgreSQL
+    does it depend on a Trio fixture.)"""
+    from router_app import Shared
+
+    if pg_cluster is not None:
+        return pg_cluster
+    return Shared(
+        MemorySessionRecordStore(),
+        MemorySessionLeaseStore(),
+        MemorySessionInbox(),
+        MemorySessionSignalBus(),
+        MemoryIdempotencyStore(ttls=TTLS),
+    )
+
+
+@pytest.fixture
+def pg_cluster(backend: str, request: pytest.FixtureRequest) -> Any:
+    """None in memory; on PostgreSQL, ``pg_router_spis`` (requested only then, so the
+    in-memory synchronous tests never depend on a Trio fixture)."""
+    if backend != "postgres":
+        return None
+    return request.getfixturevalue("pg_router_spis")
+
+
+@pytest.fixture
+async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The PostgreSQL backends of one cluster on a schema of the test's own, on the
     database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG`."""
     from router_app import Shared
 
-    if backend != "postgres":
-        yield Shared(
-            MemorySessionRecordStore(),
-            MemorySessionLeaseStore(),
-            MemorySessionInbox(),
-            MemorySessionSignalBus(),
-            MemoryIdempotencyStore(ttls=TTLS),
-        )
-        return
     from zlink_trio.router_pg import open_postgres_spis
     from zlink_trio.store.postgres import drop_schema
 
