@@ -14,6 +14,10 @@ stamped with its emit time and returns at once, so what is measured is the route
 * ``raw NOTIFY`` the same run's baseline: one LISTEN/NOTIFY round trip through the bus
   (``PostgresSessionSignalBus.barrier``: NOTIFY on one connection, heard on another).
 
+Each series also counts the PostgreSQL statements (= round trips: every backend method
+is one statement) both nodes issued per sample, bus NOTIFYs included, and how the local
+submits were answered (a FORWARDED one crossed the inbox and the bus).
+
 Each is run *paced* (one at a time, ``--gap`` idle between them) and *burst* (back to back).
 p50 / p95 / p99 in ms are printed beside the original's figures (JVM, Redis: 1.73 / 2.97 /
 3.74 ms paced, 0.15 / 0.22 / 0.33 ms burst; what exactly those runs timed is not published
@@ -80,6 +84,20 @@ async def _factory(
     return _Session(session_id)
 
 
+class _Statements:
+    """Counts the statements a router database runs (wraps its ``call``)."""
+
+    def __init__(self, db: Any) -> None:
+        self.count = 0
+        inner = db.call
+
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            self.count += 1
+            return await inner(*args, **kwargs)
+
+        setattr(db, "call", call)  # noqa: B010 - instrumenting one instance
+
+
 def _builder(node: str) -> SessionRouterBuilder:
     return SessionRouterBuilder(
         node_id=NodeId(node), session_factory=_factory, config=SessionRouterConfig()
@@ -108,6 +126,7 @@ async def run(dsn: str, count: int, gap: float) -> None:
 
     schema = f"zlink_bench_router_{uuid.uuid4().hex[:8]}"
     results: dict[str, dict[str, list[float]]] = {}
+    statements: dict[str, dict[str, float]] = {}
     kinds: dict[str, int] = {}
     try:
         async with (
@@ -116,6 +135,7 @@ async def run(dsn: str, count: int, gap: float) -> None:
             open_session_router(spis_a.apply(_builder("a"))) as a,
             open_session_router(spis_b.apply(_builder("b"))) as b,
         ):
+            counters = (_Statements(spis_a.db), _Statements(spis_b.db))
             session = SessionId("bench-session")
             request = SubmitRequest(session_id=session, agent_ref=AGENT, user_input="x")
             first = await a.submit(request)
@@ -166,12 +186,19 @@ async def run(dsn: str, count: int, gap: float) -> None:
                 await nursery.start(watch)
                 with trio.fail_after(600):
                     for mode, pause in (("paced", gap), ("burst", 0.0)):
-                        results[mode] = {
-                            "local": await _series(local, count, pause),
-                            "forwarded": await _series(forwarded, count, pause),
-                            "event": await _series(event, count, pause),
-                            "raw NOTIFY": await _series(raw_notify, count, pause),
-                        }
+                        results[mode] = {}
+                        statements[mode] = {}
+                        for name, op in (
+                            ("local", local),
+                            ("forwarded", forwarded),
+                            ("event", event),
+                            ("raw NOTIFY", raw_notify),
+                        ):
+                            before = sum(c.count for c in counters)
+                            results[mode][name] = await _series(op, count, pause)
+                            issued = sum(c.count for c in counters) - before
+                            # the warm-up's samples are counted too
+                            statements[mode][name] = issued / (count + min(20, count))
                 nursery.cancel_scope.cancel()
     finally:
         with trio.CancelScope(shield=True):
@@ -179,14 +206,22 @@ async def run(dsn: str, count: int, gap: float) -> None:
 
     print(f"SessionRouter on PostgreSQL, {count} samples each, paced gap {gap * 1e3:g} ms")
     print(f"local submits answered as: {kinds} (FORWARDED: queued behind the previous pass)")
-    print("p50 / p95 / p99 in ms; original = JVM on Redis; ratio = our p50 / raw NOTIFY p50")
+    print(
+        "p50 / p95 / p99 in ms; stmts = PostgreSQL statements per sample (both nodes, "
+        "background renewals and heartbeats included); original = JVM on Redis; "
+        "ratio = our p50 / raw NOTIFY p50"
+    )
     for mode, series in results.items():
         base = _pct(series["raw NOTIFY"])[0]
         o = ORIGINAL[mode]
         print(f"[{mode}] original {o[0]:.2f} / {o[1]:.2f} / {o[2]:.2f}")
         for name, samples in series.items():
             p50, p95, p99 = _pct(samples)
-            print(f"  {name:<11} {p50:7.2f} / {p95:7.2f} / {p99:7.2f}   ratio {p50 / base:.2f}")
+            stmts = statements[mode][name]
+            print(
+                f"  {name:<11} {p50:7.2f} / {p95:7.2f} / {p99:7.2f}   stmts {stmts:5.2f}"
+                f"   ratio {p50 / base:.2f}"
+            )
 
 
 def main() -> None:

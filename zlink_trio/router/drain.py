@@ -66,12 +66,17 @@ class Drain(Turns, Forwarding, Renewal):
         try:
             while not gate.stopped(held):
                 gate.rung = False
+                gate.joinable = True  # no turn runs during the collect: a submit may join
                 try:  # always collect before a turn, every tier (F4)
                     collected = await self._inbox.collect(session_id, Priority.LATER)
                 except Exception:
                     log.warning("collect of %s failed", session_id, exc_info=True)
                     collected = ()
+                finally:
+                    gate.joinable = False
                 queue.extend(Collected(m) for m in collected)
+                queue.extend(gate.joined)
+                gate.joined.clear()
                 if gate.stopped(held):  # a yield, loss or eviction meanwhile
                     break
                 if not queue:
@@ -85,6 +90,9 @@ class Drain(Turns, Forwarding, Renewal):
                 else:
                     await self._run_collected(session_id, gate, held, work.message)
         finally:
+            gate.joinable = False
+            queue.extend(gate.joined)
+            gate.joined.clear()
             if not self._crashed:  # a crashed node hands nothing over and closes nothing
                 for work in queue:  # stopped early: hand what is left to the next holder
                     with self._cleanup():

@@ -105,6 +105,9 @@ class SessionRouter(Signals, HolderLoss):
                 self._check_accepting()
         # the node-local turn gate first, the lease second
         if sid in self._passes:
+            joined = self._join_pass(request, reservation)
+            if joined is not None:
+                return joined
             return await self._forward(request, reservation)
         gate = Pass()
         self._passes[sid] = gate
@@ -149,6 +152,40 @@ class SessionRouter(Signals, HolderLoss):
             self._leases[sid].slot.bind(reservation)
         gate.upcoming = turn_id
         self._nursery.start_soon(self._drain_pass, sid, gate, own)
+        self._metrics.emit("on_submit", sid, DispositionKind.EXECUTED_LOCALLY)
+        return ExecutedLocally(turn_id, future)
+
+    def _join_pass(
+        self, request: SubmitRequest, reservation: Reservation | None
+    ) -> ExecutedLocally | None:
+        """A submit finding the gate held by this node's pass while that pass only reads
+        the inbox between turns (no turn running, none announced, the lease held): the
+        submit joins the pass as its own work, merged priority-then-FIFO with what the
+        collect returns — the pass it would reach through the inbox and the doorbell,
+        without the round trips. Anything else (a turn running, a release or delete
+        holding the gate, a claim in flight) is None: the submit is forwarded."""
+        sid = request.session_id
+        gate = self._passes[sid]
+        held = self._leases.get(sid)
+        if (
+            not gate.joinable
+            or gate.running is not None
+            or gate.upcoming is not None
+            or held is None
+            or gate.stopped(held)
+            or self._store.held(sid) is None
+            or not self._accepting()
+        ):
+            return None
+        turn_id = TurnId.new()
+        future = TurnFuture()
+        self._local_futures.add(future)
+        own = Own(request, turn_id, future, reservation, trio.current_time())
+        if reservation is not None:
+            self._local_keyed[reservation.key] = future
+            held.slot.bind(reservation)
+        gate.upcoming = turn_id
+        gate.joined.append(own)
         self._metrics.emit("on_submit", sid, DispositionKind.EXECUTED_LOCALLY)
         return ExecutedLocally(turn_id, future)
 

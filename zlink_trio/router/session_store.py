@@ -6,7 +6,8 @@ backends are different systems:
 1. lease election: a loser stops here (:class:`HeldElsewhere`) and never touches a record;
 2. agent-binding check: a mismatch is :class:`AgentConflict` and writes nothing;
 3. record provisioning: create the record bound to the agent if missing, and raise its
-   fence to this lease's token.
+   fence to this lease's token (skipped when the lease was already held and the record
+   already carries its token: a later turn's claim writes nothing).
 
 The store remembers the leases this node holds, so :attr:`records` fences every write with
 the right token without threading it through the turn's call chain. Renewal goes through
@@ -148,7 +149,11 @@ class SessionStore:
                 if newly:
                     await self._give_back(lease)
                 return AgentConflict(record.agent_ref)
-            record = await self._records.provision(session_id, agent_ref, lease.fencing_token)
+            if newly or record is None or record.fence != lease.fencing_token:
+                # a held lease reused by a later turn (§3.2) already provisioned its record
+                # and raised its fence: writing them again is a store write per turn for
+                # nothing (a record deleted or fenced meanwhile still goes through here)
+                record = await self._records.provision(session_id, agent_ref, lease.fencing_token)
         except ZLinkError:
             if newly and lease is not None:
                 await self._give_back(lease)

@@ -114,6 +114,12 @@ class Pass:
         """A MESSAGE_ENQUEUED was heard while this gate was held (since the pass's last
         collect began): the pass looks again before it ends, so a message delivered after
         that collect read the inbox is not left waiting for a re-ring."""
+        self.joinable = False
+        """True only while the pass reads the inbox between turns (no turn running): a
+        submit on this node then joins the pass (:attr:`joined`) instead of crossing the
+        inbox and the bus to reach the very pass it would be collected by."""
+        self.joined: list[Own] = []
+        """Own submits that joined during the current collect; merged after it."""
         self.done = trio.Event()
         self.inject_lock = trio.Lock()
         """Held while NOW messages are injected into the running turn (one injector at a

@@ -10,6 +10,8 @@ a schema of its own (parallel workers never collide) and needs ``pg_dsn`` (skipp
 server). Time: a test that moves time takes ``autojump_clock`` (a ``MockClock(autojump_threshold=0)``;
 pytest-trio installs a clock only when the test function itself asks for it) and ``advance``;
 the in-memory backends read ``trio.current_time``, so ``advance`` is a jump of that clock.
+The router-level cases of ``ROUTER_PG_CASES`` also run on PostgreSQL (``shared``), on the
+real clock with short TTLs.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from router_kit import TTLS, Advance
 
 from zlink_trio.router import (
     IdempotencyStore,
+    IdempotencyTtls,
     MemoryIdempotencyStore,
     MemorySessionInbox,
     MemorySessionLeaseStore,
@@ -33,6 +36,7 @@ from zlink_trio.router import (
     SessionInbox,
     SessionLeaseStore,
     SessionRecordStore,
+    SessionRouterConfig,
     SessionSignalBus,
 )
 
@@ -45,16 +49,65 @@ PG_SUITES = frozenset(
         "test_r10_idempotency_store",
     }
 )
-"""The SPI contract suites that also run on PostgreSQL. The router-level suites stay on the
-in-memory SPIs: they drive every timer with an autojumping MockClock, which cannot wait
-for real I/O."""
+"""The SPI contract suites that also run on PostgreSQL (the database's clock frozen and
+stepped in lockstep with a non-jumping MockClock)."""
+
+ROUTER_PG_CASES: dict[str, frozenset[str]] = {
+    "test_r10_router_submit": frozenset(
+        {
+            "test_r10_24_submit_answers_a_disposition_or_raises_conflict",
+            "test_r10_53_no_warm_up_lazy_record_one_open",
+            "test_r10_79_f1_a_conflict_touches_neither_lease_nor_idempotency",
+            "test_r10_80_f2_losing_the_lease_forwards_through_the_inbox",
+            "test_r10_81_the_lease_is_tried_before_a_session_is_opened",
+        }
+    ),
+    "test_r10_router_turns": frozenset({"test_r10_07_the_first_turn_decides_the_agent"}),
+    "test_r10_router_serialization": frozenset(
+        {"test_r10_04_alternating_routers_share_history_and_each_opens_once"}
+    ),
+    "test_r10_router_local_path": frozenset(
+        {
+            "test_r10_05_a_warm_local_submit_writes_no_record",
+            "test_r10_84_a_submit_during_the_pass_tail_collect_runs_locally",
+        }
+    ),
+}
+"""The router-level cases that also run on PostgreSQL, on the REAL clock (a MockClock at
+rate 1 that never jumps; the database's router clock is not frozen) with the short TTLs of
+:data:`PG_ROUTER_CONFIG`: those whose every wait is on a result or a real second (turns
+of 1 s). The rest of the router-level suites stay in memory: they order steps with
+``wait_all_tasks_blocked`` (which returns while a statement is in flight on the bridge
+thread) or jump virtual minutes and hours (sweeps, TTL expiries, idle eviction)."""
+
+PG_ROUTER_CONFIG = SessionRouterConfig(
+    lock_lease=6.0,
+    lock_extend_interval=2.0,
+    status_heartbeat_interval=2.0,
+    holder_loss_sweep_interval=3.0,
+    idempotency_primary_ttl=600.0,
+    idempotency_secondary_ttl=6.0,
+    idempotency_forward_ttl=30.0,
+    release_interrupt_timeout=2.0,
+    handle_close_timeout=2.0,
+)
+
+
+def _module(node: Any) -> str:
+    name: str = node.module.__name__
+    return name.rsplit(".", 1)[-1]
+
+
+def _router_pg_case(module: str, function: str) -> bool:
+    return function in ROUTER_PG_CASES.get(module, frozenset())
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "backend" not in metafunc.fixturenames:
         return
     params = [pytest.param("memory", id="memory")]
-    if metafunc.module.__name__.rsplit(".", 1)[-1] in PG_SUITES:
+    module = _module(metafunc)
+    if module in PG_SUITES or _router_pg_case(module, metafunc.function.__name__):
         params.append(pytest.param("postgres", id="postgres", marks=pytest.mark.postgres))
     metafunc.parametrize("backend", params, indirect=True)
 
@@ -69,10 +122,13 @@ def backend(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def autojump_clock(backend: str) -> trio.testing.MockClock:
+def autojump_clock(backend: str, request: pytest.FixtureRequest) -> trio.testing.MockClock:
     """Overrides pytest-trio's: on PostgreSQL the clock must not jump while a statement is
-    in flight, so it stands still (rate 0) and moves only by ``advance``."""
+    in flight, so it stands still (rate 0) and moves only by ``advance`` — or, for the
+    router-level cases of :data:`ROUTER_PG_CASES`, runs at the real rate (never jumping)."""
     if backend == "postgres":
+        if _router_pg_case(_module(request), request.function.__name__):
+            return trio.testing.MockClock(rate=1.0)
         return trio.testing.MockClock(rate=0.0)
     return trio.testing.MockClock(autojump_threshold=0)
 
@@ -194,10 +250,15 @@ def inject_raw(pg_db: Any) -> Callable[[SessionSignalBus, str], Awaitable[None]]
 
 
 @pytest.fixture
-def shared(backend: str) -> Any:
-    """One cluster's shared SPIs, in memory (the router-level suites run on MockClock)."""
+def shared(backend: str, pg_cluster: Any) -> Any:
+    """One cluster's shared SPIs: in memory (MockClock, autojump), or — for the cases of
+    :data:`ROUTER_PG_CASES` — the PostgreSQL backends of ``pg_cluster``. (A plain fixture:
+    the router's synchronous tests, e.g. the builder's, use it too; only on PostgreSQL
+    does it depend on a Trio fixture.)"""
     from router_app import Shared
 
+    if pg_cluster is not None:
+        return pg_cluster
     return Shared(
         MemorySessionRecordStore(),
         MemorySessionLeaseStore(),
@@ -205,6 +266,48 @@ def shared(backend: str) -> Any:
         MemorySessionSignalBus(),
         MemoryIdempotencyStore(ttls=TTLS),
     )
+
+
+@pytest.fixture
+def pg_cluster(backend: str, request: pytest.FixtureRequest) -> Any:
+    """None in memory; on PostgreSQL, ``pg_router_spis`` (requested only then, so the
+    in-memory synchronous tests never depend on a Trio fixture)."""
+    if backend != "postgres":
+        return None
+    return request.getfixturevalue("pg_router_spis")
+
+
+@pytest.fixture
+async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+    """The PostgreSQL backends of one cluster on a schema of the test's own, on the
+    database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG`."""
+    from router_app import Shared
+
+    from zlink_trio.router_pg import open_postgres_spis
+    from zlink_trio.store.postgres import drop_schema
+
+    dsn: str = request.getfixturevalue("pg_dsn")
+    schema = f"zlink_router_{uuid.uuid4().hex[:16]}"
+    config = PG_ROUTER_CONFIG
+    try:
+        async with open_postgres_spis(dsn, schema=schema) as spis:
+            yield Shared(
+                spis.records,
+                spis.leases,
+                spis.inbox,
+                spis.bus,
+                spis.idempotency(
+                    IdempotencyTtls(
+                        primary=config.idempotency_primary_ttl,
+                        secondary=config.idempotency_secondary_ttl,
+                        forward=config.idempotency_forward_ttl,
+                    )
+                ),
+                config,
+            )
+    finally:
+        with trio.CancelScope(shield=True):
+            await drop_schema(dsn, schema)
 
 
 @pytest.fixture

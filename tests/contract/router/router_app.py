@@ -162,6 +162,9 @@ class Shared:
     inbox: SessionInbox
     bus: SessionSignalBus
     idempotency: IdempotencyStore
+    config: SessionRouterConfig | None = None
+    """The cluster's default config (None: the §11.2 defaults); the PostgreSQL backend's
+    real-clock runs use short TTLs."""
 
 
 def builder(
@@ -183,7 +186,7 @@ def builder(
         "signal_bus": shared.bus,
         "idempotency_store": shared.idempotency,
         "session_opener": Opener(world, node, registry),
-        "config": config or SessionRouterConfig(),
+        "config": config or shared.config or SessionRouterConfig(),
         "metrics": metrics or SessionMetrics(),
     }
     fields.update(overrides)

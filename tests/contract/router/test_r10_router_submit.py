@@ -47,6 +47,7 @@ def _spied(shared: Shared, log: CallLog) -> Shared:
         log.spy("inbox", shared.inbox),
         log.spy("bus", shared.bus),
         log.spy("idem", shared.idempotency),
+        shared.config,
     )
 
 
