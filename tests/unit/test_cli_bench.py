@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zlink_trio.cli import main
-from zlink_trio.ops.bench import BEGIN, END
+from zlink_trio.ops.bench import BEGIN, END, QUICK
 
 
 def scripts(where: Path) -> Path:
@@ -36,8 +36,14 @@ def test_bench_writes_the_region_and_keeps_the_rest(
     text = doc.read_text()
     assert text.startswith("# Performance\n\nhand-written analysis\n")
     assert text.count(BEGIN) == 1 and text.count(END) == 1
-    assert "| `bench_fast.py` | ok |" in text and "ratio ours/raw: 0.80" in text
-    assert "| `bench_broken.py` | exit 3 |" in text
+    assert "ratio ours/raw: 0.80" in text
+    assert (
+        "| `bench_broken.py` | `PYTHONPATH=$PWD python benchmarks/bench_broken.py` | exit 3 |"
+        in text
+    )
+    broken_row = next(line for line in text.splitlines() if line.startswith("| `bench_broken"))
+    assert "1.5" not in broken_row and "none (the run failed)" in broken_row  # no figures
+    assert "| `PYTHONPATH=$PWD python benchmarks/bench_fast.py` | ok |" in text
     assert "raw baseline: 1000 ops/s" in text  # the whole output is kept
     assert "helper.py" not in text
     assert "bench: running bench_fast.py" in capsys.readouterr().out
@@ -55,3 +61,21 @@ def test_bench_only_names_existing_scripts(tmp_path: Path) -> None:
     assert main([*argv, "--only", "bench_nope.py"]) == 2
     assert main([*argv, "--only", "bench_fast.py"]) == 0
     assert "bench_broken" not in (tmp_path / "p.md").read_text()
+
+
+def test_bench_quick_gives_each_script_its_short_settings(tmp_path: Path) -> None:
+    """`--quick`: a script gets its own short settings (QUICK), then the arguments after
+    `--`; the row's command shows both."""
+    bench = tmp_path / "benchmarks"
+    bench.mkdir()
+    (bench / "bench_wire.py").write_text(
+        "import sys\nprint('args', sys.argv[1:])\nprint('ratio ours/raw: 0.50')\n"
+    )
+    doc = tmp_path / "p.md"
+    argv = ["bench", "--benchmarks", str(bench), "--output", str(doc), "--quick", "--", "-x"]
+    assert main(argv) == 0
+    text = doc.read_text()
+    quick = " ".join(QUICK["bench_wire.py"])
+    assert f"`PYTHONPATH=$PWD python benchmarks/bench_wire.py {quick} -x`" in text
+    assert f"args {[*QUICK['bench_wire.py'], '-x']}" in text
+    assert "Produced by `zlink-trio bench --quick -- -x`" in text
