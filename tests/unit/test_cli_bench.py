@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zlink_trio.cli import main
-from zlink_trio.ops.bench import BEGIN, END, QUICK
+from zlink_trio.ops.bench import BEGIN, END, QUICK, ratio_lines
 
 
 def scripts(where: Path) -> Path:
@@ -79,3 +79,11 @@ def test_bench_quick_gives_each_script_its_short_settings(tmp_path: Path) -> Non
     assert f"`PYTHONPATH=$PWD python benchmarks/bench_wire.py {quick} -x`" in text
     assert f"args {[*QUICK['bench_wire.py'], '-x']}" in text
     assert "Produced by `zlink-trio bench --quick -- -x`" in text
+
+
+def test_a_ratio_line_gets_its_scenario_name_from_the_line_before() -> None:
+    output = "cross-node request, 2nd process:\n     172/s  raw 449/s  ratio 0.38\nratio 1.0\n"
+    assert ratio_lines(output) == [
+        "cross-node request, 2nd process: 172/s  raw 449/s  ratio 0.38",
+        "ratio 1.0",
+    ]

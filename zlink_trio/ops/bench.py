@@ -82,8 +82,17 @@ class Result:
 
 
 def ratio_lines(output: str) -> list[str]:
-    """The lines of a benchmark's output that state a ratio to its baseline."""
-    return [line.strip() for line in output.splitlines() if _RATIO.search(line)]
+    """The lines of a benchmark's output that state a ratio to its baseline; a line whose
+    scenario name is the line before it (that line ends with ``:``) gets the name first."""
+    lines = output.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if not _RATIO.search(line):
+            continue
+        before = lines[i - 1].strip() if i > 0 else ""
+        name = before if before.endswith(":") and not _RATIO.search(before) else ""
+        found.append(f"{name} {line.strip()}".strip())
+    return found
 
 
 def _arguments(script: Path, args: argparse.Namespace) -> tuple[str, ...]:
