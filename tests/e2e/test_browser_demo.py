@@ -76,11 +76,12 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
     finally:
         driver.quit()
     assert demo.returncode == 0, "".join(output)
-    assert "demo: all invariants hold" in "".join(output)
+    out = "".join(output)
+    assert "demo: all invariants hold" in out, out
     if RELOCATES:
-        assert "web-tester: relocated live node" in "".join(output)
+        assert "web-tester: relocated live node" in out, out
     else:
-        assert "relocation: not shown" in "".join(output)
+        assert "relocation: not shown" in out, out
 
 
 def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
