@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from zlink_trio.cli import main
-from zlink_trio.ops.bench import BEGIN, END, QUICK, ratio_lines
+from zlink_trio.ops.bench import BEGIN, END, QUICK, ratio_lines, ratio_value
 
 
 def scripts(where: Path) -> Path:
@@ -87,3 +87,20 @@ def test_a_ratio_line_gets_its_scenario_name_from_the_line_before() -> None:
         "cross-node request, 2nd process: 172/s  raw 449/s  ratio 0.38",
         "ratio 1.0",
     ]
+
+
+@pytest.mark.parametrize(
+    ("line", "value"),
+    [
+        ("local send     43,591/s  raw  23,384/s  ratio  1.86", 1.86),
+        ("ratio p99 ours / baseline    1.07", 1.07),
+        ("raw   1 task  109 ops/s  8 tasks  429 ops/s  ratio 0.71 / 1.95", 0.71),
+        ("PostgresLocationStore  1 task  463 ops/s  ratio to raw asyncpg 3.43 / 1.80", 3.43),
+        ("echo  457/s (  362 us) \\| ratio 0.50", 0.50),
+        ("p50 / p95 / p99 in ms; original = JVM on Redis; ratio = our p50 / raw NOTIFY p50", None),
+        ("engine vs raw trio; the ratio (lane / same-run baseline) is LAST on each line", None),
+        ("ratio = store / raw asyncpg of the same round (target >= 0.80)", None),
+    ],
+)
+def test_the_plot_reads_the_ratio_a_line_states(line: str, value: float | None) -> None:
+    assert ratio_value(line) == value

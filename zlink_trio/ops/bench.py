@@ -35,7 +35,16 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-__all__ = ["BEGIN", "END", "QUICK", "add_bench_parser", "ratio_lines", "run", "write_region"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "QUICK",
+    "add_bench_parser",
+    "ratio_lines",
+    "ratio_value",
+    "run",
+    "write_region",
+]
 
 BEGIN = "<!-- zlink-trio bench -->"
 END = "<!-- /zlink-trio bench -->"
@@ -54,7 +63,9 @@ QUICK: dict[str, tuple[str, ...]] = {
 }
 """``--quick``: each script's short settings (a script not listed gets none); the scripts
 take different options, so one set of arguments for all cannot be short for each."""
-_NUMBER = re.compile(r"ratio[^0-9\n]*?([0-9]+(?:\.[0-9]+)?)", re.I)
+_NUMBER = re.compile(r"\bratio\b.*?(?<![\w.])([0-9]+(?:\.[0-9]+)?)\s*(?:/\s*[0-9.]+\s*)?$", re.I)
+"""A figure line's ratio: the number ending the line after ``ratio`` (the first of an
+``a / b`` pair); a header line (``ratio = our p50 / raw p50``) has none."""
 
 
 def add_bench_parser(commands: Any) -> None:
@@ -79,6 +90,12 @@ class Result:
     """None: it ran past the timeout and was killed."""
     seconds: float
     output: str
+
+
+def ratio_value(line: str) -> float | None:
+    """The ratio a figure line states (None for a line that only explains one)."""
+    found = _NUMBER.search(line)
+    return float(found.group(1)) if found else None
 
 
 def ratio_lines(output: str) -> list[str]:
@@ -196,14 +213,15 @@ def _plot(results: list[Result], path: Path) -> bool:
         if r.status != 0:
             continue
         for line in ratio_lines(r.output):
-            found = _NUMBER.search(line)
-            if found:
+            value = ratio_value(line)
+            if value is not None and value > 0:
                 labels.append(f"{r.script.removeprefix('bench_').removesuffix('.py')}: {line[:40]}")
-                values.append(float(found.group(1)))
+                values.append(value)
     if not values:
         return False
     figure, axes = plt.subplots(figsize=(10, 0.35 * len(values) + 1.5))
     axes.barh(labels, values)
+    axes.set_xscale("log")  # ratios span 0.05 .. 200: equal factors, equal lengths
     axes.axvline(1.0, color="grey", linewidth=1)
     axes.set_xlabel("ours / same-run raw baseline")
     figure.tight_layout()
