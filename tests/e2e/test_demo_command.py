@@ -18,7 +18,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.process, pytest.mark.e2e]
 
 def test_the_demo_runs_to_a_passing_summary() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "zlink_trio.cli", "demo", "--duration", "8", "--clients", "4"],
+        [sys.executable, "-m", "zlink_trio", "demo", "--duration", "8", "--clients", "4"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -35,6 +35,10 @@ def test_the_demo_runs_to_a_passing_summary() -> None:
     assert "node3: clean stop" in out and "node3: restarted (lifecycle 2)" in out
     if callable(getattr(Server, "relocate", None)):  # this build relocates Actors live
         assert "player-1: relocated live node" in out and "OK   the live relocations" in out
+        # a moved player keeps its room: none of its chats is refused after the move
+        assert "OK   a moved player's chats were not refused" in out
+        moves = re.findall(r"│ player-1 │ node\d │ node\d │ .+? │ True\s+│ \d+\s+│ (\d+)\s+│", out)
+        assert moves and all(refused == "0" for refused in moves), out
     else:  # honest about what this build cannot show
         assert "relocation: not shown" in out
 

@@ -1,7 +1,7 @@
 """The demo's multiplayer room application (payloads are JSON text).
 
 * **player** (Actor, bound to the client's STREAM session: the session's identity, bound
-  at authentication): ``join`` a room, ``chat``, ``move``, ``where`` (which node hosts the
+  at authentication; a live relocation carries its room: ``PreserveStateWith``): ``join`` a room, ``chat``, ``move``, ``where`` (which node hosts the
   player and its room right now); ``deliver`` (one-way, from another player) pushes a chat
   line to the bound session.
 * **room** (User Spot, SpotWide): members, positions, the chat history (each line once,
@@ -23,7 +23,7 @@ from typing import Any
 import attrs
 
 from ..actors.handlers import on_request, on_send, on_timer
-from ..actors.policy import RecreateOnRelocation
+from ..actors.policy import PreserveStateWith, RecreateOnRelocation
 from ..app import App
 from ..spots.execution import SpotWide
 from ..spots.spot_kind import SpotKind
@@ -176,6 +176,16 @@ def make_app(node: str = "node", tally: Tally | None = None, *, host_rooms: bool
             self.ticks += 1
             tally_.ticks[node] += 1
 
+    class PlayerState:
+        """A player's state across a live relocation: its room (a player re-created
+        without it would answer every chat "join a room first")."""
+
+        async def capture(self, player: Player) -> bytes:
+            return _dump({"room": player.room})
+
+        async def restore(self, player: Player, payload: bytes) -> None:
+            player.room = _load(payload)["room"]
+
     class Lobby:
         def __init__(self, context: Any) -> None:
             self.context = context
@@ -193,7 +203,7 @@ def make_app(node: str = "node", tally: Tally | None = None, *, host_rooms: bool
 
     app = App()
     app.enable_actor_dispatch()
-    app.register_actor("player", Player, relocation=RecreateOnRelocation())
+    app.register_actor("player", Player, relocation=PreserveStateWith(PlayerState()))
     if host_rooms:
         app.register_spot("room", Room, execution=SpotWide(), relocation=RecreateOnRelocation())
         app.register_spot(LOBBY, Lobby, kind=SpotKind.INSTANCE, relocation=RecreateOnRelocation())

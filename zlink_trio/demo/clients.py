@@ -31,7 +31,8 @@ class ClientStats:
     accepted: set[tuple[str, int]] = attrs.field(factory=set)
     """(player, message id) of every chat the server answered with a sequence number."""
     failed: Counter[str] = attrs.field(factory=Counter)
-    """Chat requests answered by an error (not accepted: never retried), by error kind."""
+    """Chat requests answered by an error or by the application without a sequence number
+    (not accepted: never retried), by kind."""
     moves: int = 0
     received: Counter[tuple[str, str, int]] = attrs.field(factory=Counter)
     """Chat pushes received: (receiver, sender, message id) -> times."""
@@ -136,6 +137,9 @@ class ScriptedClient:
                     continue
                 if "seq" in reply:
                     self.stats.accepted.add((self.name, message_id))
+                else:  # the application's own refusal (e.g. "join a room first")
+                    self.stats.failed[f"answered {reply.get('error', 'without a seq')!r}"] += 1
+                    self.refused += 1
             else:
                 step = {"dx": self.rng.choice((-1, 1)), "dy": self.rng.choice((-1, 1))}
                 try:

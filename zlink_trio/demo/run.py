@@ -24,13 +24,15 @@ What it does, in order (times are fractions of ``--duration``):
 
 Invariants (exit status 1 if any fails): every chat the server accepted is in its room's
 history (lost = 0), no chat is in a history twice (duplicated = 0), at least one chat was
-accepted, every room ticked, and the lobby was activated exactly once. A chat refused
+accepted, every room ticked, the lobby was activated exactly once, and no chat of a moved
+player was refused after its move. A chat refused
 while a node stopped (the client saw an error) is counted as refused, never re-sent.
 
 Relocation: at 20 % and 80 % (in process, when the build's ``Server`` has ``relocate``)
 player-1 and every browser player (``web-*``) are moved live to another node mid-traffic;
 the summary lists each move (how long ``relocate()`` took, whether the target committed,
-and what the moved player's client saw since: new sessions, refused chats). Rooms are not
+and what the moved player's client saw since: new sessions, refused chats -- none may be
+refused: a moved player keeps its room, ``PreserveStateWith``). Rooms are not
 moved: they are Spots, and this build relocates Actors only. Without ``relocate`` the
 summary says that relocation is not shown.
 """
@@ -339,6 +341,19 @@ class Demo:
                 f" ({getattr(result, 'relayed', 0)} messages relayed)"
             )
 
+    def _relocation_rows(
+        self,
+    ) -> list[tuple[str, str, str, float, bool, int | None, int | None]]:
+        """Each move with what its player's scripted client saw since (new sessions, refused
+        chats; None for a player without one, e.g. a browser's)."""
+        rows: list[tuple[str, str, str, float, bool, int | None, int | None]] = []
+        for actor, source, target, pause, committed, sessions, refused in self.relocations:
+            owner = self._client_of(actor)
+            since = None if owner is None else owner.sessions - sessions
+            refused_since = None if owner is None else owner.refused - refused
+            rows.append((actor, source, target, pause, committed, since, refused_since))
+        return rows
+
     def _client_of(self, actor: str) -> ScriptedClient | None:
         return next((c for c in self.clients if c.name == actor), None)
 
@@ -390,6 +405,9 @@ class Demo:
         lost = len(s.accepted - set(in_history))
         duplicated = sum(1 for count in in_history.values() if count > 1)
         handled = sum(self.tally.handled.values())
+        unanswered = s.sent - len(s.accepted) - sum(s.failed.values())
+        rows = self._relocation_rows()
+        moved_refused = sum(r[6] or 0 for r in rows)
         checks = {
             "lost = 0 (every accepted chat is in its room's history)": lost == 0,
             "duplicated = 0 (no chat in a history twice)": duplicated == 0,
@@ -404,6 +422,8 @@ class Demo:
                 or self.processes
                 or len(self.clients) < 2
             ),
+            "a moved player's chats were not refused (from its move to the end)": moved_refused
+            == 0,
         }
         console = self._console()
         summary = Table(title="summary", title_justify="left")
@@ -414,6 +434,7 @@ class Demo:
             ("accepted (answered with a sequence number)", len(s.accepted)),
             ("refused (an error answered; never re-sent)", sum(s.failed.values())),
             *((f"  refused: {kind}", n) for kind, n in sorted(s.failed.items())),
+            ("unanswered (its session ended while waiting)", unanswered),
             ("handled (appended by a room)", handled),
             ("pushed (to bound sessions)", sum(self.tally.pushed.values())),
             ("received by clients", sum(s.received.values())),
@@ -455,13 +476,11 @@ class Demo:
             for column in ("actor", "from", "to", "relocate() took", "committed",
                            "its client since: new sessions", "refused chats"):  # fmt: skip
                 moves.add_column(column)
-            for actor, source, target, pause, committed, sessions, refused in self.relocations:
-                owner = self._client_of(actor)
-                since = "-" if owner is None else str(owner.sessions - sessions)
-                refused_since = "-" if owner is None else str(owner.refused - refused)
+            for actor, source, target, pause, committed, since, refused_since in rows:
                 moves.add_row(
-                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed), since,
-                    refused_since,
+                    actor, source, target, f"{pause * 1000:.0f} ms", str(committed),
+                    "-" if since is None else str(since),
+                    "-" if refused_since is None else str(refused_since),
                 )  # fmt: skip
             console.print(moves)
             for error in self.relocation_errors:

@@ -3,14 +3,16 @@
 
 ::
 
-    zlink-trio bench [--only bench_wire.py ...] [--benchmarks benchmarks] \\
+    zlink-trio bench [--quick] [--only bench_wire.py ...] [--benchmarks benchmarks] \\
         [--output docs/performance.md] [--timeout 900] [-- ARGS for every script]
 
 Run from a checkout (``benchmarks/`` is not part of the installed package). Each
 ``benchmarks/bench_*.py`` runs as its own process (``PYTHONPATH`` = the checkout); a line
 every 10 s says which one runs and for how long. Every benchmark prints its same-run raw
 baseline and the ratio of ours to it last; the command keeps each script's whole output and
-collects its ratio lines into a table. The results replace the region between
+collects its ratio lines into a table, each row with the command that reproduces it (a
+script that failed gives no figures). ``--quick`` gives each script short settings
+(:data:`QUICK`). The results replace the region between
 ``<!-- zlink-trio bench -->`` and ``<!-- /zlink-trio bench -->`` of the output file (appended
 when the file has none), so the hand-written analysis around it stays. With matplotlib (the
 ``plot`` extra) the ratios are also drawn into ``performance-ratios.png`` next to it.
@@ -33,12 +35,37 @@ from typing import Any, TextIO
 import attrs
 import trio
 
-__all__ = ["BEGIN", "END", "add_bench_parser", "ratio_lines", "run", "write_region"]
+__all__ = [
+    "BEGIN",
+    "END",
+    "QUICK",
+    "add_bench_parser",
+    "ratio_lines",
+    "ratio_value",
+    "run",
+    "write_region",
+]
 
 BEGIN = "<!-- zlink-trio bench -->"
 END = "<!-- /zlink-trio bench -->"
 _RATIO = re.compile(r"ratio", re.I)
-_NUMBER = re.compile(r"ratio[^0-9\n]*?([0-9]+(?:\.[0-9]+)?)", re.I)
+QUICK: dict[str, tuple[str, ...]] = {
+    "bench_actors.py": ("--seconds", "1", "--rounds", "1", "--actors", "5000"),
+    "bench_engine.py": ("--rounds", "1", "--tells", "5000", "--asks", "2000", "--lanes", "5000"),
+    "bench_mesh.py": ("--seconds", "1", "--rounds", "1"),
+    "bench_pg_bridge.py": ("--seconds", "1", "--rounds", "1"),
+    "bench_relocation.py": ("--moves", "10"),
+    "bench_router.py": ("--count", "60"),
+    "bench_spots.py": ("--seconds", "1", "--rounds", "1", "--activations", "60"),
+    "bench_store_cas.py": ("--seconds", "1", "--rounds", "1"),
+    "bench_stream.py": ("--seconds", "1", "--rounds", "1"),
+    "bench_wire.py": ("--seconds", "1", "--rounds", "1"),
+}
+"""``--quick``: each script's short settings (a script not listed gets none); the scripts
+take different options, so one set of arguments for all cannot be short for each."""
+_NUMBER = re.compile(r"\bratio\b.*?(?<![\w.])([0-9]+(?:\.[0-9]+)?)\s*(?:/\s*[0-9.]+\s*)?$", re.I)
+"""A figure line's ratio: the number ending the line after ``ratio`` (the first of an
+``a / b`` pair); a header line (``ratio = our p50 / raw p50``) has none."""
 
 
 def add_bench_parser(commands: Any) -> None:
@@ -47,21 +74,52 @@ def add_bench_parser(commands: Any) -> None:
     bench.add_argument("--only", action="append", metavar="SCRIPT", help="repeatable")
     bench.add_argument("--output", type=Path, default=Path("docs/performance.md"))
     bench.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS")
+    bench.add_argument(
+        "--quick", action="store_true",
+        help="short settings for every script (1 round of about 1 s; see QUICK)",
+    )  # fmt: skip
     bench.add_argument("script_args", nargs="*", help="arguments for every script, after --")
 
 
 @attrs.frozen
 class Result:
     script: str
+    arguments: tuple[str, ...]
+    """The script's arguments in this run (``--quick``'s, then those after ``--``)."""
     status: int | None
     """None: it ran past the timeout and was killed."""
     seconds: float
     output: str
 
 
+def ratio_value(line: str) -> float | None:
+    """The ratio a figure line states (None for a line that only explains one)."""
+    found = _NUMBER.search(line)
+    return float(found.group(1)) if found else None
+
+
 def ratio_lines(output: str) -> list[str]:
-    """The lines of a benchmark's output that state a ratio to its baseline."""
-    return [line.strip() for line in output.splitlines() if _RATIO.search(line)]
+    """The lines of a benchmark's output that state a ratio to its baseline; a line whose
+    scenario name is the line before it (that line ends with ``:``) gets the name first."""
+    lines = output.splitlines()
+    found = []
+    for i, line in enumerate(lines):
+        if not _RATIO.search(line):
+            continue
+        before = lines[i - 1].strip() if i > 0 else ""
+        name = before if before.endswith(":") and not _RATIO.search(before) else ""
+        found.append(f"{name} {line.strip()}".strip())
+    return found
+
+
+def _arguments(script: Path, args: argparse.Namespace) -> tuple[str, ...]:
+    quick = QUICK.get(script.name, ()) if args.quick else ()
+    return (*quick, *args.script_args)
+
+
+def script_command(r: Result) -> str:
+    """The command that reproduces one script's figures (from the checkout's root)."""
+    return " ".join(["PYTHONPATH=$PWD python", f"benchmarks/{r.script}", *r.arguments])
 
 
 async def _run_one(script: Path, args: argparse.Namespace, out: TextIO) -> Result:
@@ -84,12 +142,14 @@ async def _run_one(script: Path, args: argparse.Namespace, out: TextIO) -> Resul
         nursery.start_soon(liveness)
         with trio.move_on_after(args.timeout):
             completed = await trio.run_process(
-                [sys.executable, str(script), *args.script_args],
+                [sys.executable, str(script), *_arguments(script, args)],
                 capture_stdout=True, stderr=subprocess.STDOUT, check=False, env=env,
             )  # fmt: skip
             status, output = completed.returncode, completed.stdout
         done.set()
-    return Result(script.name, status, time.monotonic() - started, output.decode(errors="replace"))
+    seconds = time.monotonic() - started
+    text = output.decode(errors="replace")
+    return Result(script.name, _arguments(script, args), status, seconds, text)
 
 
 def _region(results: list[Result], command: str, plot: str | None = None) -> str:
@@ -101,17 +161,23 @@ def _region(results: list[Result], command: str, plot: str | None = None) -> str
         "## Latest `zlink-trio bench` run",
         "",
         f"Produced by `{command}` on {stamp} (load average {load}). Each line is a ratio of",
-        "ours to the raw baseline measured in the same run, as the benchmark printed it.",
+        "ours to the raw baseline measured in the same run, as the benchmark printed it; the",
+        "command column reproduces that row. A script that failed or timed out gives no",
+        "figures (its output is kept below, for the failure).",
         "",
-        "| benchmark | status | seconds | ratios (as printed) |",
-        "|---|---|---|---|",
+        "| benchmark | command | status | seconds | ratios (as printed) |",
+        "|---|---|---|---|---|",
     ]
     for r in results:
         status = (
             "timed out" if r.status is None else ("ok" if r.status == 0 else f"exit {r.status}")
         )
         ratios = "<br>".join(line.replace("|", "\\|") for line in ratio_lines(r.output)) or "-"
-        lines.append(f"| `{r.script}` | {status} | {r.seconds:.0f} | {ratios} |")
+        if r.status != 0:
+            ratios = "none (the run failed)"
+        lines.append(
+            f"| `{r.script}` | `{script_command(r)}` | {status} | {r.seconds:.0f} | {ratios} |"
+        )
     lines.append("")
     if plot is not None:
         lines += [f"![ratios of ours to the same-run baselines]({plot})", ""]
@@ -144,15 +210,18 @@ def _plot(results: list[Result], path: Path) -> bool:
         return False
     labels, values = [], []
     for r in results:
+        if r.status != 0:
+            continue
         for line in ratio_lines(r.output):
-            found = _NUMBER.search(line)
-            if found:
+            value = ratio_value(line)
+            if value is not None and value > 0:
                 labels.append(f"{r.script.removeprefix('bench_').removesuffix('.py')}: {line[:40]}")
-                values.append(float(found.group(1)))
+                values.append(value)
     if not values:
         return False
     figure, axes = plt.subplots(figsize=(10, 0.35 * len(values) + 1.5))
     axes.barh(labels, values)
+    axes.set_xscale("log")  # ratios span 0.05 .. 200: equal factors, equal lengths
     axes.axvline(1.0, color="grey", linewidth=1)
     axes.set_xlabel("ours / same-run raw baseline")
     figure.tight_layout()
@@ -175,7 +244,12 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
               file=sys.stderr)  # fmt: skip
         return 2
     results = [await _run_one(script, args, out) for script in scripts]
-    command = "zlink-trio bench" + "".join(f" --only {s}" for s in args.only or ())
+    command = (
+        "zlink-trio bench"
+        + (" --quick" if args.quick else "")
+        + "".join(f" --only {s}" for s in args.only or ())
+        + (" -- " + " ".join(args.script_args) if args.script_args else "")
+    )
     plotted = _plot(results, args.output.with_name("performance-ratios.png"))
     region = _region(results, command, "performance-ratios.png" if plotted else None)
     write_region(args.output, region)
