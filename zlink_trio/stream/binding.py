@@ -379,62 +379,70 @@ class SessionBindingAggregate:
         from a newer owner of the same incarnation (the move's target runs turns before
         its command 44 is handled here). It is checked again against the committed route
         when the 44 commit is applied, and dropped by an abort or the seal timeout."""
-        owner = self.owner
-        if (
-            record.session_owner_rid != owner.node_rid
-            or record.session_owner_generation != owner.node_generation
+        binding = self._current_binding(
+            record.session_owner_rid,
+            record.session_owner_generation,
+            record.session_rid,
+            record.expected_binding_generation,
+        )
+        if isinstance(binding, str) or _fence_holds(
+            binding,
+            record.actor_id,
+            record.object_generation,
+            record.source_rid,
+            record.source_node_generation,
+            record.authority_owner_generation,
         ):
-            return "names another session owner lifecycle"
-        entry = self._sessions.get(record.session_rid)
-        if entry is None or entry.status is SessionStatus.CLOSED:
-            return "unknown or closed session"
-        binding = entry.by_generation.get(record.expected_binding_generation)
-        if binding is None or not binding.current:
-            return "not the current binding"
-        route = binding.route
+            return binding
+        state = binding.state
         if (
-            binding.actor_id != record.actor_id
-            or binding.object_generation != record.object_generation
-            or route.node_rid != record.source_rid
-            or route.node_generation != record.source_node_generation
-            or route.owner_generation != record.authority_owner_generation
+            isinstance(state, Sealed)
+            and binding.actor_id == record.actor_id
+            and binding.object_generation == record.object_generation
+            and record.authority_owner_generation.value > binding.route.owner_generation.value
+            and len(state.early) < MAX_EARLY_PUSHES
         ):
-            state = binding.state
-            if (
-                isinstance(state, Sealed)
-                and binding.actor_id == record.actor_id
-                and binding.object_generation == record.object_generation
-                and record.authority_owner_generation.value > route.owner_generation.value
-                and len(state.early) < MAX_EARLY_PUSHES
-            ):
-                state.early.append(record)
-                return None
-            return "stale Actor, owner or binding fence"
-        return binding
+            state.early.append(record)
+            return None
+        return _STALE_FENCE
 
     def accept_control(self, record: BoundSessionClose) -> Binding | str:
         """As :meth:`accept_push` for a command 140."""
-        owner = self.owner
-        if (
-            record.session_owner_rid != owner.node_rid
-            or record.session_owner_generation != owner.node_generation
+        binding = self._current_binding(
+            record.session_owner_rid,
+            record.session_owner_generation,
+            record.session_rid,
+            record.binding_generation,
+        )
+        if isinstance(binding, str) or _fence_holds(
+            binding,
+            record.actor_id,
+            record.object_generation,
+            record.source_rid,
+            record.source_generation,
+            record.authority_owner_generation,
         ):
+            return binding
+        return _STALE_FENCE
+
+    def _current_binding(
+        self,
+        owner_rid: NodeRid,
+        owner_generation: NodeGeneration,
+        session_rid: bytes,
+        binding_generation: int,
+    ) -> Binding | str:
+        """The current binding a 24 or a 140 from an Actor owner names, or why there is none:
+        the session owner lifecycle, an open session and its current binding generation."""
+        owner = self.owner
+        if owner_rid != owner.node_rid or owner_generation != owner.node_generation:
             return "names another session owner lifecycle"
-        entry = self._sessions.get(record.session_rid)
+        entry = self._sessions.get(session_rid)
         if entry is None or entry.status is SessionStatus.CLOSED:
             return "unknown or closed session"
-        binding = entry.by_generation.get(record.binding_generation)
+        binding = entry.by_generation.get(binding_generation)
         if binding is None or not binding.current:
             return "not the current binding"
-        route = binding.route
-        if (
-            binding.actor_id != record.actor_id
-            or binding.object_generation != record.object_generation
-            or route.node_rid != record.source_rid
-            or route.node_generation != record.source_generation
-            or route.owner_generation != record.authority_owner_generation
-        ):
-            return "stale Actor, owner or binding fence"
         return binding
 
     def replaced(self, record: BoundSessionReplaced) -> Binding | str:
@@ -686,3 +694,25 @@ class SessionBindingAggregate:
 
 def _routes_to(route: BindingRoute, sender: Sender) -> bool:
     return route.node_rid == sender[0] and route.node_generation == sender[1]
+
+
+_STALE_FENCE = "stale Actor, owner or binding fence"
+
+
+def _fence_holds(
+    binding: Binding,
+    actor_id: ActorId,
+    object_generation: ObjectGeneration,
+    source_rid: NodeRid,
+    source_generation: NodeGeneration,
+    owner_generation: AuthorityOwnerGeneration,
+) -> bool:
+    """The record's Actor fence (spec 02 §5) matches the binding and its current route."""
+    route = binding.route
+    return (
+        binding.actor_id == actor_id
+        and binding.object_generation == object_generation
+        and route.node_rid == source_rid
+        and route.node_generation == source_generation
+        and route.owner_generation == owner_generation
+    )
