@@ -4,6 +4,8 @@ spec 06 §6.1). The same tests run on every store (the ``store`` fixture)."""
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 import pytest
 import trio
 from store_kit import (
@@ -238,16 +240,33 @@ async def test_empty_duplicate_or_malformed_changes_are_value_errors(
     assert await snapshot(store) == before
 
 
-async def test_a_racing_change_owner_on_one_row_exactly_one_wins(store: LocationStore) -> None:
-    """S06-18: change_owners against a concurrent single-row change_owner of one of its
-    rows: exactly one of the two applies; when the single CAS wins, no other row of the
-    batch changed; the counters always match the rows."""
+RACERS = ("change_owner", "set_membership", "set_relocation", "begin_closing", "release")
+
+
+@pytest.mark.parametrize("racer", RACERS)
+async def test_a_racing_single_row_cas_on_one_row_exactly_one_wins(
+    store: LocationStore, racer: str
+) -> None:
+    """S06-18: change_owners against a concurrent single-row CAS of one of its rows
+    (another owner change, a field CAS, a close, a release): exactly one of the two
+    applies; when the single CAS wins, no other row of the batch changed; the counters
+    always match the rows."""
     a, b, c = await register(store), await register(store), await register(store)
     wins = {"batch": 0, "single": 0}
-    for round_ in range(12):
+    rounds = 8
+    for round_ in range(rounds):
         rows = await spot_with_members(store, a, name=f"room{round_}")
         target = rows[1 + round_ % 2]
         results: dict[str, CasResult[object]] = {}
+        single_calls: dict[str, Callable[[], Awaitable[CasResult[object]]]] = {
+            "change_owner": lambda t=target: store.change_owner(t.key, t.store_version, c.fence()),
+            "set_membership": lambda t=target: store.set_membership(t.key, t.store_version, None),
+            "set_relocation": lambda t=target: store.set_relocation(
+                t.key, t.store_version, RelocationMark(OperationId(1), c.fence(), sealed=False)
+            ),
+            "begin_closing": lambda t=target: store.begin_closing(t.key, t.store_version),
+            "release": lambda t=target: store.release(t.key, t.store_version),
+        }
 
         async def batch(
             rows: list[AuthorityRow] = rows, results: dict[str, CasResult[object]] = results
@@ -255,19 +274,15 @@ async def test_a_racing_change_owner_on_one_row_exactly_one_wins(store: Location
             results["batch"] = await store.change_owners(changes(rows), b.fence())
 
         async def single(
-            target: AuthorityRow = target, results: dict[str, CasResult[object]] = results
+            call: Callable[[], Awaitable[CasResult[object]]] = single_calls[racer],
+            results: dict[str, CasResult[object]] = results,
         ) -> None:
-            results["single"] = await store.change_owner(
-                target.key, target.store_version, c.fence()
-            )
+            results["single"] = await call()
 
         async with trio.open_nursery() as nursery:
-            if round_ % 2:
-                nursery.start_soon(batch)
-                nursery.start_soon(single)
-            else:
-                nursery.start_soon(single)
-                nursery.start_soon(batch)
+            first, second = (batch, single) if round_ % 2 else (single, batch)
+            nursery.start_soon(first)
+            nursery.start_soon(second)
         won = [name for name, result in results.items() if isinstance(result, Applied)]
         assert len(won) == 1, results
         wins[won[0]] += 1
@@ -276,15 +291,45 @@ async def test_a_racing_change_owner_on_one_row_exactly_one_wins(store: Location
             assert all(row is not None and row.owner == b.fence() for row in now)
             assert conflict(results["single"]) == now[rows.index(target)]
         else:
-            assert isinstance(results["batch"], Conflict)
-            assert results["batch"].current == now[rows.index(target)]
+            assert conflict(results["batch"]) == now[rows.index(target)]
             for before, row in zip(rows, now, strict=True):
-                assert row == before if before is not target else row.owner == c.fence()
-    total = 3 * 12
+                if before is not target:
+                    assert row == before
     counts = [await usage(store, node) for node in (a, b, c)]
-    assert sum(active for active, _ in counts) == total
+    gone = wins["single"] if racer == "release" else 0
+    assert sum(active for active, _ in counts) == 3 * rounds - gone
     assert counts[1][0] == 3 * wins["batch"]
-    assert counts[2][0] == wins["single"]
+    assert counts[2][0] == (wins["single"] if racer == "change_owner" else 0)
+
+
+async def test_two_overlapping_batches_exactly_one_wins(store: LocationStore) -> None:
+    """S06-18: two aggregate moves of the same rows given in opposite orders, racing:
+    exactly one applies and the other is a Conflict (never a deadlock error), every row
+    ends at the winner's owner."""
+    a, b, c = await register(store), await register(store), await register(store)
+    for round_ in range(8):
+        rows = await spot_with_members(store, a, name=f"room{round_}", members=3)
+        results: dict[str, CasResult[tuple[AuthorityRow, ...]]] = {}
+
+        async def move(
+            name: str,
+            given: list[AuthorityRow],
+            to: Node,
+            results: dict[str, CasResult[tuple[AuthorityRow, ...]]] = results,
+        ) -> None:
+            results[name] = await store.change_owners(changes(given), to.fence())
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(move, "b", rows, b)
+            nursery.start_soon(move, "c", rows[::-1], c)
+        won = [name for name, result in results.items() if isinstance(result, Applied)]
+        assert len(won) == 1, results
+        owner = (b if won == ["b"] else c).fence()
+        now = [await store.read(row.key) for row in rows]
+        assert all(row is not None and row.owner == owner for row in now)
+    counts = [await usage(store, node) for node in (a, b, c)]
+    assert counts[0] == (0, 0)
+    assert counts[1][0] + counts[2][0] == 4 * 8
 
 
 async def test_counting_store_counts_one_write(store: LocationStore) -> None:
