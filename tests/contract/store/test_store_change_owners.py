@@ -217,6 +217,7 @@ async def test_rows_of_different_owners_move_together(store: LocationStore) -> N
         ("bad-version", "expected_version"),
         ("not-a-pair", "pair"),
         ("not-a-key", "ObjectKey"),
+        ("not-a-sequence", "sequence"),
     ],
 )
 async def test_empty_duplicate_or_malformed_changes_are_value_errors(
@@ -224,7 +225,7 @@ async def test_empty_duplicate_or_malformed_changes_are_value_errors(
 ) -> None:
     """S06-18: malformed input is refused before any store access, nothing changed: no
     rows, one key twice, a bad expected version, an entry that is not a (key, version)
-    pair or whose key is no ObjectKey."""
+    pair or whose key is no ObjectKey, an iterator instead of a sequence."""
     a, b = await register(store), await register(store)
     room, m0 = await spot_with_members(store, a, members=1)
     arg: object = {
@@ -233,6 +234,7 @@ async def test_empty_duplicate_or_malformed_changes_are_value_errors(
         "bad-version": [*changes([room]), (m0.key, -1)],
         "not-a-pair": [*changes([room]), m0.key],
         "not-a-key": [*changes([room]), ("m0", m0.store_version)],
+        "not-a-sequence": iter(changes([room, m0])),
     }[bad]
     before = await snapshot(store)
     with pytest.raises(ValueError, match=message):
