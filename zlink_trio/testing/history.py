@@ -5,7 +5,8 @@ its rows were reclaimed).
 
 Wrap the store the nodes of interest use; each mutation (a write method, see
 ``STORE_WRITE_METHODS``; with ``reads=True`` every read too) that returns or raises
-becomes one :class:`StoreCall`, stamped with the Trio time it returned at.
+becomes one :class:`StoreCall`, stamped with the Trio time it returned at (an aggregate
+``change_owners`` becomes one per row it names, all with that time).
 :meth:`RecordingStore.wait_for` waits (event-driven) until the history satisfies a
 condition.
 """
