@@ -362,6 +362,11 @@ class StreamServer:
                 # The owner may have registered the attempt (its terminal was lost): the
                 # tombstone of exactly that identity, in the background.
                 self._tombstone(conn, ref, generation)
+        if tail.node_rid is not None and tail.node_generation is not None:
+            # A Message Follow hop took the bind to the Actor's current owner: the binding
+            # (route and location snapshot) names that owner, the same mesh.
+            ref = ActorRef(ref.actor_id, ref.object_generation, ref.mesh_name, tail.node_rid)
+            target_generation = tail.node_generation
         route = BindingRoute(
             ref.mesh_name,
             ref.node_rid,
