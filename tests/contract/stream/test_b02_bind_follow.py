@@ -16,7 +16,14 @@ from stream_kit import Record, bind, connect, create, relay, stream_cluster
 from zlink_trio import Unavailable
 from zlink_trio.client import StreamClient
 from zlink_trio.ids import ActorRef, NodeRid
-from zlink_trio.testing import CountingStore, FaultPlan, TapDirection, WireTap
+from zlink_trio.testing import (
+    CountingStore,
+    FaultPlan,
+    FlowEvent,
+    TapDirection,
+    WireTap,
+    flow_count,
+)
 from zlink_trio.wire import BindTail
 from zlink_trio.wire.commands import Command
 from zlink_trio.wire.stream import Bound, Push
@@ -259,3 +266,61 @@ async def test_b02_03_follow_from_and_to_the_session_owners_own_node(
                 assert (push.sequence, push.payload) == (generation2, b"two")
                 await rec.wait_until(lambda: len(rec.replaced) == 1)
                 assert [h[0] for h in rec.handled_by("a")] == [target, target]
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a push of the new owner overtakes the followed bind's terminal (it comes back "
+    "through the old owner) and the session owner rejects it as not current",
+)
+async def test_b02_03_a_push_right_after_a_followed_bind_is_not_lost(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-03 with spec 02 §5 linearization point 1: once the current owner registered a
+    followed bind, a push of the Actor's next turn reaches the session, even though the
+    bind's terminal comes back through the old owner (held back here) and the push goes
+    straight from the current owner to the session owner: the client gets Bound, then
+    the push, and no push is rejected."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=7)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        old = await create(moves.cluster.servers[0], rec, "a")
+        source, target = moves.index_of(old.node_rid), moves.other(old)
+        await relocate(moves, old, target)
+        source_rid, target_rid = _rid(moves, source), _rid(moves, target)
+        owner = moves.session_rid()
+        plan.delay(1.0, command=Command.TERMINAL_REPLY, sender=source_rid, to=owner)
+        rec.gate = trio.Event()
+        pushed: list[bytes | None] = []
+        generation: list[int] = []
+        async with connect(moves.session_node, "user") as client:
+            async with trio.open_nursery() as nursery:
+
+                async def push_later() -> None:
+                    server = moves.cluster.servers[target]
+                    reply = await server.actors.request("a", "slow_push", b"early").timeout(10)
+                    pushed.append(reply)
+
+                async def bind_it() -> None:
+                    generation.append(await bind(client, "a"))
+
+                nursery.start_soon(push_later)
+                await rec.wait_until(lambda: len(rec.handled_by("a", "slow_push")) == 1)
+                tap.clear()
+                nursery.start_soon(bind_it)
+                await tap.wait_for(
+                    node=target_rid, direction=SENT, command=Command.TERMINAL_REPLY, peer=source_rid
+                )
+                rec.gate.set()  # the Actor's next turn pushes: the binding is registered
+            assert pushed == [b"ok"]
+            frames: list[object] = []
+            with trio.move_on_after(5):
+                while len(frames) < 2:
+                    frames.append(await client.receive())
+            assert [type(f) for f in frames] == [Bound, Push]
+            push = frames[1]
+            assert isinstance(push, Push)
+            assert (push.sequence, push.payload) == (generation[0], b"early")
+            assert flow_count(moves.session_node, FlowEvent.SESSION_PUSH_REJECTED) == 0
