@@ -181,7 +181,8 @@ Sender: TypeAlias = tuple[NodeRid, NodeGeneration]
 """The node lifecycle a relocation command came from (the transport proved it)."""
 BOUND: Final = Bound()
 MAX_EARLY_PUSHES: Final = 1024
-"""Pushes of a sealed binding's next owner kept until its 44 (more are rejected)."""
+"""Pushes of a sealed binding's next owner kept until its 44, or of a bind in flight kept
+until its terminal (more are rejected)."""
 
 
 @final
@@ -249,11 +250,22 @@ class SealOutcome(enum.Enum):
 class SessionBindingAggregate:
     """See the module docstring."""
 
-    __slots__ = ("_admitting", "_by_node", "_generation", "_parked", "_sessions", "owner")
+    __slots__ = (
+        "_admitting",
+        "_by_node",
+        "_generation",
+        "_parked",
+        "_pending",
+        "_sessions",
+        "owner",
+    )
 
     def __init__(self, owner: SessionOwnerIdentity) -> None:
         self.owner = owner
         self._sessions: dict[bytes, SessionEntry] = {}
+        self._pending: dict[tuple[bytes, int], list[BoundSessionSend]] = {}
+        """Binds in flight (session RID, binding generation) and the pushes that arrived
+        for them before their terminal (see :meth:`accept_push`)."""
         self._parked: dict[tuple[bytes, int], Binding] = {}
         """Sealed bindings of closed sessions, until their seal resolves (see close)."""
         self._by_node: dict[NodeRid, set[Binding]] = {}
@@ -314,7 +326,14 @@ class SessionBindingAggregate:
         if entry.status is not SessionStatus.OPEN:
             raise Unavailable(f"the session is {entry.status.value}: no new binding")
         self._generation += 1
+        self._pending[(entry.session_rid, self._generation)] = []
         return self._generation
+
+    def end_bind(self, entry: SessionEntry, generation: int) -> list[BoundSessionSend]:
+        """The bind of ``generation`` ended (committed or not): the pushes kept for it,
+        in arrival order (the caller checks them again against the committed binding,
+        or rejects them)."""
+        return self._pending.pop((entry.session_rid, generation), [])
 
     def commit_bind(
         self, entry: SessionEntry, ref: ActorRef, tail: BindTail, route: BindingRoute
@@ -378,14 +397,34 @@ class SessionBindingAggregate:
         None: the push is kept — its binding is sealed for a relocation and the push comes
         from a newer owner of the same incarnation (the move's target runs turns before
         its command 44 is handled here). It is checked again against the committed route
-        when the 44 commit is applied, and dropped by an abort or the seal timeout."""
+        when the 44 commit is applied, and dropped by an abort or the seal timeout.
+        Also kept: a push for a bind of this session still in flight here — the Actor
+        owner registered it and the Actor's next turn pushed before the terminal came
+        back (a followed bind's terminal comes through the previous owner; a local one
+        after a schedule point). The bind checks it again once committed
+        (:meth:`end_bind`)."""
         binding = self._current_binding(
             record.session_owner_rid,
             record.session_owner_generation,
             record.session_rid,
             record.expected_binding_generation,
         )
-        if isinstance(binding, str) or _fence_holds(
+        if isinstance(binding, str):
+            early = self._pending.get((record.session_rid, record.expected_binding_generation))
+            entry = self._sessions.get(record.session_rid)
+            if (
+                early is not None
+                and entry is not None
+                and entry.status is SessionStatus.OPEN
+                and record.expected_binding_generation not in entry.by_generation
+                and record.session_owner_rid == self.owner.node_rid
+                and record.session_owner_generation == self.owner.node_generation
+                and len(early) < MAX_EARLY_PUSHES
+            ):
+                early.append(record)
+                return None
+            return binding
+        if _fence_holds(
             binding,
             record.actor_id,
             record.object_generation,

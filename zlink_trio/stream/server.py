@@ -344,6 +344,23 @@ class StreamServer:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
         aggregate = self.aggregate
         generation = aggregate.begin_bind(conn.entry)
+        try:
+            binding = await self._bind(conn, ref, generation)
+        except BaseException:
+            for record in aggregate.end_bind(conn.entry, generation):
+                self._rejected(record, "its bind did not complete")
+            raise
+        # One step with the commit: the pushes that overtook the terminal (kept by
+        # accept_push) go out after the Bound frame and before any later push.
+        early = aggregate.end_bind(conn.entry, generation)
+        conn.send_app(bound_frame(binding))
+        for record in early:
+            self.deliver_push(record)  # checked again, against the committed binding
+        return _handle(conn, binding)
+
+    async def _bind(self, conn: Connection, ref: ActorRef, generation: int) -> Binding:
+        """The 38 of a bind and its commit (the caller owns its pending state)."""
+        aggregate = self.aggregate
         deadline = min(
             trio.current_time() + self.stream_config.bind_timeout,
             trio.current_effective_deadline(),
@@ -378,8 +395,7 @@ class StreamServer:
         if binding is None:
             self._tombstone(conn, ref, tail.binding_generation)
             raise Unavailable("the session closed during the bind")
-        conn.send_app(bound_frame(binding))
-        return _handle(conn, binding)
+        return binding
 
     def _tombstone(self, conn: Connection, ref: ActorRef, generation: int) -> None:
         nursery = self._nursery

@@ -269,11 +269,6 @@ async def test_b02_03_follow_from_and_to_the_session_owners_own_node(
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a push of the new owner overtakes the followed bind's terminal (it comes back "
-    "through the old owner) and the session owner rejects it as not current",
-)
 async def test_b02_03_a_push_right_after_a_followed_bind_is_not_lost(
     clock: object, store: CountingStore
 ) -> None:
