@@ -1,0 +1,48 @@
+"""Adversarial review of binding a moving Actor (spec 02 §5, §6, §8; B02-06, B02-20 …
+B02-26) through the public surface: a real websocket client, real TCP between nodes and
+``zlink_trio.testing`` hooks (a FaultPlan reorders what the spec leaves to the wire)."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+from reloc_kit import moves_cluster, relocate
+from stream_kit import Record, bind, connect, create, relay
+
+from zlink_trio.ids import ActorRef
+from zlink_trio.testing import CountingStore, FaultPlan, FlowEvent, flow_count
+from zlink_trio.wire.commands import Command
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="the 51 of the new owner arrives before the move's 44 commit and is ignored "
+    "(its sender is not yet the binding's route)",
+)
+async def test_a_replacement_that_overtakes_the_moves_44_still_replaces(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-06 with B02-20: session 1 is bound to the Actor, which moves to node B; the
+    move's 44 (B → session owner) is slow on the wire. Session 2 binds the Actor at B
+    meanwhile: B replaces session 1's binding and sends its 51, which overtakes the 44.
+    Session 1 is still replaced (its duplicate-connection callback runs once, its relays
+    end) and nothing is dropped as a stale control record."""
+    rec = Record()
+    plan = FaultPlan(seed=11)
+    async with moves_cluster(rec, store, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        target_rid = moves.cluster.servers[target].identity.node_rid
+        async with connect(moves.session_node, "first") as first:
+            await bind(first, "a")
+            plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
+            await relocate(moves, ref, target)  # returns on 125: the 44 is still delayed
+            rec.refs["a"] = ActorRef(ref.actor_id, ref.object_generation, ref.mesh_name, target_rid)
+            async with connect(moves.session_node, "second") as second:
+                await bind(second, "a")
+                with trio.fail_after(5):
+                    await rec.wait_until(lambda: len(rec.replaced) == 1)
+                assert rec.replaced[0][2] == "a"
+                assert flow_count(moves.session_node, FlowEvent.SESSION_STALE_CONTROL) == 0
+                assert await relay(second, "a", "echo", b"2") == b"2"
