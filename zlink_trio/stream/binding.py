@@ -131,7 +131,7 @@ class Sealed:
     """A relocation of the bound Actor installed a seal: relays are held in arrival order
     until command 44 (commit or abort) or the seal deadline."""
 
-    __slots__ = ("deadline", "early", "held", "relocation_id", "resolved", "timer")
+    __slots__ = ("deadline", "early", "held", "relocation_id", "replaced_by", "resolved", "timer")
 
     def __init__(self, relocation_id: OperationId, deadline: float) -> None:
         self.relocation_id = relocation_id
@@ -139,6 +139,8 @@ class Sealed:
         self.held: list[Held] = []
         self.early: list[BoundSessionSend] = []
         """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
+        self.replaced_by: BoundSessionReplaced | None = None
+        """A 51 of a newer owner that arrived before the 44 (checked again at commit)."""
         self.timer: object = None
         """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
         self.resolved: object = None
@@ -153,7 +155,7 @@ class Releasing:
     that arrives after the unseal overtakes a held message); the binding is Bound once
     the queue is empty (:meth:`SessionBindingAggregate.take_held`)."""
 
-    __slots__ = ("early", "held", "relocation_id", "timer")
+    __slots__ = ("early", "held", "relocation_id", "replaced_by", "timer")
 
     def __init__(
         self,
@@ -161,12 +163,15 @@ class Releasing:
         held: list[Held],
         timer: object,
         early: list[BoundSessionSend],
+        replaced_by: BoundSessionReplaced | None = None,
     ) -> None:
         self.relocation_id = relocation_id
         self.held = held
         self.early = early
         """The kept early pushes (:meth:`SessionBindingAggregate.accept_push`), for the
         session owner to check again (commit) or drop (abort)."""
+        self.replaced_by = replaced_by
+        """The kept early 51 (:meth:`SessionBindingAggregate.replaced`), likewise."""
         self.timer = timer
         """The seal's timer, for the session owner to cancel."""
 
@@ -484,11 +489,16 @@ class SessionBindingAggregate:
             return "not the current binding"
         return binding
 
-    def replaced(self, record: BoundSessionReplaced) -> Binding | str:
+    def replaced(self, record: BoundSessionReplaced) -> Binding | str | None:
         """Command 51: the retired binding, when EVERY identity value of the record's
         previous-owner part matches a current binding of this owner (and the sender is
         that binding's Actor owner); it is retired here and its session goes closing.
-        Otherwise why it is ignored (a late, duplicate or foreign 51)."""
+        Otherwise why it is ignored (a late, duplicate or foreign 51).
+
+        None: the 51 is kept — the binding is sealed for a relocation and the 51 comes
+        from a newer owner of the same incarnation (the move's target replaced the
+        binding before its command 44 reached here). It is checked again when the 44
+        commit is applied, and dropped by an abort or the seal timeout."""
         previous = record.previous
         owner = self.owner
         if (
@@ -509,6 +519,15 @@ class SessionBindingAggregate:
             binding.route.node_rid != source.node_rid
             or binding.route.node_generation != source.node_generation
         ):
+            state = binding.state
+            if (
+                isinstance(state, Sealed)
+                and source.actor_id == binding.actor_id
+                and source.object_generation == binding.object_generation
+                and source.authority_owner_generation.value > binding.route.owner_generation.value
+            ):
+                state.replaced_by = record
+                return None
             return "the sender is not the binding's Actor owner"
         self.end(binding, EndReason.REPLACED)
         self.closing(entry)
@@ -651,7 +670,9 @@ class SessionBindingAggregate:
             if not on_old:
                 del self._by_node[old_node]
         self._by_node.setdefault(commit.target_rid, set()).add(binding)
-        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
+        binding.state = Releasing(
+            state.relocation_id, state.held, state.timer, state.early, state.replaced_by
+        )
         return binding, state.held
 
     def abort_seal(
@@ -668,7 +689,9 @@ class SessionBindingAggregate:
             return None
         if sender is not None and not _routes_to(binding.route, sender):
             return None  # an abort comes from the source (the route that stays)
-        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
+        binding.state = Releasing(
+            state.relocation_id, state.held, state.timer, state.early, state.replaced_by
+        )
         return binding, state.held
 
     def resolve_parked(

@@ -218,6 +218,17 @@ class SessionRelocations:
                 server.deliver_push(push)
             else:
                 server.rejected_push(push, "its relocation was aborted")
+        replaced, state.replaced_by = state.replaced_by, None
+        if replaced is not None:
+            if what == "commit":
+                server.replaced(replaced)  # checked against the new route now
+            else:
+                server.flow.emit(
+                    FlowEvent.SESSION_STALE_CONTROL,
+                    "boundSessionReplaced for %r (binding %d): its relocation was aborted",
+                    replaced.source.actor_id.value,
+                    replaced.previous.retired_binding_generation,
+                )
         conn = server.connection(binding.entry.session_rid)
         if conn is None:
             return

@@ -675,6 +675,8 @@ class StreamServer:
 
     def replaced(self, record: BoundSessionReplaced) -> None:
         result = self.aggregate.replaced(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (the move's target replaced it)
         if isinstance(result, str):
             self.flow.emit(
                 FlowEvent.SESSION_STALE_CONTROL,

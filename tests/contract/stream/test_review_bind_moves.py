@@ -15,11 +15,6 @@ from zlink_trio.wire.commands import Command
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 51 of the new owner arrives before the move's 44 commit and is ignored "
-    "(its sender is not yet the binding's route)",
-)
 async def test_a_replacement_that_overtakes_the_moves_44_still_replaces(
     clock: object, store: CountingStore
 ) -> None:
