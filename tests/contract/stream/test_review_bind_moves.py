@@ -12,6 +12,7 @@ from stream_kit import Record, bind, connect, create, relay
 from zlink_trio.ids import ActorRef
 from zlink_trio.testing import CountingStore, FaultPlan, FlowEvent, flow_count
 from zlink_trio.wire.commands import Command
+from zlink_trio.wire.stream import CloseReason
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
@@ -41,3 +42,34 @@ async def test_a_replacement_that_overtakes_the_moves_44_still_replaces(
                 assert rec.replaced[0][2] == "a"
                 assert flow_count(moves.session_node, FlowEvent.SESSION_STALE_CONTROL) == 0
                 assert await relay(second, "a", "echo", b"2") == b"2"
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="the 140 of the move's target arrives before the move's 44 commit and is "
+    "dropped as a stale fence",
+)
+async def test_a_close_request_that_overtakes_the_moves_44_still_closes(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-05 with B02-20: the bound Actor moves to node B and the move's 44 is slow on
+    the wire; the Actor's first turn on B asks to close its bound session (command 140
+    from B, which overtakes the 44). The session owner still closes the connection
+    (close requested) once the 44 committed the route, and drops nothing as stale."""
+    rec = Record()
+    plan = FaultPlan(seed=13)
+    async with moves_cluster(rec, store, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        async with connect(moves.session_node, "user") as client:
+            await bind(client, "a")
+            plan.delay(0.5, command=Command.SESSION_RELOCATION_ROUTE)
+            await relocate(moves, ref, target)  # returns on 125: the 44 is still delayed
+            server = moves.cluster.servers[target]
+            assert await server.actors.request("a", "try_close", b"").timeout(10) == b"ok"
+            with trio.fail_after(5):
+                closed = await client.wait_closed()
+            assert closed.closing is not None
+            assert closed.closing.reason is CloseReason.CLOSE_REQUESTED
+            assert flow_count(moves.session_node, FlowEvent.SESSION_STALE_CONTROL) == 0
