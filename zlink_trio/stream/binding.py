@@ -131,16 +131,15 @@ class Sealed:
     """A relocation of the bound Actor installed a seal: relays are held in arrival order
     until command 44 (commit or abort) or the seal deadline."""
 
-    __slots__ = ("deadline", "early", "held", "relocation_id", "replaced_by", "resolved", "timer")
+    __slots__ = ("deadline", "early", "held", "relocation_id", "resolved", "timer")
 
     def __init__(self, relocation_id: OperationId, deadline: float) -> None:
         self.relocation_id = relocation_id
         self.deadline = deadline
         self.held: list[Held] = []
-        self.early: list[BoundSessionSend] = []
-        """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
-        self.replaced_by: BoundSessionReplaced | None = None
-        """A 51 of a newer owner that arrived before the 44 (checked again at commit)."""
+        self.early: list[EarlyRecord] = []
+        """Pushes, 140s and a 51 of a newer owner that arrived before the 44, in arrival
+        order (checked again at commit)."""
         self.timer: object = None
         """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
         self.resolved: object = None
@@ -155,23 +154,21 @@ class Releasing:
     that arrives after the unseal overtakes a held message); the binding is Bound once
     the queue is empty (:meth:`SessionBindingAggregate.take_held`)."""
 
-    __slots__ = ("early", "held", "relocation_id", "replaced_by", "timer")
+    __slots__ = ("early", "held", "relocation_id", "timer")
 
     def __init__(
         self,
         relocation_id: OperationId,
         held: list[Held],
         timer: object,
-        early: list[BoundSessionSend],
-        replaced_by: BoundSessionReplaced | None = None,
+        early: list[EarlyRecord],
     ) -> None:
         self.relocation_id = relocation_id
         self.held = held
         self.early = early
-        """The kept early pushes (:meth:`SessionBindingAggregate.accept_push`), for the
-        session owner to check again (commit) or drop (abort)."""
-        self.replaced_by = replaced_by
-        """The kept early 51 (:meth:`SessionBindingAggregate.replaced`), likewise."""
+        """The kept early records (:meth:`SessionBindingAggregate.accept_push`,
+        ``accept_control``, ``replaced``), for the session owner to check again (commit)
+        or drop (abort)."""
         self.timer = timer
         """The seal's timer, for the session owner to cancel."""
 
@@ -182,6 +179,8 @@ class Ended:
 
 
 BindingState: TypeAlias = Bound | Sealed | Releasing | Ended
+EarlyRecord: TypeAlias = BoundSessionSend | BoundSessionClose | BoundSessionReplaced
+"""What a newer owner of a sealed binding's incarnation sent before the move's 44."""
 Sender: TypeAlias = tuple[NodeRid, NodeGeneration]
 """The node lifecycle a relocation command came from (the transport proved it)."""
 BOUND: Final = Bound()
@@ -438,20 +437,18 @@ class SessionBindingAggregate:
             record.authority_owner_generation,
         ):
             return binding
-        state = binding.state
-        if (
-            isinstance(state, Sealed)
-            and binding.actor_id == record.actor_id
-            and binding.object_generation == record.object_generation
-            and record.authority_owner_generation.value > binding.route.owner_generation.value
-            and len(state.early) < MAX_EARLY_PUSHES
+        if _keep_early(
+            binding, record.actor_id, record.object_generation, record.authority_owner_generation
         ):
+            state = binding.state
+            assert isinstance(state, Sealed)
             state.early.append(record)
             return None
         return _STALE_FENCE
 
-    def accept_control(self, record: BoundSessionClose) -> Binding | str:
-        """As :meth:`accept_push` for a command 140."""
+    def accept_control(self, record: BoundSessionClose) -> Binding | str | None:
+        """As :meth:`accept_push` for a command 140 (None: kept with a sealed binding's
+        early records, from a newer owner of the same incarnation)."""
         binding = self._current_binding(
             record.session_owner_rid,
             record.session_owner_generation,
@@ -467,6 +464,13 @@ class SessionBindingAggregate:
             record.authority_owner_generation,
         ):
             return binding
+        if _keep_early(
+            binding, record.actor_id, record.object_generation, record.authority_owner_generation
+        ):
+            state = binding.state
+            assert isinstance(state, Sealed)
+            state.early.append(record)
+            return None
         return _STALE_FENCE
 
     def _current_binding(
@@ -519,14 +523,15 @@ class SessionBindingAggregate:
             binding.route.node_rid != source.node_rid
             or binding.route.node_generation != source.node_generation
         ):
-            state = binding.state
-            if (
-                isinstance(state, Sealed)
-                and source.actor_id == binding.actor_id
-                and source.object_generation == binding.object_generation
-                and source.authority_owner_generation.value > binding.route.owner_generation.value
+            if _keep_early(
+                binding,
+                source.actor_id,
+                source.object_generation,
+                source.authority_owner_generation,
             ):
-                state.replaced_by = record
+                state = binding.state
+                assert isinstance(state, Sealed)
+                state.early.append(record)
                 return None
             return "the sender is not the binding's Actor owner"
         self.end(binding, EndReason.REPLACED)
@@ -670,9 +675,7 @@ class SessionBindingAggregate:
             if not on_old:
                 del self._by_node[old_node]
         self._by_node.setdefault(commit.target_rid, set()).add(binding)
-        binding.state = Releasing(
-            state.relocation_id, state.held, state.timer, state.early, state.replaced_by
-        )
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
     def abort_seal(
@@ -689,9 +692,7 @@ class SessionBindingAggregate:
             return None
         if sender is not None and not _routes_to(binding.route, sender):
             return None  # an abort comes from the source (the route that stays)
-        binding.state = Releasing(
-            state.relocation_id, state.held, state.timer, state.early, state.replaced_by
-        )
+        binding.state = Releasing(state.relocation_id, state.held, state.timer, state.early)
         return binding, state.held
 
     def resolve_parked(
@@ -752,6 +753,24 @@ class SessionBindingAggregate:
             return False
         self.end(binding, EndReason.SEAL_TIMEOUT)
         return True
+
+
+def _keep_early(
+    binding: Binding,
+    actor_id: ActorId,
+    object_generation: ObjectGeneration,
+    owner_generation: AuthorityOwnerGeneration,
+) -> bool:
+    """A record of a NEWER owner of the same incarnation for a sealed binding (the move's
+    target ran turns before its 44 was handled here): kept until the 44, bounded."""
+    state = binding.state
+    return (
+        isinstance(state, Sealed)
+        and binding.actor_id == actor_id
+        and binding.object_generation == object_generation
+        and owner_generation.value > binding.route.owner_generation.value
+        and len(state.early) < MAX_EARLY_PUSHES
+    )
 
 
 def _routes_to(route: BindingRoute, sender: Sender) -> bool:

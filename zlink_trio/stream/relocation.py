@@ -39,7 +39,12 @@ from ..mesh.api import PeerIdentity
 from ..observe import FlowEvent
 from ..wire.commands import Command
 from ..wire.enums import SealResult
-from ..wire.records import SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed
+from ..wire.records import (
+    BoundSessionSend,
+    SessionRelocationRoute,
+    SessionRelocationSeal,
+    SessionRelocationSealed,
+)
 from ..wire.stream import CloseReason
 from ..wire.tails import SessionRouteAbort, SessionRouteCommit, SessionTail
 from .binding import Binding, Held, Releasing, Sealed, SealOutcome, Sender
@@ -211,23 +216,19 @@ class SessionRelocations:
         if isinstance(timer, trio.CancelScope):
             timer.cancel(reason="zlink_trio: command 44 came first")
         early, state.early = state.early, []
-        for push in early:
-            # A commit: checked against the new route now (in arrival order, before any
-            # later push). An abort: the move's target never became the owner.
+        for kept in early:
+            # A commit: each checked against the new route now, in arrival order (before
+            # anything later). An abort: the move's target never became the owner.
             if what == "commit":
-                server.deliver_push(push)
-            else:
-                server.rejected_push(push, "its relocation was aborted")
-        replaced, state.replaced_by = state.replaced_by, None
-        if replaced is not None:
-            if what == "commit":
-                server.replaced(replaced)  # checked against the new route now
+                server.redeliver(kept)
+            elif isinstance(kept, BoundSessionSend):
+                server.rejected_push(kept, "its relocation was aborted")
             else:
                 server.flow.emit(
                     FlowEvent.SESSION_STALE_CONTROL,
-                    "boundSessionReplaced for %r (binding %d): its relocation was aborted",
-                    replaced.source.actor_id.value,
-                    replaced.previous.retired_binding_generation,
+                    "command %d for %r: its relocation was aborted",
+                    int(kept.COMMAND),
+                    binding.actor_id.value,
                 )
         conn = server.connection(binding.entry.session_rid)
         if conn is None:

@@ -736,8 +736,21 @@ class StreamServer:
         ):
             conn.close(CloseReason.REPLACED, "the Actor was bound by another connection")
 
+    def redeliver(
+        self, record: BoundSessionSend | BoundSessionClose | BoundSessionReplaced
+    ) -> None:
+        """A kept early record of a sealed binding, once its 44 committed the route."""
+        if isinstance(record, BoundSessionSend):
+            self.deliver_push(record)
+        elif isinstance(record, BoundSessionClose):
+            self.control(record)
+        else:
+            self.replaced(record)
+
     def control(self, record: BoundSessionClose) -> None:
         result = self.aggregate.accept_control(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (the move's target sent it)
         if isinstance(result, str):
             self.flow.emit(
                 FlowEvent.SESSION_STALE_CONTROL,

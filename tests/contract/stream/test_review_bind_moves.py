@@ -45,11 +45,6 @@ async def test_a_replacement_that_overtakes_the_moves_44_still_replaces(
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="the 140 of the move's target arrives before the move's 44 commit and is "
-    "dropped as a stale fence",
-)
 async def test_a_close_request_that_overtakes_the_moves_44_still_closes(
     clock: object, store: CountingStore
 ) -> None:
