@@ -9,10 +9,22 @@ import trio
 from reloc_kit import moves_cluster, relocate
 from stream_kit import Record, bind, connect, create, relay
 
+from zlink_trio import Unavailable
+from zlink_trio.client import StreamClient
 from zlink_trio.ids import ActorRef
-from zlink_trio.testing import CountingStore, FaultPlan, FlowEvent, flow_count
+from zlink_trio.testing import (
+    CountingStore,
+    FaultPlan,
+    FlowEvent,
+    TapDirection,
+    WireTap,
+    flow_count,
+)
 from zlink_trio.wire.commands import Command
 from zlink_trio.wire.stream import CloseReason
+
+RECEIVED = TapDirection.RECEIVED
+BIND = Command.BOUND_SESSION_BIND
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
@@ -68,3 +80,48 @@ async def test_a_close_request_that_overtakes_the_moves_44_still_closes(
             assert closed.closing is not None
             assert closed.closing.reason is CloseReason.CLOSE_REQUESTED
             assert flow_count(moves.session_node, FlowEvent.SESSION_STALE_CONTROL) == 0
+
+
+async def test_a_rebind_during_the_seal_is_unavailable_and_the_binding_moves(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-03 / B02-21: session 1 is bound; the move is held in its seal (its 121 to the
+    target stalled). A second session binding the Actor then ends Unavailable (the seal
+    is pre-commit) and changes nothing: once the move commits, session 1's binding is
+    still the one, on the target; the second session's bind afterwards, with the same
+    (now stale) ref, follows to the target and replaces session 1's."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=17)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        ref = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(ref)
+        target_rid = moves.cluster.servers[target].identity.node_rid
+        async with connect(moves.session_node, "first") as first:
+            await bind(first, "a")
+            stall = plan.stall(command=Command.RELOCATION_RESTORE, to=target_rid)
+            async with connect(moves.session_node, "second") as second:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(relocate, moves, ref, target)
+                    await stall.wait_fired()
+                    with pytest.raises(Unavailable):
+                        await bind(second, "a")
+                    assert tap.count(node=target_rid, direction=RECEIVED, command=BIND) == 0
+                    stall.release()
+                await tap.wait_for(
+                    node=moves.session_rid(),
+                    direction=RECEIVED,
+                    command=Command.SESSION_RELOCATION_ROUTE,
+                )
+                assert await relay(first, "a", "echo", b"1") == b"1"
+                assert [h[0] for h in rec.handled_by("a", "echo")] == [target]
+                assert await client_bound(second) == b""
+                await bind(second, "a")
+                with trio.fail_after(5):
+                    await rec.wait_until(lambda: len(rec.replaced) == 1)
+                assert await relay(second, "a", "echo", b"2") == b"2"
+                assert tap.count(node=target_rid, direction=RECEIVED, command=BIND) == 1
+
+
+async def client_bound(client: StreamClient) -> bytes | None:
+    return await client.request("bound")
