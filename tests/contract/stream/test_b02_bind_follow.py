@@ -13,9 +13,9 @@ import trio
 from reloc_kit import Moves, moves_cluster, relocate
 from stream_kit import Record, bind, connect, create, relay, stream_cluster
 
-from zlink_trio import Unavailable
+from zlink_trio import InvalidOperation, Unavailable
 from zlink_trio.client import StreamClient
-from zlink_trio.ids import ActorRef, NodeRid
+from zlink_trio.ids import ActorRef, NodeRid, ObjectGeneration
 from zlink_trio.testing import (
     CountingStore,
     FaultPlan,
@@ -319,3 +319,51 @@ async def test_b02_03_a_push_right_after_a_followed_bind_is_not_lost(
             assert isinstance(push, Push)
             assert (push.sequence, push.payload) == (generation[0], b"early")
             assert flow_count(moves.session_node, FlowEvent.SESSION_PUSH_REJECTED) == 0
+
+
+async def test_b02_03_a_follow_route_of_another_incarnation_is_invalid_operation(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-03 / B02-04: the old owner's follow route is for the incarnation that moved;
+    a bind naming the old owner with another ObjectGeneration of the same ActorId ends
+    InvalidOperation there, and no 38 is relayed."""
+    rec = Record()
+    tap = WireTap()
+    async with moves_cluster(rec, store, tap=tap) as moves:
+        old = await create(moves.cluster.servers[0], rec, "a")
+        target = moves.other(old)
+        await relocate(moves, old, target)
+        other = ObjectGeneration(old.object_generation.value + 1)
+        rec.refs["a"] = attrs.evolve(old, object_generation=other)
+        async with connect(moves.session_node, "user") as client:
+            tap.clear()
+            with pytest.raises(InvalidOperation):
+                await bind(client, "a")
+            assert [e.node for e in tap.select(direction=RECEIVED, command=BIND)] == [old.node_rid]
+            assert await client.request("bound") == b""
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_b02_03_a_chain_longer_than_the_hop_bound_is_unavailable(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-03 with S06-18's hop bound: with message_follow_max_hops 1, a bind naming the
+    first owner of an Actor moved A → B → C is relayed once (A → B) and refused there
+    Unavailable: no 38 reaches C, nothing is bound."""
+    rec = Record()
+    tap = WireTap()
+    async with moves_cluster(rec, store, tap=tap, nodes=4, message_follow_max_hops=1) as moves:
+        old = await create(moves.cluster.servers[0], rec, "a")
+        first = moves.index_of(old.node_rid)
+        second, third = [i for i in range(3) if i != first]
+        await relocate(moves, old, second)
+        await relocate(moves, attrs.evolve(old, node_rid=_rid(moves, second)), third)
+        async with connect(moves.session_node, "user") as client:
+            tap.clear()
+            with pytest.raises(Unavailable):
+                await bind(client, "a")
+            assert [e.node for e in tap.select(direction=RECEIVED, command=BIND)] == [
+                _rid(moves, first),
+                _rid(moves, second),
+            ]
+            assert await client.request("bound") == b""
