@@ -21,7 +21,7 @@ from zlink_trio.testing import (
     flow_count,
 )
 from zlink_trio.wire.commands import Command
-from zlink_trio.wire.stream import CloseReason
+from zlink_trio.wire.stream import Bound, CloseReason, Push
 
 RECEIVED = TapDirection.RECEIVED
 BIND = Command.BOUND_SESSION_BIND
@@ -125,3 +125,60 @@ async def test_a_rebind_during_the_seal_is_unavailable_and_the_binding_moves(
 
 async def client_bound(client: StreamClient) -> bytes | None:
     return await client.request("bound")
+
+
+async def _ref_of(client: StreamClient, actor: str) -> str:
+    reply = await client.request("ref", actor.encode())
+    assert reply is not None
+    return reply.decode().split("|")[1]
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+@pytest.mark.xfail(
+    strict=True,
+    reason="a 42 for a binding whose bind terminal has not reached the session owner yet "
+    "is REJECTED as 'session gone': the move commits without the binding",
+)
+async def test_a_move_right_after_a_followed_bind_seals_the_new_binding(
+    clock: object, store: CountingStore
+) -> None:
+    """B02-03 with B02-20: the Actor moved A → B; a bind with the pre-move ref follows
+    to B, whose terminal comes back through A (slow on the wire). B registered the
+    binding, and B moves the Actor back to A at once: its 42 reaches the session owner
+    before the bind's terminal. The move still seals that binding and commits (it is
+    not refused for a bind the session owner has not seen complete yet): the binding
+    ends on A and its relays and pushes run there."""
+    rec = Record()
+    tap = WireTap()
+    plan = FaultPlan(seed=19)
+    async with moves_cluster(rec, store, tap=tap, fault_plan=plan) as moves:
+        old = await create(moves.cluster.servers[0], rec, "a")
+        source, target = moves.index_of(old.node_rid), moves.other(old)
+        await relocate(moves, old, target)
+        source_rid = moves.cluster.servers[source].identity.node_rid
+        target_rid = moves.cluster.servers[target].identity.node_rid
+        owner = moves.session_rid()
+        plan.delay(1.0, command=Command.TERMINAL_REPLY, sender=source_rid, to=owner)
+        moved: list[object] = []
+        async with connect(moves.session_node, "user") as client:
+            tap.clear()
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(bind, client, "a")
+                await tap.wait_for(
+                    node=target_rid,
+                    direction=TapDirection.SENT,
+                    command=Command.TERMINAL_REPLY,
+                    peer=source_rid,
+                )
+                here = ActorRef(old.actor_id, old.object_generation, old.mesh_name, target_rid)
+                moved.append(await relocate(moves, here, source))
+            with trio.fail_after(5):
+                await tap.wait_for(
+                    node=owner, direction=RECEIVED, command=Command.SESSION_RELOCATION_ROUTE
+                )
+            assert await relay(client, "a", "echo", b"back") == b"back"
+            assert [h[0] for h in rec.handled_by("a", "echo")] == [source]
+            assert await relay(client, "a", "push_req", b"there") == b"pushed"
+            frames = [await client.receive(), await client.receive()]
+            assert [type(f) for f in frames] == [Bound, Push]
+            assert await _ref_of(client, "a") == source_rid.hex
