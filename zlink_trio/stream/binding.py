@@ -333,6 +333,11 @@ class SessionBindingAggregate:
         self._pending[(entry.session_rid, self._generation)] = []
         return self._generation
 
+    def bind_pending(self, session_rid: bytes, generation: int) -> bool:
+        """Whether a bind of that session and binding generation is in flight here (its
+        terminal not committed yet)."""
+        return (session_rid, generation) in self._pending
+
     def end_bind(self, entry: SessionEntry, generation: int) -> list[BoundSessionSend]:
         """The bind of ``generation`` ended (committed or not): the pushes kept for it,
         in arrival order (the caller checks them again against the committed binding,

@@ -166,6 +166,8 @@ class StreamServer:
         self._accepted = 0
         self._ws: WebSocketServer | None = None
         self._nursery: trio.Nursery | None = None
+        self.bind_ended = trio.Event()
+        """Set (and replaced) each time a bind of this session owner ends."""
         self._admitting = True
         self.relocations = SessionRelocations(self)
         """Commands 42 and 44 (spec 02 §8)."""
@@ -349,14 +351,20 @@ class StreamServer:
         except BaseException:
             for record in aggregate.end_bind(conn.entry, generation):
                 self._rejected(record, "its bind did not complete")
+            self._bind_ended()
             raise
         # One step with the commit: the pushes that overtook the terminal (kept by
         # accept_push) go out after the Bound frame and before any later push.
         early = aggregate.end_bind(conn.entry, generation)
+        self._bind_ended()
         conn.send_app(bound_frame(binding))
         for record in early:
             self.deliver_push(record)  # checked again, against the committed binding
         return _handle(conn, binding)
+
+    def _bind_ended(self) -> None:
+        event, self.bind_ended = self.bind_ended, trio.Event()
+        event.set()
 
     async def _bind(self, conn: Connection, ref: ActorRef, generation: int) -> Binding:
         """The 38 of a bind and its commit (the caller owns its pending state)."""

@@ -134,11 +134,6 @@ async def _ref_of(client: StreamClient, actor: str) -> str:
 
 
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
-@pytest.mark.xfail(
-    strict=True,
-    reason="a 42 for a binding whose bind terminal has not reached the session owner yet "
-    "is REJECTED as 'session gone': the move commits without the binding",
-)
 async def test_a_move_right_after_a_followed_bind_seals_the_new_binding(
     clock: object, store: CountingStore
 ) -> None:
