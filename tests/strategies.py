@@ -31,6 +31,8 @@ from zlink_trio.wire import (
     ALL_RECORDS,
     ActorJournal,
     ActorSend,
+    BindTail,
+    BoundSessionBind,
     CreateState,
     CreateTail,
     MessageFollowRelay,
@@ -218,7 +220,26 @@ def _fix_follow(d: Fields) -> Fields:
     return d
 
 
+def _fix_followed_bind(d: Fields) -> Fields:
+    if d["follow_hops"] == 0 or d["session_owner_rid"] is None:
+        d["follow_hops"] = 0
+        d["session_owner_rid"] = d["session_owner_generation"] = None
+    elif d["session_owner_generation"] is None:
+        d["session_owner_generation"] = d["source_generation"]
+    return d
+
+
+def _fix_bind_tail(d: Fields) -> Fields:
+    if d["node_rid"] is None:
+        d["node_generation"] = None
+    elif d["node_generation"] is None:
+        d["node_rid"] = None
+    return d
+
+
 FIXUPS: dict[type[Any], Callable[[Fields], Fields]] = {
+    BoundSessionBind: _fix_followed_bind,
+    BindTail: _fix_bind_tail,
     TerminalReply: _fix_terminal,
     ActorSend: _fix_send,
     ActorJournal: _fix_send,

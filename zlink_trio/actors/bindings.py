@@ -86,6 +86,8 @@ from ..wire.records import (
     TerminalReply,
 )
 from ..wire.tails import ActorAuthorityFence, BindTail, RetiredSessionBinding, SessionTail
+from .bind_follow import BindFollow
+from .follow import FollowRoute
 from .hosted import JOINING, READY, ActorWork, HostedActor
 from .join import PendingJoin
 
@@ -157,9 +159,10 @@ class BindingIdentity:
 
     @classmethod
     def of(cls, record: BoundSessionBind) -> BindingIdentity:
+        owner_rid, owner_generation = record.session_owner  # a followed bind names it
         return cls(
-            record.source_rid,
-            record.source_generation,
+            owner_rid,
+            owner_generation,
             record.session_owner_id,
             record.session_owner_lease_generation,
             record.session_rid,
@@ -244,6 +247,7 @@ class ActorBindings:
         "_spot_runtime",
         "_terminals",
         "_unyielded",
+        "follow",
         "local_sessions",
     )
 
@@ -275,6 +279,8 @@ class ActorBindings:
         self._unyielded = 0
         self.local_sessions: SessionPort | None = None
         """The session owner of this node (set by the STREAM server when it starts)."""
+        self.follow: BindFollow | None = None
+        """Message Follow of a bind whose Actor moved away from here (set by the runtime)."""
 
     def register(self) -> None:
         self._node.on(Command.BOUND_SESSION_BIND, self._on_bind)
@@ -327,18 +333,30 @@ class ActorBindings:
         """A peer session owner's 38. The state changes here, in the connection reader, in
         arrival order; only the terminal (and a DISCONNECT's wait) is a task's."""
         sink = RemoteSink(self._node, peer.address, record.correlation)
-        key = (record.source_rid, record.source_generation, record.operation_id)
+        key = (*record.session_owner, record.operation_id)
         retained = self._retained(key)
         if retained is not None:
             self._nursery.start_soon(sink.deliver, retained, name="zlink_trio.actors.bind")
             return
+        follow = self.follow
+        if follow is not None and (route := follow.route_for(record)) is not None:
+            self._nursery.start_soon(
+                self._follow_remote, key, record, route, sink, name="zlink_trio.actors.bind"
+            )
+            return
+        me = self._node.identity
+        # The session owner reached us through that mesh; a followed bind of a session
+        # owned by this very node is a local binding (its pushes are handed over here).
+        mesh = (
+            None if record.session_owner == (me.node_rid, me.node_generation) else (peer.mesh_name)
+        )
         if record.action is _DISCONNECT:
-            wait = self._disconnect(record, peer.mesh_name)
+            wait = self._disconnect(record, mesh)
             self._nursery.start_soon(
                 self._finish_disconnect, key, record, wait, sink, name="zlink_trio.actors.bind"
             )
             return
-        reply, replaced = self._transition(record, peer.mesh_name)
+        reply, replaced = self._transition(record, mesh)
         self._retain(key, reply, record.timeout_ms)
         # The terminal goes on the connection NOW (never waiting: this is its reader), so
         # a push an Actor turn sends after the registration follows it on the wire.
@@ -358,11 +376,16 @@ class ActorBindings:
     async def handle_local(self, record: BoundSessionBind, deadline: float) -> TerminalReply:
         """A 38 from the session owner of this node, in-process (same checks and
         transitions as a peer's; ``deadline`` bounds a DISCONNECT's wait)."""
-        key = (record.source_rid, record.source_generation, record.operation_id)
+        key = (*record.session_owner, record.operation_id)
         retained = self._retained(key)
         if retained is not None:
             await trio.lowlevel.checkpoint()
             return retained
+        follow = self.follow
+        if follow is not None and (route := follow.route_for(record)) is not None:
+            reply = await self._followed(record, route)
+            self._retain(key, reply, record.timeout_ms)
+            return reply
         if record.action is _DISCONNECT:
             wait = self._disconnect(record, None)
             if wait is not None:
@@ -382,6 +405,29 @@ class ActorBindings:
             )
         await trio.lowlevel.cancel_shielded_checkpoint()
         return reply
+
+    async def _followed(
+        self, record: BoundSessionBind, route: FollowRoute | ZLinkError
+    ) -> TerminalReply:
+        """The terminal of a bind that is not decided here: its Message Follow relay's,
+        or the refusal of a route that does not fit it."""
+        follow = self.follow
+        assert follow is not None
+        if isinstance(route, ZLinkError):
+            await trio.lowlevel.checkpoint()
+            return failure(route)
+        return await follow.relay(record, route)
+
+    async def _follow_remote(
+        self,
+        key: _TerminalKey,
+        record: BoundSessionBind,
+        route: FollowRoute | ZLinkError,
+        sink: RemoteSink,
+    ) -> None:
+        reply = await self._followed(record, route)
+        self._retain(key, reply, record.timeout_ms)
+        await sink.deliver(reply)
 
     async def _finish_disconnect(
         self,
@@ -413,8 +459,9 @@ class ActorBindings:
             return failure(StaleRoute("the bind names another node lifecycle")), None
         hosted = self._host.get(actor_id)
         if hosted is None or (hosted.state is not READY and not _join_not_started(hosted)):
-            # No Message Follow route exists (the relocation issue adds them): the bind
-            # ends Unavailable, never re-sent to an owner found in the Store.
+            # No Message Follow route exists (BindFollow relays the bind when one does),
+            # or the Actor is sealed for a move or not committed here yet: the bind ends
+            # Unavailable, never re-sent to an owner found in the Store.
             return failure(
                 Unavailable(f"actor {actor_id.value!r} is not hosted Ready at this owner")
             ), None
@@ -444,28 +491,40 @@ class ActorBindings:
             self._bindings[actor_id] = _Binding(
                 identity, hosted.generation, hosted.owner_generation, mesh
             )
-            tail = BindTail(
-                binding_generation=identity.binding_generation,
-                authority_owner_generation=hosted.owner_generation,
-                owner_lease_generation=lease,
-            )
+            tail = self._tail(record, identity.binding_generation, hosted, lease)
             return ok(tail), None
         if current is not None and current.identity.same_session(identity):
-            tail = BindTail(
-                binding_generation=current.identity.binding_generation,
-                authority_owner_generation=hosted.owner_generation,
-                owner_lease_generation=lease,
-            )
+            tail = self._tail(record, current.identity.binding_generation, hosted, lease)
             return ok(tail), None
         self._bindings[actor_id] = _Binding(
             identity, hosted.generation, hosted.owner_generation, mesh
         )
-        tail = BindTail(
-            binding_generation=identity.binding_generation,
+        tail = self._tail(record, identity.binding_generation, hosted, lease)
+        return ok(tail), current
+
+    def _tail(
+        self,
+        record: BoundSessionBind,
+        binding_generation: int,
+        hosted: HostedActor,
+        lease: OwnerLeaseGeneration,
+    ) -> BindTail:
+        """The terminal's binding; a followed bind's also names this owner node (the
+        session owner routes the binding here, not to the node its ActorRef named)."""
+        if record.follow_hops == 0:
+            return BindTail(
+                binding_generation=binding_generation,
+                authority_owner_generation=hosted.owner_generation,
+                owner_lease_generation=lease,
+            )
+        me = self._node.identity
+        return BindTail(
+            binding_generation=binding_generation,
             authority_owner_generation=hosted.owner_generation,
             owner_lease_generation=lease,
+            node_rid=me.node_rid,
+            node_generation=me.node_generation,
         )
-        return ok(tail), current
 
     def _disconnect(self, record: BoundSessionBind, mesh: MeshName | None) -> _Notice | None:
         """Start (or join) the disconnect notification of that identity; None when it is

@@ -63,6 +63,7 @@ from ..wire.records import (
 )
 from ..wire.tails import DestroyTail
 from .authority import Authority
+from .bind_follow import BindFollow
 from .bindings import ActorBindings, OnDisconnectActor
 from .client import ActorClient
 from .destroy import ActorDestroyKind
@@ -254,6 +255,12 @@ class ActorRuntime:
         self.follow = FollowRoutes(config.message_follow_duration)
         self.messenger.target_adapter.follow = self.follow
         """Message Follow routes of the Actors that moved away from here."""
+        self.bindings.follow = BindFollow(
+            node=node,
+            host=self.host,
+            routes=self.follow,
+            max_hops=config.message_follow_max_hops,
+        )
         self.relocator = ActorRelocator(
             config=config,
             node=node,

@@ -4,8 +4,8 @@
 * ``seal`` (source): when the moving incarnation has a current binding, command 42 to its
   session owner (in-process when that is this node), awaiting the 43. SEALED: the binding
   travels sealed and the target owes a 44 commit. REJECTED ``Unavailable`` (the session
-  is gone): nothing travels. REJECTED otherwise (sealed by another relocation): the move
-  is refused. The session owner unreachable: the binding travels unsealed (the session
+  is gone): nothing travels. REJECTED otherwise (sealed by another relocation, or a bind
+  the session owner has not seen complete yet): the move is refused. The session owner unreachable: the binding travels unsealed (the session
   keeps the source route; its relays reach the target by Message Follow; no 44 is owed).
 * ``restore`` (target): the binding is registered for the hidden activation, with the
   AuthorityOwnerGeneration the target will hold, so the session's relays are admitted
@@ -102,7 +102,8 @@ class SessionMoves:
                 if reply.failure_code is ErrorKind.UNAVAILABLE:
                     return b""  # that session is gone: no binding to carry
                 raise InvalidOperation(
-                    f"actor {unit.actor_id.value!r}: its binding is sealed by another move"
+                    f"actor {unit.actor_id.value!r}: its session owner refused the seal "
+                    "(sealed by another move, or the bind is not complete there yet)"
                 )
         value = CarriedSessionBinding(
             session_mesh=mesh if mesh is not None else unit.mesh_name,

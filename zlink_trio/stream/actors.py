@@ -194,8 +194,10 @@ class SessionActors:
 
     async def bind(self, ref: ActorRef) -> SessionActor:
         """Bind ``ref`` (ActorId + ObjectGeneration) to this session: one control request
-        to the location ``ref`` names; the terminal is returned once this session owner
-        stored the route. The Actor's previous session (if another one) is told by the
+        to the location ``ref`` names (when the Actor moved away from there, that node
+        relays it once per hop over its Message Follow route, and the binding's ``ref``
+        names the owner that registered it); the terminal is returned once this session
+        owner stored the route. The Actor's previous session (if another one) is told by the
         Actor owner afterwards (command 51) and this bind does not wait for it.
 
         Raises:

@@ -137,8 +137,9 @@ class Sealed:
         self.relocation_id = relocation_id
         self.deadline = deadline
         self.held: list[Held] = []
-        self.early: list[BoundSessionSend] = []
-        """Pushes of a newer owner that arrived before the 44 (checked again at commit)."""
+        self.early: list[EarlyRecord] = []
+        """Pushes, 140s and a 51 of a newer owner that arrived before the 44, in arrival
+        order (checked again at commit)."""
         self.timer: object = None
         """The session owner's seal-timeout timer (cancelled when a 44 wins)."""
         self.resolved: object = None
@@ -160,13 +161,14 @@ class Releasing:
         relocation_id: OperationId,
         held: list[Held],
         timer: object,
-        early: list[BoundSessionSend],
+        early: list[EarlyRecord],
     ) -> None:
         self.relocation_id = relocation_id
         self.held = held
         self.early = early
-        """The kept early pushes (:meth:`SessionBindingAggregate.accept_push`), for the
-        session owner to check again (commit) or drop (abort)."""
+        """The kept early records (:meth:`SessionBindingAggregate.accept_push`,
+        ``accept_control``, ``replaced``), for the session owner to check again (commit)
+        or drop (abort)."""
         self.timer = timer
         """The seal's timer, for the session owner to cancel."""
 
@@ -177,11 +179,14 @@ class Ended:
 
 
 BindingState: TypeAlias = Bound | Sealed | Releasing | Ended
+EarlyRecord: TypeAlias = BoundSessionSend | BoundSessionClose | BoundSessionReplaced
+"""What a newer owner of a sealed binding's incarnation sent before the move's 44."""
 Sender: TypeAlias = tuple[NodeRid, NodeGeneration]
 """The node lifecycle a relocation command came from (the transport proved it)."""
 BOUND: Final = Bound()
 MAX_EARLY_PUSHES: Final = 1024
-"""Pushes of a sealed binding's next owner kept until its 44 (more are rejected)."""
+"""Pushes of a sealed binding's next owner kept until its 44, or of a bind in flight kept
+until its terminal (more are rejected)."""
 
 
 @final
@@ -249,11 +254,22 @@ class SealOutcome(enum.Enum):
 class SessionBindingAggregate:
     """See the module docstring."""
 
-    __slots__ = ("_admitting", "_by_node", "_generation", "_parked", "_sessions", "owner")
+    __slots__ = (
+        "_admitting",
+        "_by_node",
+        "_generation",
+        "_parked",
+        "_pending",
+        "_sessions",
+        "owner",
+    )
 
     def __init__(self, owner: SessionOwnerIdentity) -> None:
         self.owner = owner
         self._sessions: dict[bytes, SessionEntry] = {}
+        self._pending: dict[tuple[bytes, int], list[BoundSessionSend]] = {}
+        """Binds in flight (session RID, binding generation) and the pushes that arrived
+        for them before their terminal (see :meth:`accept_push`)."""
         self._parked: dict[tuple[bytes, int], Binding] = {}
         """Sealed bindings of closed sessions, until their seal resolves (see close)."""
         self._by_node: dict[NodeRid, set[Binding]] = {}
@@ -314,7 +330,19 @@ class SessionBindingAggregate:
         if entry.status is not SessionStatus.OPEN:
             raise Unavailable(f"the session is {entry.status.value}: no new binding")
         self._generation += 1
+        self._pending[(entry.session_rid, self._generation)] = []
         return self._generation
+
+    def bind_pending(self, session_rid: bytes, generation: int) -> bool:
+        """Whether a bind of that session and binding generation is in flight here (its
+        terminal not committed yet)."""
+        return (session_rid, generation) in self._pending
+
+    def end_bind(self, entry: SessionEntry, generation: int) -> list[BoundSessionSend]:
+        """The bind of ``generation`` ended (committed or not): the pushes kept for it,
+        in arrival order (the caller checks them again against the committed binding,
+        or rejects them)."""
+        return self._pending.pop((entry.session_rid, generation), [])
 
     def commit_bind(
         self, entry: SessionEntry, ref: ActorRef, tail: BindTail, route: BindingRoute
@@ -378,14 +406,34 @@ class SessionBindingAggregate:
         None: the push is kept — its binding is sealed for a relocation and the push comes
         from a newer owner of the same incarnation (the move's target runs turns before
         its command 44 is handled here). It is checked again against the committed route
-        when the 44 commit is applied, and dropped by an abort or the seal timeout."""
+        when the 44 commit is applied, and dropped by an abort or the seal timeout.
+        Also kept: a push for a bind of this session still in flight here — the Actor
+        owner registered it and the Actor's next turn pushed before the terminal came
+        back (a followed bind's terminal comes through the previous owner; a local one
+        after a schedule point). The bind checks it again once committed
+        (:meth:`end_bind`)."""
         binding = self._current_binding(
             record.session_owner_rid,
             record.session_owner_generation,
             record.session_rid,
             record.expected_binding_generation,
         )
-        if isinstance(binding, str) or _fence_holds(
+        if isinstance(binding, str):
+            early = self._pending.get((record.session_rid, record.expected_binding_generation))
+            entry = self._sessions.get(record.session_rid)
+            if (
+                early is not None
+                and entry is not None
+                and entry.status is SessionStatus.OPEN
+                and record.expected_binding_generation not in entry.by_generation
+                and record.session_owner_rid == self.owner.node_rid
+                and record.session_owner_generation == self.owner.node_generation
+                and len(early) < MAX_EARLY_PUSHES
+            ):
+                early.append(record)
+                return None
+            return binding
+        if _fence_holds(
             binding,
             record.actor_id,
             record.object_generation,
@@ -394,20 +442,18 @@ class SessionBindingAggregate:
             record.authority_owner_generation,
         ):
             return binding
-        state = binding.state
-        if (
-            isinstance(state, Sealed)
-            and binding.actor_id == record.actor_id
-            and binding.object_generation == record.object_generation
-            and record.authority_owner_generation.value > binding.route.owner_generation.value
-            and len(state.early) < MAX_EARLY_PUSHES
+        if _keep_early(
+            binding, record.actor_id, record.object_generation, record.authority_owner_generation
         ):
+            state = binding.state
+            assert isinstance(state, Sealed)
             state.early.append(record)
             return None
         return _STALE_FENCE
 
-    def accept_control(self, record: BoundSessionClose) -> Binding | str:
-        """As :meth:`accept_push` for a command 140."""
+    def accept_control(self, record: BoundSessionClose) -> Binding | str | None:
+        """As :meth:`accept_push` for a command 140 (None: kept with a sealed binding's
+        early records, from a newer owner of the same incarnation)."""
         binding = self._current_binding(
             record.session_owner_rid,
             record.session_owner_generation,
@@ -423,6 +469,13 @@ class SessionBindingAggregate:
             record.authority_owner_generation,
         ):
             return binding
+        if _keep_early(
+            binding, record.actor_id, record.object_generation, record.authority_owner_generation
+        ):
+            state = binding.state
+            assert isinstance(state, Sealed)
+            state.early.append(record)
+            return None
         return _STALE_FENCE
 
     def _current_binding(
@@ -445,11 +498,16 @@ class SessionBindingAggregate:
             return "not the current binding"
         return binding
 
-    def replaced(self, record: BoundSessionReplaced) -> Binding | str:
+    def replaced(self, record: BoundSessionReplaced) -> Binding | str | None:
         """Command 51: the retired binding, when EVERY identity value of the record's
         previous-owner part matches a current binding of this owner (and the sender is
         that binding's Actor owner); it is retired here and its session goes closing.
-        Otherwise why it is ignored (a late, duplicate or foreign 51)."""
+        Otherwise why it is ignored (a late, duplicate or foreign 51).
+
+        None: the 51 is kept — the binding is sealed for a relocation and the 51 comes
+        from a newer owner of the same incarnation (the move's target replaced the
+        binding before its command 44 reached here). It is checked again when the 44
+        commit is applied, and dropped by an abort or the seal timeout."""
         previous = record.previous
         owner = self.owner
         if (
@@ -470,6 +528,16 @@ class SessionBindingAggregate:
             binding.route.node_rid != source.node_rid
             or binding.route.node_generation != source.node_generation
         ):
+            if _keep_early(
+                binding,
+                source.actor_id,
+                source.object_generation,
+                source.authority_owner_generation,
+            ):
+                state = binding.state
+                assert isinstance(state, Sealed)
+                state.early.append(record)
+                return None
             return "the sender is not the binding's Actor owner"
         self.end(binding, EndReason.REPLACED)
         self.closing(entry)
@@ -690,6 +758,24 @@ class SessionBindingAggregate:
             return False
         self.end(binding, EndReason.SEAL_TIMEOUT)
         return True
+
+
+def _keep_early(
+    binding: Binding,
+    actor_id: ActorId,
+    object_generation: ObjectGeneration,
+    owner_generation: AuthorityOwnerGeneration,
+) -> bool:
+    """A record of a NEWER owner of the same incarnation for a sealed binding (the move's
+    target ran turns before its 44 was handled here): kept until the 44, bounded."""
+    state = binding.state
+    return (
+        isinstance(state, Sealed)
+        and binding.actor_id == actor_id
+        and binding.object_generation == object_generation
+        and owner_generation.value > binding.route.owner_generation.value
+        and len(state.early) < MAX_EARLY_PUSHES
+    )
 
 
 def _routes_to(route: BindingRoute, sender: Sender) -> bool:

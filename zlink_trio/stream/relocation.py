@@ -39,7 +39,12 @@ from ..mesh.api import PeerIdentity
 from ..observe import FlowEvent
 from ..wire.commands import Command
 from ..wire.enums import SealResult
-from ..wire.records import SessionRelocationRoute, SessionRelocationSeal, SessionRelocationSealed
+from ..wire.records import (
+    BoundSessionSend,
+    SessionRelocationRoute,
+    SessionRelocationSeal,
+    SessionRelocationSealed,
+)
 from ..wire.stream import CloseReason
 from ..wire.tails import SessionRouteAbort, SessionRouteCommit, SessionTail
 from .binding import Binding, Held, Releasing, Sealed, SealOutcome, Sender
@@ -106,6 +111,12 @@ class SessionRelocations:
         conn = server.connection(record.session_rid)
         if conn is None or conn.closed:
             return _rejected(record, ErrorKind.UNAVAILABLE)
+        if server.aggregate.bind_pending(record.session_rid, record.binding_generation):
+            # The Actor owner registered a bind whose terminal has not been committed
+            # here yet: there is a binding to carry, but no seal to install on it now.
+            # Refused (the move aborts, the binding stays), never "the session is gone"
+            # (the binding would then travel nowhere while the session commits it).
+            return _rejected(record, ErrorKind.CAPACITY_EXCEEDED)
         deadline = trio.current_time() + server.config.session_relocation_seal_timeout
         outcome, binding = server.aggregate.install_seal(
             record.session_rid,
@@ -134,6 +145,17 @@ class SessionRelocations:
         )
 
     async def _on_seal(self, peer: PeerIdentity, record: SessionRelocationSeal) -> None:
+        server = self._server
+        if server.aggregate.bind_pending(record.session_rid, record.binding_generation):
+            # Its bind's terminal is still on its way here (a followed bind's comes back
+            # through the previous owner): seal once the bind ended, within the seal
+            # timeout, in a task (this is the connection's reader).
+            nursery = server.nursery
+            if nursery is not None:
+                nursery.start_soon(
+                    self._seal_after_bind, peer, record, name="zlink_trio.stream.seal"
+                )
+                return
         reply = self.seal(record, (peer.node_rid, peer.node_generation))
         node = self._server.node
         try:
@@ -144,6 +166,14 @@ class SessionRelocations:
                 nursery.start_soon(self._send_reply, peer, reply, name="zlink_trio.stream.sealed")
         except ZLinkError as exc:
             logger.info("the 43 of relocation %r was not sent: %r", record.relocation_id, exc)
+
+    async def _seal_after_bind(self, peer: PeerIdentity, record: SessionRelocationSeal) -> None:
+        server = self._server
+        pending = server.aggregate.bind_pending
+        with trio.move_on_after(server.config.session_relocation_seal_timeout):
+            while pending(record.session_rid, record.binding_generation):
+                await server.bind_ended.wait()
+        await self._send_reply(peer, self.seal(record, (peer.node_rid, peer.node_generation)))
 
     async def _send_reply(self, peer: PeerIdentity, reply: SessionRelocationSealed) -> None:
         try:
@@ -211,13 +241,20 @@ class SessionRelocations:
         if isinstance(timer, trio.CancelScope):
             timer.cancel(reason="zlink_trio: command 44 came first")
         early, state.early = state.early, []
-        for push in early:
-            # A commit: checked against the new route now (in arrival order, before any
-            # later push). An abort: the move's target never became the owner.
+        for kept in early:
+            # A commit: each checked against the new route now, in arrival order (before
+            # anything later). An abort: the move's target never became the owner.
             if what == "commit":
-                server.deliver_push(push)
+                server.redeliver(kept)
+            elif isinstance(kept, BoundSessionSend):
+                server.rejected_push(kept, "its relocation was aborted")
             else:
-                server.rejected_push(push, "its relocation was aborted")
+                server.flow.emit(
+                    FlowEvent.SESSION_STALE_CONTROL,
+                    "command %d for %r: its relocation was aborted",
+                    int(kept.COMMAND),
+                    binding.actor_id.value,
+                )
         conn = server.connection(binding.entry.session_rid)
         if conn is None:
             return

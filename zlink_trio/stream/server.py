@@ -166,6 +166,8 @@ class StreamServer:
         self._accepted = 0
         self._ws: WebSocketServer | None = None
         self._nursery: trio.Nursery | None = None
+        self.bind_ended = trio.Event()
+        """Set (and replaced) each time a bind of this session owner ends."""
         self._admitting = True
         self.relocations = SessionRelocations(self)
         """Commands 42 and 44 (spec 02 §8)."""
@@ -344,6 +346,29 @@ class StreamServer:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
         aggregate = self.aggregate
         generation = aggregate.begin_bind(conn.entry)
+        try:
+            binding = await self._bind(conn, ref, generation)
+        except BaseException:
+            for record in aggregate.end_bind(conn.entry, generation):
+                self._rejected(record, "its bind did not complete")
+            self._bind_ended()
+            raise
+        # One step with the commit: the pushes that overtook the terminal (kept by
+        # accept_push) go out after the Bound frame and before any later push.
+        early = aggregate.end_bind(conn.entry, generation)
+        self._bind_ended()
+        conn.send_app(bound_frame(binding))
+        for record in early:
+            self.deliver_push(record)  # checked again, against the committed binding
+        return _handle(conn, binding)
+
+    def _bind_ended(self) -> None:
+        event, self.bind_ended = self.bind_ended, trio.Event()
+        event.set()
+
+    async def _bind(self, conn: Connection, ref: ActorRef, generation: int) -> Binding:
+        """The 38 of a bind and its commit (the caller owns its pending state)."""
+        aggregate = self.aggregate
         deadline = min(
             trio.current_time() + self.stream_config.bind_timeout,
             trio.current_effective_deadline(),
@@ -362,6 +387,11 @@ class StreamServer:
                 # The owner may have registered the attempt (its terminal was lost): the
                 # tombstone of exactly that identity, in the background.
                 self._tombstone(conn, ref, generation)
+        if tail.node_rid is not None and tail.node_generation is not None:
+            # A Message Follow hop took the bind to the Actor's current owner: the binding
+            # (route and location snapshot) names that owner, the same mesh.
+            ref = ActorRef(ref.actor_id, ref.object_generation, ref.mesh_name, tail.node_rid)
+            target_generation = tail.node_generation
         route = BindingRoute(
             ref.mesh_name,
             ref.node_rid,
@@ -373,8 +403,7 @@ class StreamServer:
         if binding is None:
             self._tombstone(conn, ref, tail.binding_generation)
             raise Unavailable("the session closed during the bind")
-        conn.send_app(bound_frame(binding))
-        return _handle(conn, binding)
+        return binding
 
     def _tombstone(self, conn: Connection, ref: ActorRef, generation: int) -> None:
         nursery = self._nursery
@@ -654,6 +683,8 @@ class StreamServer:
 
     def replaced(self, record: BoundSessionReplaced) -> None:
         result = self.aggregate.replaced(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (the move's target replaced it)
         if isinstance(result, str):
             self.flow.emit(
                 FlowEvent.SESSION_STALE_CONTROL,
@@ -713,8 +744,21 @@ class StreamServer:
         ):
             conn.close(CloseReason.REPLACED, "the Actor was bound by another connection")
 
+    def redeliver(
+        self, record: BoundSessionSend | BoundSessionClose | BoundSessionReplaced
+    ) -> None:
+        """A kept early record of a sealed binding, once its 44 committed the route."""
+        if isinstance(record, BoundSessionSend):
+            self.deliver_push(record)
+        elif isinstance(record, BoundSessionClose):
+            self.control(record)
+        else:
+            self.replaced(record)
+
     def control(self, record: BoundSessionClose) -> None:
         result = self.aggregate.accept_control(record)
+        if result is None:
+            return  # kept until the sealed binding's 44 (the move's target sent it)
         if isinstance(result, str):
             self.flow.emit(
                 FlowEvent.SESSION_STALE_CONTROL,

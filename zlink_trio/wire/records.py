@@ -323,6 +323,33 @@ class BoundSessionBind(WireRecord):
         default=BindAction.BIND, metadata=wire(IntEnumField(BindAction))
     )
     timeout_ms: int = attrs.field(metadata=wire(U32))
+    follow_hops: int = attrs.field(default=0, metadata=wire(U8))
+    """Message Follow hops taken (0: sent by the session owner itself). A previous owner
+    that relays the bind (docs/relocation.md "Message Follow of a bind") adds one and
+    stamps itself as the source; the session owner then travels in the two fields below."""
+    session_owner_rid: NodeRid | None = attrs.field(default=None, metadata=wire(nullable(RID)))
+    """The session owner of a followed bind (``follow_hops`` > 0; None otherwise: the
+    source is the session owner). The binding identity and its pushes name it."""
+    session_owner_generation: NodeGeneration | None = attrs.field(
+        default=None, metadata=wire(nullable(NODE_GENERATION))
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if (self.session_owner_rid is None) is not (self.follow_hops == 0) or (
+            self.session_owner_rid is None
+        ) is not (self.session_owner_generation is None):
+            invalid(
+                type(self),
+                "the session owner fields are set exactly when follow_hops is not 0",
+            )
+
+    @property
+    def session_owner(self) -> tuple[NodeRid, NodeGeneration]:
+        """The session owner lifecycle: the source, or the one a followed bind names."""
+        rid, generation = self.session_owner_rid, self.session_owner_generation
+        if rid is None or generation is None:
+            return self.source_rid, self.source_generation
+        return rid, generation
 
 
 @attrs.frozen(slots=True, kw_only=True)

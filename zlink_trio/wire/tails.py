@@ -192,6 +192,17 @@ class BindTail:
     owner_lease_generation: OwnerLeaseGeneration = attrs.field(
         metadata=wire(OWNER_LEASE_GENERATION)
     )
+    node_rid: NodeRid | None = attrs.field(default=None, metadata=wire(nullable(RID)))
+    """The Actor owner that registered the binding when a Message Follow hop took the
+    bind there (None: the node the session owner sent it to). The session owner routes
+    the binding to it."""
+    node_generation: NodeGeneration | None = attrs.field(
+        default=None, metadata=wire(nullable(NODE_GENERATION))
+    )
+
+    def __attrs_post_init__(self) -> None:
+        if (self.node_rid is None) is not (self.node_generation is None):
+            invalid(type(self), "node_rid and node_generation are set together")
 
 
 @attrs.frozen(slots=True, kw_only=True)

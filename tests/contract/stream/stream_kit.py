@@ -22,8 +22,8 @@ Packet handlers of the test app (payloads are ``|``-separated text):
 
 Actor handlers (type ``player``): ``note`` (send) and ``echo`` (request) record; ``push``
 (send) and ``push_req`` (request) push ``pushed`` back; ``slow`` waits for
-``rec.gate``; ``try_push`` / ``try_close`` report ``ok`` or the error's class name;
-``close`` closes the bound session; ``whoami`` returns the current SpotId.
+``rec.gate`` (``slow_push`` too, then pushes); ``try_push`` / ``try_close`` report
+``ok`` or the error's class name; ``close`` closes the bound session; ``whoami`` returns the current SpotId.
 """
 
 from __future__ import annotations
@@ -148,6 +148,19 @@ def _actor_class(rec: Record, node: int) -> type:
             if rec.gate is not None:
                 await rec.gate.wait()
             return b"slow:" + payload
+
+        @on_request("slow_push")
+        async def slow_push(self, payload: bytes) -> bytes:
+            """Wait for ``rec.gate``, then push ``pushed`` to the bound session (whatever
+            binding it has by then)."""
+            self._log("slow_push", payload)
+            if rec.gate is not None:
+                await rec.gate.wait()
+            try:
+                await self.context.session.push("pushed", payload)
+            except ZLinkError as exc:
+                return type(exc).__name__.encode()
+            return b"ok"
 
         @on_request("try_push")
         async def try_push(self, payload: bytes) -> bytes:

@@ -251,3 +251,34 @@ def test_shutdown_and_close_refuse_binds_and_relays() -> None:
     with pytest.raises((SessionNotBound, Unavailable)):
         aggregate.relay(binding)  # type: ignore[arg-type]
     assert isinstance(aggregate.accept_push(_push(binding)), str)
+
+
+def test_a_push_for_a_bind_in_flight_is_kept_until_the_bind_ends() -> None:
+    """B02-03 (spec 02 §5 point 1): a push that overtook its bind's terminal is kept for
+    that bind (never for another generation, another session owner or a closed session)
+    and handed back, in arrival order, when the bind ends; nothing is kept afterwards."""
+    aggregate = SessionBindingAggregate(IDENTITY)
+    entry = aggregate.open(SESSION)
+    generation = aggregate.begin_bind(entry)
+    pending = type("Pending", (), {"generation": generation})()
+    first, second = _push(pending, packet_name="p1"), _push(pending, packet_name="p2")
+    assert aggregate.accept_push(first) is None
+    assert aggregate.accept_push(second) is None
+    other_owner = _push(pending, session_owner_generation=NodeGeneration(2))
+    assert isinstance(aggregate.accept_push(other_owner), str)
+    other_generation = _push(type("Other", (), {"generation": generation + 1})())
+    assert isinstance(aggregate.accept_push(other_generation), str)
+    tail = BindTail(
+        binding_generation=generation,
+        authority_owner_generation=AuthorityOwnerGeneration(4),
+        owner_lease_generation=OwnerLeaseGeneration(9),
+    )
+    binding = aggregate.commit_bind(entry, REF, tail, ROUTE)
+    assert binding is not None
+    assert aggregate.accept_push(_push(binding)) is binding  # committed: straight through
+    assert aggregate.end_bind(entry, generation) == [first, second]
+    assert aggregate.end_bind(entry, generation) == []
+    later = aggregate.begin_bind(entry)
+    aggregate.close(entry)
+    assert isinstance(aggregate.accept_push(_push(type("L", (), {"generation": later})())), str)
+    assert aggregate.end_bind(entry, later) == []

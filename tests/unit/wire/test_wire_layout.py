@@ -133,6 +133,9 @@ def test_38_layout() -> None:
         89,
         0,
         90,
+        0,
+        None,
+        None,
     ]
 
 

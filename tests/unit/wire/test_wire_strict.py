@@ -12,7 +12,14 @@ import wire_samples as s
 
 from zlink_trio.errors import ProtocolError
 from zlink_trio.ids import ActorId, NodeRid
-from zlink_trio.wire import ActorSend, MessageKind, WireRecord, codec, decode, encode
+from zlink_trio.wire import (
+    ActorSend,
+    MessageKind,
+    WireRecord,
+    codec,
+    decode,
+    encode,
+)
 from zlink_trio.wire.codec import SCAN_MAX_ITEMS, SCAN_THRESHOLD, scan_structure
 
 PLACEHOLDER = "\x01" * 10
@@ -170,6 +177,28 @@ def test_cross_field_rules_on_decode() -> None:
     sealed = raw(s.SEALED)
     sealed[3] = 1  # REJECTED without a failure code
     rejects(cbor2.dumps(sealed), "command 43 .*REJECTED result carries a failure code")
+
+
+def test_followed_bind_fields_go_together() -> None:
+    """B02-03: a followed 38 names its session owner exactly when it took a hop, and a
+    BindTail names the owner node with its lifecycle or not at all."""
+    bind = raw(s.BOUND_SESSION_BIND)
+    hops_only = [*bind[:17], 1, None, None]
+    rejects(cbor2.dumps(hops_only), "command 38 .*follow_hops")
+    owner_only = [*bind[:17], 0, s.RID_C.value, 82]
+    rejects(cbor2.dumps(owner_only), "command 38 .*follow_hops")
+    half = [*bind[:17], 1, s.RID_C.value, None]
+    rejects(cbor2.dumps(half), "command 38 .*follow_hops")
+    assert decode(cbor2.dumps([*bind[:17], 1, s.RID_C.value, 82])) == attrs.evolve(
+        s.BOUND_SESSION_BIND,
+        follow_hops=1,
+        session_owner_rid=s.RID_C,
+        session_owner_generation=s.gen(82),
+    )
+    reply = raw(s.ALL_SAMPLES[-1])
+    assert reply[4][0] == 5
+    reply[4] = [*reply[4][:4], s.RID_B.value, None]
+    rejects(cbor2.dumps(reply), "together")
 
 
 # --- CBOR features that are never accepted ------------------------------------------------

@@ -491,5 +491,22 @@ ALL_SAMPLES: Final[tuple[WireRecord, ...]] = (
         binding_generation=175,
         action=BoundSessionCloseAction.BINDING_ENDED,
     ),
+    attrs.evolve(  # a bind relayed by a Message Follow hop: the session owner travels on
+        BOUND_SESSION_BIND,
+        source_rid=RID_A,
+        follow_hops=2,
+        session_owner_rid=RID_C,
+        session_owner_generation=gen(82),
+    ),
+    TerminalReply.ok(  # the terminal of a followed bind names the owner that registered it
+        4,
+        BindTail(
+            binding_generation=804,
+            authority_owner_generation=AuthorityOwnerGeneration(805),
+            owner_lease_generation=OwnerLeaseGeneration(806),
+            node_rid=RID_B,
+            node_generation=gen(807),
+        ),
+    ),
 )
 """At least one sample of every record class and of every union variant."""
