@@ -3,8 +3,8 @@ surface only) and helpers."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import attrs
 import trio
@@ -18,6 +18,10 @@ from zlink_trio import (
     on_send,
     on_timer,
 )
+from zlink_trio.store.api import LocationStore, ObjectKey
+from zlink_trio.testing import StoreWrapper
+
+T = TypeVar("T")
 
 
 @attrs.define
@@ -134,3 +138,33 @@ async def create_on(
             return actor_id
         await server.actors.destroy(ref)
     raise AssertionError("placement never chose the wanted node")
+
+
+class HeldRead(StoreWrapper):
+    """A Location Store whose next ``read`` of one armed key is held (a Store round trip
+    made slow on purpose): ``before=True`` holds it before it reaches the store (it then
+    reads the row as it is on release), ``before=False`` after (it returns the row as it
+    was when it ran). ``held`` is set once that read is waiting; ``let_go`` lets it go."""
+
+    def __init__(self, inner: LocationStore) -> None:
+        super().__init__(inner)
+        self._armed: tuple[ObjectKey, bool] | None = None
+        self.held = trio.Event()
+        self.let_go = trio.Event()
+
+    def arm(self, key: ObjectKey, *, before: bool) -> None:
+        self._armed = (key, before)
+
+    async def _around(self, method: str, call: Callable[[], Awaitable[T]], *args: object) -> T:
+        armed = self._armed
+        if method != "read" or armed is None or args[0] != armed[0]:
+            return await call()
+        self._armed = None
+        if armed[1]:
+            self.held.set()
+            await self.let_go.wait()
+            return await call()
+        result = await call()
+        self.held.set()
+        await self.let_go.wait()
+        return result

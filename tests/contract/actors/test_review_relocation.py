@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from relocation_kit import RelocLog, create_on, make_reloc_app
+from relocation_kit import HeldRead, RelocLog, create_on, make_reloc_app
 
 from zlink_trio import (
     App,
     AuthorityOwnerGeneration,
     NodeRid,
     PreserveStateWith,
+    RelocationResult,
     Unavailable,
     ZLinkError,
     on_request,
@@ -22,7 +23,7 @@ from zlink_trio import (
     on_timer,
 )
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
+from zlink_trio.testing import CountingStore, FaultPlan, hosted_actors, open_cluster
 from zlink_trio.wire.commands import Command
 
 
@@ -486,8 +487,12 @@ async def test_a_destroy_and_a_relocation_started_together_never_both_win(
 ) -> None:
     """A destroy and a relocation of the same Actor started in the same instant: either
     the destroy wins (the row is gone, nothing answers, the relocation failed typed) or
-    the move wins (the destroy failed typed, the Actor answers on the target); never a
-    destroyed row with a live instance, nor a move of a destroyed Actor."""
+    the move wins (the destroy failed typed, the Actor answers on the target), or the
+    move completes first and the destroy, whose Store read came after its commit,
+    destroys the same incarnation on the target (both succeed, one after the other: the
+    row is gone, no node hosts it, nothing answers; docs/decisions.md, "Destroy racing a
+    relocation"); never a destroyed row with a live instance, nor a move of a destroyed
+    Actor."""
     log = RelocLog()
     async with open_cluster(2, store=store, app=_apps(log)) as cluster:
         await cluster.wait_all_admitted()
@@ -499,8 +504,7 @@ async def test_a_destroy_and_a_relocation_started_together_never_both_win(
 
         async def destroy() -> None:
             try:
-                await a.actors.destroy(ref)
-                outcome["destroy"] = "ok"
+                outcome["destroy"] = await a.actors.destroy(ref)
             except ZLinkError as exc:
                 outcome["destroy"] = exc
 
@@ -515,15 +519,75 @@ async def test_a_destroy_and_a_relocation_started_together_never_both_win(
             nursery.start_soon(first)
             nursery.start_soon(second)
         row = await store.read(ObjectKey.actor(actor))
-        if outcome["destroy"] == "ok":
-            assert isinstance(outcome["move"], ZLinkError), outcome
-            assert row is None
-            with pytest.raises(ZLinkError):
-                await b.actors.request(actor, "get", b"").timeout(10)
+        moved = outcome["move"]
+        if not isinstance(outcome["destroy"], ZLinkError):
+            # The destroy won, or ran after the move had committed (then it destroyed the
+            # moved incarnation on the target: True). Either way nothing of it is left.
+            if isinstance(moved, RelocationResult) and moved.committed:
+                assert outcome["destroy"] is True, outcome
+            else:
+                assert isinstance(moved, ZLinkError | RelocationResult), outcome
+            assert row is None, outcome
+            assert all(r.actor_id.value != actor for s in cluster.servers for r in hosted_actors(s))
+            for server in cluster.servers:
+                with pytest.raises(ZLinkError):
+                    await server.actors.request(actor, "get", b"").timeout(10)
         else:
             assert isinstance(outcome["destroy"], ZLinkError), outcome
             assert not isinstance(outcome["move"], ZLinkError), outcome
             assert row is not None and row.owner.node_rid == b.identity.node_rid
+            assert await a.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
+
+
+@pytest.mark.parametrize("read", ["after-the-move", "before-the-move"])
+async def test_a_destroy_whose_store_read_lands_after_a_relocation_committed(
+    clock: object, store: CountingStore, read: str
+) -> None:
+    """A04-26: a destroy started before a relocation of the same Actor, its Store read
+    slow (held on purpose: the window the race above leaves to the machine's load), and
+    the move commits meanwhile. Read after the commit, the destroy names the same
+    incarnation (a move keeps the ObjectGeneration) at its new owner and destroys it
+    there — the move, then the destroy: both succeed, the row is gone, no node hosts it,
+    nothing answers. Read before the commit, the destroy finds the Actor gone from the
+    node its row named and fails typed; the Actor answers on the target."""
+    log = RelocLog()
+    held = HeldRead(store)
+    async with open_cluster(2, store=held, app=_apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, f"slow-{read}", "counter")
+        ref = await b.actors.find(actor)
+        assert ref is not None
+        key = ObjectKey.actor(actor)
+        destroyed: list[object] = []
+
+        async def destroy() -> None:
+            try:
+                destroyed.append(await a.actors.destroy(ref))
+            except ZLinkError as exc:
+                destroyed.append(exc)
+
+        held.arm(key, before=read == "after-the-move")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(destroy)
+            with trio.fail_after(60):
+                await held.held.wait()  # the destroy's read is under way
+            moved = await a.relocate(actor, to=b.identity.node_rid)
+            assert moved.committed, moved
+            held.let_go.set()
+        row = await store.read(key)
+        if read == "after-the-move":
+            assert destroyed == [True], destroyed
+            assert row is None
+            assert all(r.actor_id.value != actor for s in cluster.servers for r in hosted_actors(s))
+            for server in cluster.servers:
+                with pytest.raises(ZLinkError):
+                    await server.actors.request(actor, "get", b"").timeout(10)
+        else:
+            assert isinstance(destroyed[0], Unavailable), destroyed
+            assert row is not None and row.owner.node_rid == b.identity.node_rid
+            assert row.owner_generation == AuthorityOwnerGeneration(2)
+            assert [r.actor_id.value for r in hosted_actors(b)].count(actor) == 1
             assert await a.actors.request(actor, "get", b"").timeout(10) == b"0@node1"
 
 
