@@ -4,10 +4,9 @@ over real TCP, through both stores.
 What is pinned here: a SpotRef keeps a non-zero public ObjectGeneration written as a
 decimal JSON string and is never a messaging target (messaging goes by SpotId from any
 node); ``server.relocate`` of a Spot honours its type's relocation policy
-(DisableRelocation refuses) and, since the Spot move itself is not built yet, refuses
-any other Spot with NotConfigured and leaves it Ready where it is. The relocation half
-of S06-09 (a stale SpotRef keeps the old NodeRid while messaging by SpotId reaches the
-new owner) and the "Close during a move seal" case of S06-19 need the Spot move.
+(DisableRelocation refuses, the Spot stays Ready where it is); after a relocation a stale
+SpotRef still shows the old NodeRid while messaging by SpotId reaches the new owner (the
+relocation half of S06-09; the move itself: ``test_spot_relocation.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from zlink_trio import (
     InvalidId,
     InvalidOperation,
     JoinOutcome,
-    NotConfigured,
     NotFound,
     SpotCreated,
 )
@@ -83,14 +81,17 @@ async def test_s06_09_spot_ref_generation_is_a_decimal_string_and_not_a_target(
             assert reply == f"{owner}:{generation}".encode()
 
 
-async def test_spot_relocation_honours_the_policy_and_leaves_the_spot_in_place(
+async def test_s06_09_spot_relocation_honours_the_policy_and_a_stale_ref_is_no_target(
     clock: object, store: CountingStore
 ) -> None:
-    """Spec 06 §8: ``server.relocate`` of a DisableRelocation Instance Spot is
-    InvalidOperation; a RecreateOnRelocation User Spot (by SpotRef or SpotId) is refused
-    NotConfigured (the Spot move is not built); a target that is the owner itself is
-    InvalidOperation; a Spot not hosted on the node asked is NotFound. After every
-    refusal each Spot is still Ready on its owner, same incarnation, and answers."""
+    """S06-09 (relocation half) and spec 06 §8: ``server.relocate`` of a DisableRelocation
+    Instance Spot is InvalidOperation (by SpotId or SpotRef); a target that is the owner
+    itself is InvalidOperation; a Spot not hosted on the node asked is NotFound; after
+    every refusal each Spot is still Ready on its owner, same incarnation. Then the
+    RecreateOnRelocation User Spot moves (by SpotRef): the SpotRef taken before the move
+    still shows the old NodeRid (a snapshot, not a target), a fresh find shows the new
+    one with the same ObjectGeneration, and requests by SpotId from both nodes reach the
+    new owner."""
     rec = Recorder()
     async with open_cluster(
         2, store=store, app=two_apps(rec), config=lambda _: server_config()
@@ -112,22 +113,27 @@ async def test_spot_relocation_honours_the_policy_and_leaves_the_spot_in_place(
             await cart_owner.relocate(SpotId("c1"), to=cart_other.identity.node_rid)
         with pytest.raises(InvalidOperation, match="DisableRelocation"):
             await cart_owner.relocate(cart, to=cart_other.identity.node_rid)
-        for target in (room, SpotId("r1")):
-            with pytest.raises(NotConfigured, match="not built"):
-                await room_owner.relocate(target, to=room_other.identity.node_rid)
         with pytest.raises(InvalidOperation, match="this node"):
             await room_owner.relocate(room, to=room_owner.identity.node_rid)
         with pytest.raises(NotFound):
             await room_other.relocate(room, to=room_owner.identity.node_rid)
         with pytest.raises(NotFound):
             await a.relocate(SpotId("nowhere"), to=b.identity.node_rid)
-
         assert await a.spots.find("c1") == cart
         assert await b.spots.find("r1") == room
         for server in (a, b):
             assert await server.spots.request("c1", "add", b"y").timeout(LONG) is not None
-            reply = await server.spots.request("r1", "whoami").timeout(LONG)
-            name = "n0" if room.node_rid == a.identity.node_rid else "n1"
+
+        result = await room_owner.relocate(room, to=room_other.identity.node_rid)
+        assert result.committed
+        assert room.node_rid == room_owner.identity.node_rid  # the stale ref is unchanged
+        fresh = await a.spots.find("r1")
+        assert fresh is not None and fresh != room
+        assert fresh.node_rid == room_other.identity.node_rid
+        assert fresh.object_generation == room.object_generation
+        name = "n0" if room_other is a else "n1"
+        for server in (a, b):
+            reply = await server.spots.request(SpotId("r1"), "whoami").timeout(LONG)
             assert reply == f"{name}:{room.object_generation.value}".encode()
 
 
