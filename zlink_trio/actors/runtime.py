@@ -41,6 +41,7 @@ from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.relocation import ActorRelocationParticipant
 from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
@@ -88,7 +89,7 @@ from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
 from .session_moves import SessionMoves
-from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats, RelocationStatistics
+from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine

@@ -132,6 +132,7 @@ class SpotRelocationTarget:
         self._nursery = nursery
         self._activity = activity
         self._attempts: dict[OperationId, _Attempt] = {}
+        self.restores = 0
         self.committed = 0
         self.discarded = 0
         self.cutover_timeouts = 0
@@ -300,6 +301,7 @@ class SpotRelocationTarget:
                 await policy.adapter.restore(instance, state)
 
         await hosted.run_lifecycle_work(build)
+        self.restores += 1
         if envelope.timers is not None and self._timers is not None:
             hosted.timers = self._timers.restore(hosted, envelope.timers, suspended=True)
         for name, blob in envelope.participants:

@@ -31,6 +31,7 @@ from ..objects.destroy import Destroyer
 from ..objects.follow import FollowTable
 from ..objects.reclaim import Reclaimer
 from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowTrace
@@ -49,7 +50,7 @@ from ..wire.relocation import (
 from ..wire.tails import CloseTail
 from .close import CloseFence, SpotCloseKind, SpotCloser
 from .host import SpotHost
-from .hosted import HostedSpot, SpotReady, spot_lease_lost
+from .hosted import SPOT_RELOCATING, HostedSpot, SpotReady, spot_lease_lost
 from .kind import SpotTargetKind, UserSpotSourceKind, spot_key, user_spot_order
 from .manager import SpotManager
 from .messaging import SpotMessaging
@@ -297,6 +298,17 @@ class SpotRuntime:
             closes=self._close_kind.closed,
             types=tuple(types),
             calls=self.messaging.statistics(),
+            relocation=RelocationStatistics(
+                sealed=sum(1 for hosted in self.host if hosted.state is SPOT_RELOCATING),
+                in_flight=len(self.relocator.in_flight),
+                moved_out=self.relocator.moved_out,
+                aborted=self.relocator.aborted,
+                restores=self.relocation_target.restores,
+                committed=self.relocation_target.committed,
+                discarded=self.relocation_target.discarded,
+                cutover_timeouts=self.relocation_target.cutover_timeouts,
+                followed=self.follow.followed,
+            ),
         )
 
 

@@ -61,8 +61,8 @@ class SpotLog:
 
 def make_spot_reloc_app(log: SpotLog, node_name: str) -> App:
     """Instance Spot types "bag" (PreserveStateWith: its total moves) and "fresh"
-    (RecreateOnRelocation); User Spot types "lobby" (PerActor) and "hall" (SpotWide),
-    both RecreateOnRelocation."""
+    (RecreateOnRelocation); User Spot types "lobby" (PerActor, RecreateOnRelocation) and
+    "hall" (SpotWide, PreserveStateWith)."""
     app = App()
 
     class Bag:
@@ -133,7 +133,7 @@ def make_spot_reloc_app(log: SpotLog, node_name: str) -> App:
     app.register_spot("bag", Bag, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter()))
     app.register_spot("fresh", Bag, kind=SpotKind.INSTANCE, relocation=RecreateOnRelocation())
     app.register_spot("lobby", Bag, execution=PerActor(), relocation=RecreateOnRelocation())
-    app.register_spot("hall", Bag, execution=SpotWide(), relocation=RecreateOnRelocation())
+    app.register_spot("hall", Bag, execution=SpotWide(), relocation=PreserveStateWith(Adapter()))
     return app
 
 
@@ -162,7 +162,7 @@ async def user_spot_on(
     """A User Spot created on ``servers[index]`` (others closed); its SpotRef."""
     wanted = servers[index].identity.node_rid
     for i in range(64):
-        created = await caller.spots.create(f"{prefix}-{i}", stable_type).timeout(LONG)
+        created = await caller.spots.get_or_create(f"{prefix}-{i}", stable_type).timeout(LONG)
         ref = created.spot
         if ref.node_rid == wanted:
             return ref

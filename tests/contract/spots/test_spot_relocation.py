@@ -4,18 +4,23 @@ both stores."""
 
 from __future__ import annotations
 
+import pytest
+import trio
+import trio.testing
 from spot_relocation_kit import (
     LONG,
     SpotLog,
     apps,
     instance_on,
     owner_row,
+    user_spot_on,
 )
 
-from zlink_trio import AuthorityOwnerGeneration
+from zlink_trio import AuthorityOwnerGeneration, ServerConfig, Unavailable, ZLinkError
 from zlink_trio.ids import SpotId
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, TapDirection, WireTap, open_cluster
+from zlink_trio.wire.commands import Command
 
 
 async def test_a04_13_instance_spot_state_moves_generation_stays(
@@ -53,3 +58,252 @@ async def test_a04_13_instance_spot_state_moves_generation_stays(
         assert log.factory_runs[spot] == 3
         ref = await c.spots.find(spot)
         assert ref is not None and ref.object_generation.value == generation
+
+
+async def test_a04_13_recreate_on_relocation_keeps_the_spot_generation_not_its_state(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-13 (RecreateOnRelocation, an Instance Spot): the target recreates the Spot with
+    its factory and no application state; the ObjectGeneration is the same, the
+    AuthorityOwnerGeneration one higher; no adapter runs."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "fresh", "fresh")
+        before = await store.read(ObjectKey.spot(spot))
+        assert before is not None
+        gen = before.object_generation.value
+        assert await b.spots.request(spot, "get").timeout(LONG) == f"1@node0:{gen}".encode()
+        await a.relocate(SpotId(spot), to=b.identity.node_rid)
+        # b's own route cache still names node 0: Message Follow brings it to node 1.
+        assert await b.spots.request(spot, "get").timeout(LONG) == f"0@node1:{gen}".encode()
+        after = await owner_row(store, spot, b, before.owner_generation.value + 1)
+        assert after.object_generation == before.object_generation
+        assert log.restored == [] and log.factory_runs[spot] == 2
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_instance_spot_timers_move_and_a_pending_tick_fires_once_on_the_target(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 06 §8 (timers move with the Spot): a one-shot timer that came due while the
+    Spot's handler ran (its tick queued behind it) and a registration not yet due both
+    move: the pending tick runs once, on the target, before the saved messages; the other
+    registration is still registered on the target (the application never registers it
+    again) and fires there once at its time; nothing fires on the source. (Memory store:
+    the times are exact with MockClock.)"""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "tick", "bag")
+        assert await b.spots.request(spot, "once", b"1").timeout(LONG) == b"ok"
+        log.gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.spots.request(spot, "hold").timeout(LONG)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            await trio.sleep(2)  # (virtual time) the tick is due: queued behind "hold"
+            await b.spots.send(spot, "add", b"saved")
+            results: list[object] = []
+
+            async def move() -> None:
+                results.append(await a.relocate(SpotId(spot), to=b.identity.node_rid))
+
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            log.gate.set()
+        assert log.ticks == [] or log.ticks == [(spot, "node1", b"ding")]
+        await log.wait_for(lambda: len(log.ticks) == 1 and len(log.payloads(spot)) == 1)
+        assert log.ticks == [(spot, "node1", b"ding")]
+        assert log.nodes(spot) == {"node1"}
+        assert log.payloads(spot) == [b"saved"]
+        # a registration not due yet moves as a registration
+        assert await a.spots.request(spot, "once", b"5").timeout(LONG) == b"ok"
+        await b.relocate(SpotId(spot), to=a.identity.node_rid)
+        assert await a.spots.request(spot, "timers").timeout(LONG) == b"ding"
+        await log.wait_for(lambda: len(log.ticks) == 2)
+        assert log.ticks[1] == (spot, "node0", b"ding")
+        await trio.sleep(30)
+        assert len(log.ticks) == 2
+        assert await a.spots.request(spot, "timers").timeout(LONG) == b""
+
+
+async def test_s06_19_close_during_a_move_seal_is_unavailable(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-19 (Close during a move seal): while a SpotWide User Spot is sealed for a move
+    (its target's Restore is held), ``spots.close`` of its SpotRef — from its owner and
+    from another node — ends Unavailable and closes nothing; once the move committed,
+    the same SpotRef closes it on its new owner (True)."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        ref = await user_spot_on(b, cluster.servers, 0, "hall", "hall")
+        spot = ref.spot_id.value
+        await b.spots.send(spot, "add", b"1")
+        assert await b.spots.request(spot, "get").timeout(LONG) is not None
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(ref, to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()  # the source is sealed and marked
+            for server in (a, b):
+                with pytest.raises(Unavailable):
+                    await server.spots.close(ref)
+            await b.spots.send(spot, "add", b"2")  # held at the source, not refused
+            log.restore_gate.set()
+        await owner_row(store, spot, b, 2)
+        await log.wait_for(lambda: len(log.payloads(spot)) == 2)
+        assert log.payloads(spot) == [b"1", b"2"]
+        assert log.restored == [(spot, b"1")]
+        assert await a.spots.close(ref) is True
+        assert await b.spots.find(spot) is None
+
+
+async def test_s06_18_spot_follow_reads_no_store_and_keeps_the_operation_id(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-18: after a move node 0 → node 1, a caller on node 2 whose route cache still
+    names node 0 reaches node 1 through node 0's committed follow route: the Location
+    Store is read 0 times for the whole call, node 1 receives the operation id node 0
+    received (follow_hops 1), one terminal comes back, and node 0 runs no handler."""
+    log = SpotLog()
+    tap = WireTap()
+    async with open_cluster(3, store=store, app=apps(log), tap=tap) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "follow", "bag")
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node0")
+        await a.relocate(SpotId(spot), to=b.identity.node_rid)
+        store.reset()
+        tap.clear()
+        assert await c.spots.request(spot, "add-req", b"x").timeout(LONG) == b"x"
+        assert store.reads == 0 and store.writes == 0
+        (at_a,) = tap.select(
+            node=a.identity.node_rid,
+            direction=TapDirection.RECEIVED,
+            command=Command.SPOT_DIRECT_ROUTE,
+        )
+        (at_b,) = tap.select(
+            node=b.identity.node_rid,
+            direction=TapDirection.RECEIVED,
+            command=Command.SPOT_DIRECT_ROUTE,
+        )
+        assert at_a.record.operation_id == at_b.record.operation_id
+        assert at_a.record.follow_hops == 0 and at_b.record.follow_hops == 1
+        assert at_b.record.payload == b"x"
+        replies = tap.select(
+            node=c.identity.node_rid,
+            direction=TapDirection.RECEIVED,
+            command=Command.TERMINAL_REPLY,
+        )
+        assert len(replies) == 1
+        assert [n for s, p, _, n in log.handled if s == spot and p == "add-req"] == [
+            "node0",
+            "node1",
+        ]
+        stats = a.statistics().spots
+        assert stats is not None and stats.relocation.followed == 1
+
+
+async def test_s06_18_a_burst_during_the_spot_move_is_all_delivered_in_order(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-18 / A04-06: a burst sent while the source is sealed — several times a lane's
+    capacity — is held (never refused), relayed and run on the target, then a burst sent
+    after the move follows the committed route: every message runs exactly once, in the
+    order it was sent, all on the target."""
+    log = SpotLog()
+
+    def config(i: int) -> ServerConfig:
+        return ServerConfig(lane_capacity=64)
+
+    async with open_cluster(3, store=store, app=apps(log), config=config) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "burst", "bag")
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(SpotId(spot), to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            for i in range(300):
+                await c.spots.send(spot, "add", f"held-{i}".encode())
+            log.restore_gate.set()
+        for i in range(300):
+            await c.spots.send(spot, "add", f"after-{i}".encode())
+        await log.wait_for(lambda: len(log.payloads(spot)) == 600)
+        expected = [f"held-{i}".encode() for i in range(300)]
+        expected += [f"after-{i}".encode() for i in range(300)]
+        assert log.payloads(spot) == expected
+        assert [n for s, p, _, n in log.handled if s == spot and p == "add"] == ["node1"] * 600
+
+
+async def test_a04_07_spot_restore_failure_before_relay_ready_leaves_it_on_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-07 (explicit failure before relay-ready acceptance): the target's Restore
+    raises: ``relocate`` fails, the Spot stays Ready on the source with its state, its
+    row is unchanged (same owner and AuthorityOwnerGeneration, the relocation mark
+    cleared), what was held during the seal runs on the source in arrival order, no
+    handler ran on the target, and a later move succeeds."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "fail", "bag")
+        before = await store.read(ObjectKey.spot(spot))
+        assert before is not None
+        log.restore_gate = trio.Event()
+        log.fail_restore = True
+        errors: list[BaseException] = []
+        with trio.fail_after(60):  # a hang shows where it waits
+            await _fail_once(a, b, spot, log, errors)
+        assert len(errors) == 1, errors
+        await log.wait_for(lambda: len(log.payloads(spot)) == 5)
+        assert log.payloads(spot) == [f"held-{i}".encode() for i in range(5)]
+        assert log.nodes(spot) == {"node0"}
+        after = await store.read(ObjectKey.spot(spot))
+        assert after is not None and after.relocation is None
+        assert after.owner == before.owner and after.owner_generation == before.owner_generation
+        gen = before.object_generation.value
+        assert await b.spots.request(spot, "get").timeout(LONG) == f"6@node0:{gen}".encode()
+        stats = a.statistics().spots
+        assert stats is not None and stats.relocation.aborted == 1
+        log.fail_restore = False
+        log.restore_gate = None
+        with trio.fail_after(60):
+            result = await a.relocate(SpotId(spot), to=b.identity.node_rid)
+        assert result.committed
+        assert await a.spots.request(spot, "get").timeout(LONG) == f"6@node1:{gen}".encode()
+
+
+async def _fail_once(
+    a: object, b: object, spot: str, log: SpotLog, errors: list[BaseException]
+) -> None:
+    async with trio.open_nursery() as nursery:
+
+        async def move() -> None:
+            try:
+                await a.relocate(SpotId(spot), to=b.identity.node_rid)  # type: ignore[attr-defined]
+            except ZLinkError as exc:
+                errors.append(exc)
+
+        nursery.start_soon(move)
+        await log.restore_entered.wait()
+        for i in range(5):
+            await b.spots.send(spot, "add", f"held-{i}".encode())  # type: ignore[attr-defined]
+        assert log.restore_gate is not None
+        log.restore_gate.set()
