@@ -273,6 +273,70 @@ class StoreMachine(RuleBasedStateMachine):
             self.active[new_owner] += 1
         return None
 
+    @rule(object_id=st.sampled_from(KEYS), owner=NODES)
+    def reserve_and_commit(self, object_id: str, owner: int) -> None:
+        """A reservation then its commit (so that batches find Ready rows to move)."""
+        self.reserve_race(object_id, [owner])
+        self.transition(object_id, "commit", owner)
+
+    @rule(
+        object_ids=st.lists(st.sampled_from(KEYS), min_size=1, max_size=4, unique=True),
+        new_owner=NODES,
+        stale=st.sampled_from((None, None, None, 0, 1, 2, 3)),
+        ready_only=st.sampled_from((True, True, True, False)),
+    )
+    def change_owners(
+        self, object_ids: list[str], new_owner: int, stale: int | None, ready_only: bool
+    ) -> None:
+        """The aggregate owner change: the first row (in order) that is Missing, not
+        Ready or off its version is the Conflict and nothing changes; else the new owner
+        must take every arriving row at once; else every row moves. (``ready_only`` keeps
+        the Ready rows of the draw only, so that batches do apply.)"""
+        if ready_only:
+            object_ids = [
+                o
+                for o in object_ids
+                if o in self.rows and self.rows[o].state is AuthorityState.READY
+            ]
+            if not object_ids:
+                return
+        changes: list[tuple[ObjectKey, int]] = []
+        for i, object_id in enumerate(object_ids):
+            model = self.rows.get(object_id)
+            version = model.version if model is not None else 1
+            changes.append((ObjectKey.actor(object_id), version + (7 if i == stale else 0)))
+        fence = self.fences[new_owner]
+
+        async def move() -> CasResult[tuple[AuthorityRow, ...]] | CapacityExceeded:
+            try:
+                return await self.store.change_owners(changes, fence)
+            except CapacityExceeded as exc:
+                return exc
+
+        result = run(move)
+        for (_, version), object_id in zip(changes, object_ids, strict=True):
+            model = self.rows.get(object_id)
+            if model is None or model.state is not AuthorityState.READY or model.version != version:
+                assert isinstance(result, Conflict), result
+                assert self._matches(object_id, result.current)
+                return
+        arriving = [self.rows[o].owner for o in object_ids if self.rows[o].owner != new_owner]
+        if arriving and (
+            self.active[new_owner] + self.pending[new_owner] + len(arriving) > CAPACITIES[new_owner]
+        ):
+            assert isinstance(result, CapacityExceeded)
+            return
+        assert isinstance(result, Applied), result
+        assert [row.key.object_id for row in result.row] == object_ids
+        for row in result.row:
+            model = self.rows[row.key.object_id]
+            assert row.owner_generation.value == model.owner_generation + 1
+            assert row.state is AuthorityState.READY
+            self._accept(row)
+        for old in arriving:
+            self.active[old] -= 1
+            self.active[new_owner] += 1
+
     @rule(
         object_id=st.sampled_from(KEYS),
         op=st.sampled_from(OPS),

@@ -58,6 +58,7 @@ QUICK: dict[str, tuple[str, ...]] = {
     "bench_router.py": ("--count", "60"),
     "bench_spots.py": ("--seconds", "1", "--rounds", "1", "--activations", "60"),
     "bench_store_cas.py": ("--seconds", "1", "--rounds", "1"),
+    "bench_store_change_owners.py": ("--moves", "6", "--rounds", "1"),
     "bench_stream.py": ("--seconds", "1", "--rounds", "1"),
     "bench_wire.py": ("--seconds", "1", "--rounds", "1"),
 }

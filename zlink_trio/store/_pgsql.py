@@ -47,6 +47,7 @@ class Statements:
     commit_ready: str
     abort_creation: str
     change_owner: str
+    change_owners: str
     lost: str
     release: str
     reclaim: str
@@ -134,6 +135,7 @@ class Statements:
             commit_ready=call("commit_ready", 8),
             abort_creation=call("abort_creation", 8),
             change_owner=call("change_owner", 9),
+            change_owners=call("change_owners", 7),
             lost=call("lost", 2),
             release=call("release", 3),
             reclaim=call("reclaim", 8),

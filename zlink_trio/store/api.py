@@ -22,8 +22,8 @@ Rules every implementation keeps:
   :class:`~zlink_trio.errors.DescriptorConflict` is raised.
 * Capacity: each node has ``capacity``; ``reserve`` adds one *pending*, ``commit_ready``
   moves it to *active*, ``abort_creation`` gives it back, ``release`` frees the active one,
-  ``change_owner`` moves the active unit from the old owner node to the new one. Entry
-  Spot claims consume no capacity.
+  ``change_owner`` (and ``change_owners``, per row) moves the active unit from the old
+  owner node to the new one. Entry Spot claims consume no capacity.
 * A mutation interrupted so that its outcome is unknown (connection lost mid-commit)
   raises :class:`~zlink_trio.errors.StoreOutcomeUnknown`; a Trio cancellation propagates
   as ``trio.Cancelled`` and leaves the outcome unknown too: callers re-read.
@@ -480,6 +480,30 @@ class LocationStore(Protocol):
         NodeRid whose active+pending >= capacity, raises CapacityExceeded. ``membership``
         (unless :data:`UNCHANGED`) is set in the same CAS: a cross-node Join moves the
         owner and the Actor's Spot at once."""
+        ...
+
+    async def change_owners(
+        self, changes: Sequence[tuple[ObjectKey, int]], new_owner: OwnerFence
+    ) -> CasResult[tuple[AuthorityRow, ...]]:
+        """The multi-row aggregate owner change (a SpotWide User Spot and its member
+        Actors move in ONE commit, spec 06 §6.1): every ``(key, expected_version)`` row
+        moves to ``new_owner`` exactly as :meth:`change_owner` would move it (Ready only,
+        AuthorityOwnerGeneration + 1, ObjectGeneration and membership unchanged,
+        relocation mark cleared, one active unit per row from its old owner node to the
+        new one), all in one transaction.
+
+        Either every row changes and the result is ``Applied(rows)``, the new rows in the
+        order given, or nothing changes: ``Conflict(current)`` for the FIRST key (in the
+        order given) that is Missing, not at its expected version or not Ready, and
+        before any fence or capacity rule (an Entry claim among the keys raises
+        InvalidOperation when reached in that order). Then the new owner's lease must be
+        current (OwnerLeaseExpired), and the new owner node must have room for every row
+        that comes from another NodeRid at once: active+pending + that count > capacity
+        raises CapacityExceeded. The rows need not share one owner: the result is that
+        of applying :meth:`change_owner` to them in order, atomically.
+
+        ``changes`` empty, or naming one key twice, raises ValueError (before any store
+        access, like a bad ``expected_version``)."""
         ...
 
     async def set_membership(

@@ -64,6 +64,7 @@ from .validate import (
     check_expected_version,
     check_grace,
     check_list_limit,
+    check_owner_changes,
     check_registration,
     check_retention,
     check_ttl,
@@ -436,6 +437,40 @@ class MemoryLocationStore:
             relocation=None,
             membership=membership,
         )
+
+    async def change_owners(
+        self, changes: Sequence[tuple[ObjectKey, int]], new_owner: OwnerFence
+    ) -> CasResult[tuple[AuthorityRow, ...]]:
+        batch = check_owner_changes(changes)
+        await trio.lowlevel.checkpoint()
+        rows: list[AuthorityRow] = []
+        for key, expected_version in batch:  # the first failed precondition, in order
+            row = self._precondition(key, expected_version, _READY)
+            if isinstance(row, Conflict):
+                return row
+            rows.append(row)
+        node = self._require_lease(new_owner)
+        new_rid = new_owner.node_rid
+        arriving = sum(1 for row in rows if row.owner.node_rid != new_rid)
+        if arriving:
+            usage = self._usage.get(new_rid, _Usage())
+            if usage.active + usage.pending + arriving > node.capacity:
+                raise CapacityExceeded(f"node {new_rid} is at capacity {node.capacity}")
+        # Nothing raises past this point: the batch is one atomic step.
+        moved: list[AuthorityRow] = []
+        for row in rows:
+            if row.owner.node_rid != new_rid:
+                self._adjust(row.owner.node_rid, active=-1)
+                self._adjust(new_rid, active=1)
+            moved.append(
+                self._put(
+                    row,
+                    owner=new_owner,
+                    owner_generation=row.owner_generation.next(),
+                    relocation=None,
+                ).row
+            )
+        return Applied(tuple(moved))
 
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None

@@ -84,6 +84,7 @@ from .validate import (
     check_expected_version,
     check_grace,
     check_list_limit,
+    check_owner_changes,
     check_registration,
     check_retention,
     check_ttl,
@@ -327,6 +328,40 @@ class PostgresLocationStore:
         result = codec.decode_cas(record, key)
         self._rows.cas(key, result)
         return result
+
+    async def change_owners(
+        self, changes: Sequence[tuple[ObjectKey, int]], new_owner: OwnerFence
+    ) -> CasResult[tuple[AuthorityRow, ...]]:
+        batch = check_owner_changes(changes)
+        namespaces: list[str] = []
+        ids: list[bytes] = []
+        versions: list[int] = []
+        for key, version in batch:
+            ns, oid = codec.key_args(key)
+            namespaces.append(ns)
+            ids.append(oid)
+            versions.append(version)
+        records = await self._write(
+            "fetch",
+            self._sql.change_owners,
+            namespaces,
+            ids,
+            versions,
+            *codec.fence_args(new_owner),
+        )
+        first = records[0]
+        if first[0] != 0:  # one conflict outcome: the first key that did not match
+            current = None if first[2] is None else codec.decode_row(first, 1)
+            if current is not None:
+                self._rows.saw(current.key, current)
+            return Conflict(current)
+        rows = tuple(
+            codec.decode_row(record, 1, key)
+            for record, (key, _) in zip(records, batch, strict=True)
+        )
+        for row in rows:
+            self._rows.saw(row.key, row)
+        return Applied(rows)
 
     async def _field_cas(
         self,

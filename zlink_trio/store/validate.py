@@ -16,7 +16,7 @@ from ..errors import DescriptorConflict
 from ..ids import U63_MAX, NodeGeneration, NodeRid
 
 if TYPE_CHECKING:
-    from .api import NodeDescriptor
+    from .api import NodeDescriptor, ObjectKey
 
 __all__ = [
     "MAX_LIST_LIMIT",
@@ -24,6 +24,7 @@ __all__ = [
     "check_clock_advance",
     "check_expected_version",
     "check_list_limit",
+    "check_owner_changes",
     "check_registration",
     "check_replay_cursor",
     "check_retention",
@@ -44,6 +45,31 @@ def check_expected_version(expected_version: object) -> int:
     if not _is_u63(expected_version):
         raise ValueError(f"expected_version must be an int in 0..2**63-1, got {expected_version!r}")
     return expected_version  # type: ignore[return-value]
+
+
+def check_owner_changes(changes: object) -> tuple[tuple[ObjectKey, int], ...]:
+    """The ``changes`` of ``change_owners``: a non-empty sequence of ``(ObjectKey,
+    expected_version)`` pairs naming each key once, else ``ValueError`` (the versions as
+    :func:`check_expected_version`)."""
+    from .api import ObjectKey  # api imports this module
+
+    if not isinstance(changes, Sequence) or isinstance(changes, str | bytes):
+        raise ValueError(f"changes must be a sequence of (key, version), got {changes!r}")
+    checked: list[tuple[ObjectKey, int]] = []
+    seen: set[ObjectKey] = set()
+    for change in changes:
+        if not isinstance(change, tuple) or len(change) != 2:
+            raise ValueError(f"each change must be a (key, expected_version) pair, got {change!r}")
+        key, version = change
+        if not isinstance(key, ObjectKey):
+            raise ValueError(f"a change's key must be an ObjectKey, got {key!r}")
+        if key in seen:
+            raise ValueError(f"changes name {key!r} twice")
+        seen.add(key)
+        checked.append((key, check_expected_version(version)))
+    if not checked:
+        raise ValueError("changes must name at least one row")
+    return tuple(checked)
 
 
 def check_replay_cursor(value: object) -> int:

@@ -5,7 +5,8 @@ its rows were reclaimed).
 
 Wrap the store the nodes of interest use; each mutation (a write method, see
 ``STORE_WRITE_METHODS``; with ``reads=True`` every read too) that returns or raises
-becomes one :class:`StoreCall`, stamped with the Trio time it returned at.
+becomes one :class:`StoreCall`, stamped with the Trio time it returned at (an aggregate
+``change_owners`` becomes one per row it names, all with that time).
 :meth:`RecordingStore.wait_for` waits (event-driven) until the history satisfies a
 condition.
 """
@@ -19,7 +20,14 @@ import attrs
 import trio
 
 from ..ids import NodeRid
-from ..store.api import Applied, AuthorityRow, Conflict, LocationStore, ObjectKey, OwnerFence
+from ..store.api import (
+    Applied,
+    AuthorityRow,
+    Conflict,
+    LocationStore,
+    ObjectKey,
+    OwnerFence,
+)
 from .store import STORE_READ_METHODS, STORE_WRITE_METHODS
 from .wrapper import StoreWrapper
 
@@ -86,6 +94,8 @@ class RecordingStore(StoreWrapper):
     async def _around(self, method: str, call: Callable[[], Awaitable[T]], *args: object) -> T:
         if method not in STORE_WRITE_METHODS and not (self._reads and method in STORE_READ_METHODS):
             return await call()
+        if method == "change_owners":
+            return await self._around_rows(call, args)
         key = args[0] if args and isinstance(args[0], ObjectKey) else None
         rid = args[0] if args and isinstance(args[0], NodeRid) else None
         try:
@@ -125,6 +135,39 @@ class RecordingStore(StoreWrapper):
             else:
                 self._last_owner.pop(key, None)
         self._add(StoreCall(trio.current_time(), method, key, applied, owner, rid, row))
+        return result
+
+    async def _around_rows(
+        self,
+        call: Callable[[], Awaitable[T]],
+        args: tuple[object, ...],
+    ) -> T:
+        """``change_owners``: one :class:`StoreCall` per row it names, all stamped with
+        the same time (the rows changed, or did not, in one commit)."""
+        changes = args[0]
+        assert isinstance(changes, Sequence)
+        keys = [key for key, _ in changes]
+        try:
+            result = await call()
+        except BaseException as exc:
+            at = trio.current_time()
+            for key in keys:
+                self._add(StoreCall(at, "change_owners", key, None, None, None, None, repr(exc)))
+            raise
+        at = trio.current_time()
+        if isinstance(result, Applied):
+            for row in result.row:
+                self._last_owner[row.key] = row.owner
+            calls = [
+                StoreCall(at, "change_owners", r.key, True, r.owner, None, r) for r in result.row
+            ]
+        else:
+            calls = [
+                StoreCall(at, "change_owners", key, False, self._last_owner.get(key))
+                for key in keys
+            ]
+        for recorded in calls:
+            self._add(recorded)
         return result
 
     def _add(self, mutation: StoreCall) -> None:

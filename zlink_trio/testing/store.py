@@ -46,6 +46,7 @@ STORE_WRITE_METHODS: Final = frozenset(
         "commit_ready",
         "abort_creation",
         "change_owner",
+        "change_owners",
         "set_membership",
         "set_recovery",
         "set_relocation",

@@ -147,6 +147,16 @@ class StoreWrapper:
             new_owner,
         )
 
+    async def change_owners(
+        self, changes: Sequence[tuple[ObjectKey, int]], new_owner: OwnerFence
+    ) -> CasResult[tuple[AuthorityRow, ...]]:
+        return await self._around(
+            "change_owners",
+            lambda: self._inner.change_owners(changes, new_owner),
+            changes,
+            new_owner,
+        )
+
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
     ) -> CasResult[AuthorityRow]:

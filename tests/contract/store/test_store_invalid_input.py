@@ -32,6 +32,7 @@ CAS_CALLS: dict[str, CasCall] = {
     "commit_ready": lambda s, r, v: s.commit_ready(r.key, v),  # type: ignore[arg-type]
     "abort_creation": lambda s, r, v: s.abort_creation(r.key, v),  # type: ignore[arg-type]
     "change_owner": lambda s, r, v: s.change_owner(r.key, v, r.owner),  # type: ignore[arg-type]
+    "change_owners": lambda s, r, v: s.change_owners([(r.key, v)], r.owner),  # type: ignore[list-item]
     "set_membership": lambda s, r, v: s.set_membership(r.key, v, None),  # type: ignore[arg-type]
     "set_recovery": lambda s, r, v: s.set_recovery(r.key, v, None),  # type: ignore[arg-type]
     "set_relocation": lambda s, r, v: s.set_relocation(r.key, v, None),  # type: ignore[arg-type]
