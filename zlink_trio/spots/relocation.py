@@ -59,7 +59,7 @@ from ..ids import (
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
 from ..objects.durable import remaining_ms
 from ..objects.follow import FollowTable
-from ..objects.policy import PreserveStateWith
+from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relay import fail_terminal, relay_reply_to
 from ..objects.relocation import refuse_unless_relocatable, release_unconfirmed
 from ..objects.relocation_envelope import RelocationEnvelope
@@ -88,8 +88,9 @@ from ..wire.relocation import (
 from ..wire.tails import ReadyFence
 from .dispatch import SpotMessage
 from .host import SpotHost
-from .hosted import HostedSpot, SpotItem
+from .hosted import SPOT_READY, HostedSpot, SpotItem
 from .kind import spot_key
+from .spot_kind import SpotKind
 
 __all__ = ["MEMBERS_PARTICIPANT", "SpotRelocationResult", "SpotRelocator"]
 
@@ -238,6 +239,67 @@ class SpotRelocator:
         finally:
             self.in_flight.pop(spot_id, None)
             self._commits.pop(move.relocation_id, None)
+
+    async def relocate_out(self) -> int:
+        """Drain by relocation (a clean stop, after the settle): every Ready Spot hosted
+        here whose type may relocate moves to a live peer of its mesh that registers its
+        type (spread round-robin, 16 at a time); what cannot move (DisableRelocation, no
+        such peer, a SpotWide Spot with members, a failed move) stays for the release
+        step. Returns the number moved."""
+        me = self._node.identity.node_rid
+        plans: list[tuple[SpotId, NodeRid]] = []
+        peers: dict[tuple[MeshName, object], list[NodeRid]] = {}
+        turn: dict[tuple[MeshName, object], int] = {}
+        for hosted in self._host:
+            spot_type = hosted.spot_type
+            if (
+                hosted.state is not SPOT_READY
+                or isinstance(spot_type.relocation, DisableRelocation)
+                or (hosted.spot_wide and hosted.has_members)
+            ):
+                continue
+            mesh = hosted.context.mesh_name
+            key = (mesh, spot_type.stable_type)
+            if key not in peers:
+                try:
+                    records = await self._store.list_nodes(mesh)
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: no node list: %r", exc)
+                    return 0
+                peers[key] = [
+                    r.descriptor.node_rid
+                    for r in records
+                    if r.live
+                    and r.descriptor.node_rid != me
+                    and spot_type.stable_type
+                    in (
+                        r.descriptor.instance_types
+                        if hosted.kind is SpotKind.INSTANCE
+                        else r.descriptor.spot_types
+                    )
+                ]
+            candidates = peers[key]
+            if not candidates:
+                continue
+            index = turn.get(key, 0)
+            turn[key] = index + 1
+            plans.append((hosted.spot_id, candidates[index % len(candidates)]))
+        moved = 0
+        limiter = trio.CapacityLimiter(16)
+
+        async def move(spot_id: SpotId, to: NodeRid) -> None:
+            nonlocal moved
+            async with limiter:
+                try:
+                    await self.relocate(spot_id, to, draining=True)
+                    moved += 1
+                except ZLinkError as exc:
+                    logger.info("drain by relocation: spot %r stays: %r", spot_id.value, exc)
+
+        async with trio.open_nursery() as nursery:
+            for spot_id, to in plans:
+                nursery.start_soon(move, spot_id, to)
+        return moved
 
     async def _target_generation(
         self, mesh: MeshName, to: NodeRid

@@ -142,9 +142,10 @@ def apps(log: SpotLog) -> Callable[[int], App]:
 
 
 async def instance_on(
-    caller: Any, servers: list[Any], index: int, prefix: str, stable_type: str = "bag"
+    caller: Any, servers: list[Any], index: int, prefix: str, stable_type: str, store: Any
 ) -> str:
-    """An Instance Spot activated (by a first "add") on ``servers[index]``."""
+    """An Instance Spot activated (by a first "add-req") on ``servers[index]``, once its
+    row no longer carries the activation's recovery pointer (a move waits for that)."""
     wanted = servers[index].identity.node_rid
     for i in range(64):
         spot_id = f"{prefix}-{i}"
@@ -152,7 +153,12 @@ async def instance_on(
         ref = await caller.spots.find(spot_id)
         assert ref is not None
         if ref.node_rid == wanted:
-            return spot_id
+            with trio.fail_after(LONG):
+                while True:
+                    row = await store.read(ObjectKey.spot(spot_id))
+                    if row is not None and row.recovery is None:
+                        return spot_id
+                    await trio.sleep(0.01)
     raise AssertionError("placement never chose the wanted node")
 
 

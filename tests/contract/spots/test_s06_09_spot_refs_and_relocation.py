@@ -201,3 +201,39 @@ async def test_a_per_actor_member_moves_alone_and_keeps_its_spot(
         assert await second.spots.close(spot) is False
         assert await first.spots.find(lobby) == spot
         assert (await store.read(key)) == moved
+
+
+async def test_a04_13_a_per_actor_spot_moves_alone_and_keeps_its_members(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-13 (RecreateOnRelocation, a PerActor User Spot) and spec 06 §6.1 (PerActor: the
+    Spot's and its members' routes are separate): a PerActor Spot with a member Actor on
+    node 0 relocates to node 1 alone: its row names node 1 with AuthorityOwnerGeneration
+    + 1 and the same ObjectGeneration; the member Actor's row is unchanged (owner,
+    generations, membership) and it still answers from both nodes; the moved Spot still
+    counts the member (its Close is False, S06-20, and keeps it Ready)."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member, lobby = await _joined(cluster, log, "lobby")
+        spot_key = ObjectKey.spot(lobby)
+        actor_key = ObjectKey.actor(member)
+        spot_row = await store.read(spot_key)
+        actor_row = await store.read(actor_key)
+        assert spot_row is not None and actor_row is not None
+        assert spot_row.owner.node_rid == first.identity.node_rid
+        result = await first.relocate(SpotId(lobby), to=second.identity.node_rid)
+        assert result.committed
+        moved = await store.read(spot_key)
+        assert moved is not None
+        assert moved.owner.node_rid == second.identity.node_rid
+        assert moved.owner_generation.value == spot_row.owner_generation.value + 1
+        assert moved.object_generation == spot_row.object_generation
+        assert await store.read(actor_key) == actor_row
+        for server in (first, second):
+            assert await server.actors.request(member, "echo", b"here").timeout(LONG) == b"here"
+        ref = await first.spots.find(lobby)
+        assert ref is not None and ref.node_rid == second.identity.node_rid
+        assert await first.spots.close(ref) is False
+        assert await second.spots.find(lobby) == ref

@@ -16,10 +16,23 @@ from spot_relocation_kit import (
     user_spot_on,
 )
 
-from zlink_trio import AuthorityOwnerGeneration, ServerConfig, Unavailable, ZLinkError
+from zlink_trio import (
+    AuthorityOwnerGeneration,
+    NotConfigured,
+    ServerConfig,
+    Unavailable,
+    ZLinkError,
+)
 from zlink_trio.ids import SpotId
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, TapDirection, WireTap, open_cluster
+from zlink_trio.testing import (
+    CountingStore,
+    TapDirection,
+    WireTap,
+    forget_spot_member,
+    open_cluster,
+    record_spot_member,
+)
 from zlink_trio.wire.commands import Command
 
 
@@ -35,7 +48,7 @@ async def test_a04_13_instance_spot_state_moves_generation_stays(
     async with open_cluster(3, store=store, app=apps(log)) as cluster:
         await cluster.wait_all_admitted()
         a, b, c = cluster.servers
-        spot = await instance_on(c, cluster.servers, 0, "bag", "bag")
+        spot = await instance_on(c, cluster.servers, 0, "bag", "bag", store)
         for i in range(3):
             await c.spots.send(spot, "add", str(i).encode())
         row = await store.read(ObjectKey.spot(spot))
@@ -70,7 +83,7 @@ async def test_a04_13_recreate_on_relocation_keeps_the_spot_generation_not_its_s
     async with open_cluster(2, store=store, app=apps(log)) as cluster:
         await cluster.wait_all_admitted()
         a, b = cluster.servers
-        spot = await instance_on(b, cluster.servers, 0, "fresh", "fresh")
+        spot = await instance_on(b, cluster.servers, 0, "fresh", "fresh", store)
         before = await store.read(ObjectKey.spot(spot))
         assert before is not None
         gen = before.object_generation.value
@@ -97,7 +110,7 @@ async def test_instance_spot_timers_move_and_a_pending_tick_fires_once_on_the_ta
     async with open_cluster(2, store=store, app=apps(log)) as cluster:
         await cluster.wait_all_admitted()
         a, b = cluster.servers
-        spot = await instance_on(b, cluster.servers, 0, "tick", "bag")
+        spot = await instance_on(b, cluster.servers, 0, "tick", "bag", store)
         assert await b.spots.request(spot, "once", b"1").timeout(LONG) == b"ok"
         log.gate = trio.Event()
         async with trio.open_nursery() as nursery:
@@ -181,7 +194,7 @@ async def test_s06_18_spot_follow_reads_no_store_and_keeps_the_operation_id(
     async with open_cluster(3, store=store, app=apps(log), tap=tap) as cluster:
         await cluster.wait_all_admitted()
         a, b, c = cluster.servers
-        spot = await instance_on(c, cluster.servers, 0, "follow", "bag")
+        spot = await instance_on(c, cluster.servers, 0, "follow", "bag", store)
         assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node0")
         await a.relocate(SpotId(spot), to=b.identity.node_rid)
         store.reset()
@@ -230,7 +243,7 @@ async def test_s06_18_a_burst_during_the_spot_move_is_all_delivered_in_order(
     async with open_cluster(3, store=store, app=apps(log), config=config) as cluster:
         await cluster.wait_all_admitted()
         a, b, c = cluster.servers
-        spot = await instance_on(c, cluster.servers, 0, "burst", "bag")
+        spot = await instance_on(c, cluster.servers, 0, "burst", "bag", store)
         log.restore_gate = trio.Event()
         async with trio.open_nursery() as nursery:
 
@@ -263,7 +276,7 @@ async def test_a04_07_spot_restore_failure_before_relay_ready_leaves_it_on_the_s
     async with open_cluster(2, store=store, app=apps(log)) as cluster:
         await cluster.wait_all_admitted()
         a, b = cluster.servers
-        spot = await instance_on(b, cluster.servers, 0, "fail", "bag")
+        spot = await instance_on(b, cluster.servers, 0, "fail", "bag", store)
         before = await store.read(ObjectKey.spot(spot))
         assert before is not None
         log.restore_gate = trio.Event()
@@ -307,3 +320,59 @@ async def _fail_once(
             await b.spots.send(spot, "add", f"held-{i}".encode())  # type: ignore[attr-defined]
         assert log.restore_gate is not None
         log.restore_gate.set()
+
+
+async def test_a_spot_wide_spot_with_members_is_not_moved_without_them(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 06 §6.1 (SpotWide: the Spot and its members move in ONE aggregate commit,
+    not built here): a SpotWide User Spot that has a member is refused NotConfigured and
+    stays Ready where it is, untouched (row unchanged, no mark, it answers); without
+    members it moves alone, and its members' set moves with it."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        ref = await user_spot_on(b, cluster.servers, 0, "wide", "hall")
+        spot = ref.spot_id.value
+        await record_spot_member(a, spot, "some-member")
+        row = await store.read(ObjectKey.spot(spot))
+        with pytest.raises(NotConfigured, match="aggregate"):
+            await a.relocate(ref, to=b.identity.node_rid)
+        assert await store.read(ObjectKey.spot(spot)) == row
+        assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"0@node0")
+        await forget_spot_member(a, spot, "some-member")
+        result = await a.relocate(ref, to=b.identity.node_rid)
+        assert result.committed
+        assert (await a.spots.request(spot, "get").timeout(LONG)).startswith(b"0@node1")
+
+
+async def test_drain_by_relocation_moves_the_spots_that_can_move(
+    clock: object, store: CountingStore
+) -> None:
+    """Drain by relocation (a clean stop, step 3) for Spots: stopping node 0 moves its
+    relocatable Instance and User Spots to the live peer (PreserveStateWith state and the
+    ObjectGeneration kept, AuthorityOwnerGeneration + 1); they answer there by SpotId."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        bags = [
+            await instance_on(b, cluster.servers, 0, f"dbag{i}", "bag", store) for i in range(2)
+        ]
+        hall = await user_spot_on(b, cluster.servers, 0, "dhall", "hall")
+        rows = {}
+        for spot in [*bags, hall.spot_id.value]:
+            await b.spots.send(spot, "add", b"x")
+            rows[spot] = await store.read(ObjectKey.spot(spot))
+        assert await b.spots.request(bags[0], "get").timeout(LONG) is not None
+        await cluster.stop(0)
+        for spot, before in rows.items():
+            row = await store.read(ObjectKey.spot(spot))
+            assert row is not None and row.owner.node_rid == b.identity.node_rid
+            assert row.object_generation == before.object_generation
+            assert row.owner_generation.value == before.owner_generation.value + 1
+        gen = rows[bags[0]].object_generation.value
+        assert await b.spots.request(bags[0], "get").timeout(LONG) == f"2@node1:{gen}".encode()
+        reply = await b.spots.request(hall.spot_id, "get").timeout(LONG)
+        assert reply.startswith(b"1@node1")
