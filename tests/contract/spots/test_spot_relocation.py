@@ -356,7 +356,7 @@ async def test_drain_by_relocation_moves_the_spots_that_can_move(
     log = SpotLog()
     async with open_cluster(2, store=store, app=apps(log)) as cluster:
         await cluster.wait_all_admitted()
-        a, b = cluster.servers
+        _, b = cluster.servers
         bags = [
             await instance_on(b, cluster.servers, 0, f"dbag{i}", "bag", store) for i in range(2)
         ]
