@@ -109,7 +109,9 @@ async def test_a04_07_spot_target_sigkilled_before_relay_ready_the_source_stays_
             assert row is not None and row.relocation is None
             assert row.owner.node_rid == source.identity.node_rid
             assert row.owner_generation == before.owner_generation
-            assert not [line for line in target.lines if line["event"] == "handled"]
+            # (placement may have activated other "bag"s on the target: their "first")
+            ran = [line for line in target.lines if line["event"] == "handled"]
+            assert {line["payload"] for line in ran} <= {"first"}
 
 
 async def test_a04_07_spot_target_sigkilled_after_relay_ready_never_returns_to_the_source(

@@ -24,6 +24,7 @@ from ..errors import CapacityExceeded, InvalidOperation, StaleRoute, Unavailable
 from ..ids import (
     AuthorityOwnerGeneration,
     MeshName,
+    NodeGeneration,
     NodeRid,
     ObjectGeneration,
     OperationId,
@@ -63,14 +64,18 @@ __all__ = ["SpotHost"]
 class _Staging:
     """Attempts staging one id here, and what was admitted for it meanwhile."""
 
-    __slots__ = ("attempts", "event", "parked", "unbounded")
+    __slots__ = ("attempts", "event", "parked", "relay_from", "relayed")
 
-    def __init__(self, unbounded: bool) -> None:
+    def __init__(self, relay_from: tuple[NodeRid, NodeGeneration] | None) -> None:
         self.attempts = 1
         self.event = trio.Event()
         self.parked: list[SpotMessage] = []
-        self.unbounded = unbounded
-        """A relocation's temporary queue: no count limit on what it parks (spec 06 §6)."""
+        self.relay_from = relay_from
+        """A relocation's temporary queue: the source lifecycle whose relay it takes
+        (then nothing it parks is count-bounded, spec 06 §6); None for a creation."""
+        self.relayed: list[SpotMessage] = []
+        """The relay from the source (saved work, then held ingress), in its order: it
+        enters the lane before what ``parked`` holds (A04-05)."""
 
 
 @final
@@ -181,19 +186,34 @@ class SpotHost:
         self.begin_staging(spot_id)
         return hosted
 
-    def begin_staging(self, spot_id: SpotId, *, relocation: bool = False) -> None:
+    def begin_staging(
+        self, spot_id: SpotId, *, relay_from: tuple[NodeRid, NodeGeneration] | None = None
+    ) -> None:
         """From now until the matching :meth:`end_staging_of`, messages admitted for
         ``spot_id`` (not hosted here yet) are parked, in arrival order, instead of being
         refused StaleRoute; the Spot published meanwhile takes them first. :meth:`stage`
         calls it; a cold activation calls it BEFORE its own reserve (then
         :meth:`park_first` its first message), so nothing can overtake that message.
-        ``relocation``: the temporary queue of a move here (it parks without a bound)."""
+        ``relay_from``: the temporary queue of a move here from that source lifecycle (it
+        parks without a bound and takes the source's relay apart)."""
         staging = self._staging.get(spot_id)
         if staging is None:
-            self._staging[spot_id] = _Staging(relocation)
+            self._staging[spot_id] = _Staging(relay_from)
         else:
             staging.attempts += 1
-            staging.unbounded = staging.unbounded or relocation
+            if relay_from is not None:
+                staging.relay_from = relay_from
+
+    def admit_relayed_nowait(
+        self, spot_id: SpotId, item: SpotMessage, source: tuple[NodeRid, NodeGeneration]
+    ) -> bool:
+        """``item`` is part of the relay of a move of ``spot_id`` here from ``source``:
+        parked apart, in relay order (True); False when no such move stages it here."""
+        staging = self._staging.get(spot_id)
+        if staging is None or staging.relay_from != source or spot_id in self._spots:
+            return False
+        staging.relayed.append(item)
+        return True
 
     def has_temporary_queue(self, spot_id: SpotId) -> bool:
         """Whether something stages ``spot_id`` here (a creation or a move): inbound
@@ -220,7 +240,8 @@ class SpotHost:
             return []
         del self._staging[spot_id]
         staging.event.set()
-        parked, staging.parked = staging.parked, []
+        parked = [*staging.relayed, *staging.parked]
+        staging.relayed, staging.parked = [], []
         return parked
 
     def publish(self, hosted: HostedSpot, owner_generation: AuthorityOwnerGeneration) -> None:
@@ -342,17 +363,19 @@ class SpotHost:
         first: list[SpotItem],
     ) -> None:
         """The target's commit (after its owner CAS): ``first`` (the timer ticks that
-        were in the source lane) and then what the temporary queue parked (saved work,
-        pre-boundary relay, then what followed) enter the lane in that order, and the
-        regular route replaces the temporary queue: one synchronous step, so nothing is
-        admitted between them or twice. Never cut by the lane's capacity."""
+        were in the source lane), then the source's relay (saved work, then the
+        pre-boundary hold), then the remaining temporary work enter the lane in that
+        order, and the regular route replaces the temporary queue: one synchronous step,
+        so nothing is admitted between them or twice. Never cut by the lane's
+        capacity."""
         hosted.owner_generation = owner_generation
         spot_id = hosted.spot_id
         self._spots[spot_id] = hosted
         staging = self._staging.get(spot_id)
         parked: list[SpotMessage] = []
         if staging is not None:
-            parked, staging.parked = staging.parked, []
+            parked = [*staging.relayed, *staging.parked]
+            staging.relayed, staging.parked = [], []
         if self._fenced:
             hosted.state = SPOT_FENCED
             hosted.orphans.extend(parked)
@@ -430,7 +453,7 @@ class SpotHost:
             if staging is None:
                 raise StaleRoute(f"spot {spot_id.value!r} is not hosted on this node")
             capacity = self._engine.limits.capacity
-            if len(staging.parked) >= capacity and not staging.unbounded:
+            if len(staging.parked) >= capacity and staging.relay_from is None:
                 raise CapacityExceeded(
                     f"spot {spot_id.value!r} is being created and {capacity} messages "
                     "already wait for it"

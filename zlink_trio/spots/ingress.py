@@ -110,7 +110,10 @@ class SpotIngress:
                 record.message_kind, record.packet_name, record.payload, sink, run_by
             )
             try:
-                self._host.admit_nowait(route.spot_id, item)
+                if record.follow_hops != 0 or not self._host.admit_relayed_nowait(
+                    route.spot_id, item, (peer.node_rid, peer.node_generation)
+                ):
+                    self._host.admit_nowait(route.spot_id, item)
             except ZLinkError as exc:
                 error = exc
         if error is None:

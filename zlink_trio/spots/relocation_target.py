@@ -199,7 +199,7 @@ class SpotRelocationTarget:
             return
         attempt = _Attempt(record, peer)
         self._attempts[record.relocation_id] = attempt
-        self._host.begin_staging(spot_id, relocation=True)  # before anything looks
+        self._host.begin_staging(spot_id, relay_from=attempt.source)  # before anything looks
         self._activity.begin()
         self._nursery.start_soon(self._run, attempt, name="zlink_trio.spot_relocation.target")
         await sink.deliver(ok())

@@ -376,3 +376,65 @@ async def test_drain_by_relocation_moves_the_spots_that_can_move(
         assert await b.spots.request(bags[0], "get").timeout(LONG) == f"2@node1:{gen}".encode()
         reply = await b.spots.request(hall.spot_id, "get").timeout(LONG)
         assert reply.startswith(b"1@node1")
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_04_a04_05_spot_temporary_queue_then_merge_order(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-04 / A04-05 for a Spot — A04-04: a message that reaches the target while its
+    Restore runs goes into the temporary queue (checked before any instance or follow
+    route) and no handler runs it before the commit; it runs once afterwards. A04-05: on
+    the target the saved work (queued at the seal), then the pre-boundary relay (held at
+    the source after the seal), then the remaining temporary work, then what arrived
+    after the switch, run in that order, and nothing runs before the commit. (Memory
+    store: the interleaving is made exact with MockClock's ``wait_all_tasks_blocked``.)"""
+    log = SpotLog()
+    async with open_cluster(3, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "order", "bag", store)
+        # node 0 → node 1 first; c's route cache still names node 0 afterwards.
+        await a.relocate(SpotId(spot), to=b.identity.node_rid)
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node1")
+        stats = a.statistics().spots
+        assert stats is not None
+        followed = stats.relocation.followed
+        assert followed == 1  # c's request above went node 0 → node 1
+        log.gate = trio.Event()
+        log.restore_gate = trio.Event()
+        log.restore_entered = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.spots.request(spot, "hold").timeout(LONG)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            await b.spots.send(spot, "add", b"saved-1")
+            await b.spots.send(spot, "add", b"saved-2")
+
+            async def move() -> None:
+                await b.relocate(SpotId(spot), to=a.identity.node_rid)
+
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()  # the seal turn is queued
+            stats_b = b.statistics().spots
+            assert stats_b is not None and stats_b.relocation.in_flight == 1
+            log.gate.set()  # the handler ends normally; the seal turn runs next
+            await log.restore_entered.wait()  # node 0 restores: the source is sealed
+            await b.spots.send(spot, "add", b"held-1")  # held at the source
+            await c.spots.send(spot, "add", b"temp-1")  # c's cache: node 0 → temp queue
+            assert log.payloads(spot) == []  # nothing of this Spot runs anywhere
+            log.restore_gate.set()
+        await log.wait_for(lambda: len(log.payloads(spot)) == 4)
+        stats = a.statistics().spots
+        assert stats is not None
+        # temp-1 entered node 0's temporary queue (checked before its follow route)
+        assert stats.relocation.followed == followed
+        assert stats.relocation.committed == 1 and stats.relocation.restores == 1
+        await c.spots.send(spot, "add", b"after-1")
+        await log.wait_for(lambda: len(log.payloads(spot)) == 5)
+        assert log.payloads(spot) == [b"saved-1", b"saved-2", b"held-1", b"temp-1", b"after-1"]
+        assert log.nodes(spot) == {"node0"}
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"7@node0")
