@@ -647,8 +647,8 @@ class SpotRelocator:
                 owner_lease_generation=move.target_lease,
                 timeout_ms=remaining_ms(item.deadline) if request else None,
             )
-            record = SpotDirectRoute(
-                correlation=0,
+            build = _relayed(
+                SpotDirectRoute,
                 operation_id=OperationId.new(),
                 source_rid=me.node_rid,
                 source_generation=me.node_generation,
@@ -659,7 +659,7 @@ class SpotRelocator:
             )
             try:
                 if item.sink is not None:
-                    pending = await node.request_with(peer, _with_correlation(record))
+                    pending = await node.request_with(peer, build)
                     self._nursery.start_soon(
                         relay_reply_to,
                         item.sink,
@@ -668,7 +668,7 @@ class SpotRelocator:
                         "the Spot moved and its new owner did not answer",
                     )
                 else:
-                    await node.send(peer, record)
+                    await node.send(peer, build(0))
                 sent += 1
             except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
                 if item.sink is not None:
@@ -698,8 +698,10 @@ def _check_row(
         raise Unavailable(f"spot {name!r}: its first message is still being recovered")
 
 
-def _with_correlation(record: SpotDirectRoute) -> Callable[[int], SpotDirectRoute]:
+def _relayed(cls: type[SpotDirectRoute], **fields: Any) -> Callable[[int], SpotDirectRoute]:
+    """The relayed 39 for a correlation (0 for a one-way send)."""
+
     def build(correlation: int) -> SpotDirectRoute:
-        return attrs.evolve(record, correlation=correlation)
+        return cls(correlation=correlation, **fields)
 
     return build

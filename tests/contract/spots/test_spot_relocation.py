@@ -413,6 +413,13 @@ async def test_a04_04_a04_05_spot_temporary_queue_then_merge_order(
             await log.entered.wait()
             await b.spots.send(spot, "add", b"saved-1")
             await b.spots.send(spot, "add", b"saved-2")
+            replies: list[bytes | None] = []
+
+            async def saved_request() -> None:
+                replies.append(await b.spots.request(spot, "add-req", b"req").timeout(LONG))
+
+            nursery.start_soon(saved_request)  # queued at the source: relayed, answered
+            await trio.testing.wait_all_tasks_blocked()
 
             async def move() -> None:
                 await b.relocate(SpotId(spot), to=a.identity.node_rid)
@@ -437,4 +444,6 @@ async def test_a04_04_a04_05_spot_temporary_queue_then_merge_order(
         await log.wait_for(lambda: len(log.payloads(spot)) == 5)
         assert log.payloads(spot) == [b"saved-1", b"saved-2", b"held-1", b"temp-1", b"after-1"]
         assert log.nodes(spot) == {"node0"}
-        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"7@node0")
+        assert replies == [b"req"]
+        assert [n for s_, p, d, n in log.handled if s_ == spot and d == b"req"] == ["node0"]
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"8@node0")
