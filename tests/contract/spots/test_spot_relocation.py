@@ -27,6 +27,7 @@ from zlink_trio.ids import SpotId
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import (
     CountingStore,
+    FaultPlan,
     TapDirection,
     WireTap,
     forget_spot_member,
@@ -447,3 +448,87 @@ async def test_a04_04_a04_05_spot_temporary_queue_then_merge_order(
         assert replies == [b"req"]
         assert [n for s_, p, d, n in log.handled if s_ == spot and d == b"req"] == ["node0"]
         assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"8@node0")
+
+
+async def test_a04_08_spot_duplicated_restore_builds_one_shell_and_old_temp_work_never_runs(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-08 for a Spot (and A04-07's discard): an attempt whose Restore fails discards
+    the target's temporary queue unrun (a message a third node sent straight to it never
+    runs); the next attempt, its Restore written twice by the fault transport, runs the
+    factory once and never sees that earlier temporary work."""
+    log = SpotLog()
+    plan = FaultPlan(seed=14)
+    async with open_cluster(3, store=store, app=apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "dup", "bag", store)
+        await a.relocate(SpotId(spot), to=b.identity.node_rid)  # c's cache: node 0
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node1")
+        log.restore_gate = trio.Event()
+        log.restore_entered = trio.Event()
+        log.fail_restore = True
+        failure: list[BaseException] = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        await b.relocate(SpotId(spot), to=a.identity.node_rid)
+                    except ZLinkError as exc:
+                        failure.append(exc)
+
+                nursery.start_soon(move)
+                await log.restore_entered.wait()
+                await b.spots.send(spot, "add", b"held-1")  # held at the source
+                await c.spots.send(spot, "add", b"temp-x")  # node 0's temporary queue
+                log.restore_gate.set()
+        assert len(failure) == 1
+        await log.wait_for(lambda: len(log.payloads(spot)) == 1)
+        assert log.payloads(spot) == [b"held-1"] and log.nodes(spot) == {"node1"}
+        stats_a = a.statistics().spots
+        assert stats_a is not None and stats_a.relocation.discarded == 1
+        log.fail_restore = False
+        log.restore_gate = None
+        runs = log.factory_runs[spot]
+        duplicate = plan.duplicate(command=Command.RELOCATION_RESTORE, count=1)
+        with trio.fail_after(60):
+            await b.relocate(SpotId(spot), to=a.identity.node_rid)
+        assert duplicate.fired == 1
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"2@node0")
+        assert log.factory_runs[spot] == runs + 1
+        assert b"temp-x" not in log.payloads(spot)
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_a04_07_spot_cutover_lost_falls_back_after_1000_ms(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (after acceptance) and the cutover fallback for a Spot: the cutover (123) is
+    held back on the wire; 1,000 ms after its relay-ready reply the target logs
+    cutover_timeout and commits anyway; the messages held at the source run once, on the
+    target, and never on the source."""
+    log = SpotLog()
+    plan = FaultPlan(seed=15)
+    async with open_cluster(2, store=store, app=apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "late", "bag", store)
+        plan.delay(30.0, command=Command.RELOCATION_CUTOVER)
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(SpotId(spot), to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            for i in range(3):
+                await b.spots.send(spot, "add", f"held-{i}".encode())
+            log.restore_gate.set()
+        await log.wait_for(lambda: len(log.payloads(spot)) == 3)
+        assert log.payloads(spot) == [f"held-{i}".encode() for i in range(3)]
+        assert log.nodes(spot) == {"node1"}
+        stats = b.statistics().spots
+        assert stats is not None and stats.relocation.cutover_timeouts == 1
+        assert (await a.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node1")
