@@ -1,6 +1,10 @@
 """Relocation pause under load: how long a moving Actor handles nothing while it moves.
 
-Usage: python benchmarks/bench_relocation.py [--moves M] [--rate R]
+Usage: python benchmarks/bench_relocation.py [--moves M] [--rate R] [--kind actor|spot]
+
+``--kind spot`` measures the same for an Instance Spot (PreserveStateWith) moved with
+``server.relocate(SpotId)`` and called by SpotId (a SpotWide Spot with members does not
+move yet: docs/relocation.md, "Spots").
 
 Three nodes in this process (in-memory Location Store, loopback TCP). One PreserveStateWith
 Actor; a caller on the third node streams numbered one-way sends to it (one every
@@ -27,7 +31,7 @@ from typing import Any
 
 import trio
 
-from zlink_trio import App, PreserveStateWith, on_request, on_send
+from zlink_trio import App, PreserveStateWith, SpotId, SpotKind, on_request, on_send
 from zlink_trio.testing import open_cluster
 
 
@@ -71,6 +75,9 @@ def make_app(stamps: Stamps) -> App:
     app = App()
     app.enable_actor_dispatch()
     app.register_actor("counter", Counter, relocation=PreserveStateWith(Adapter()))
+    app.register_spot(
+        "counter-spot", Counter, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter())
+    )
     return app
 
 
@@ -86,20 +93,43 @@ def gaps_in(stamps: list[tuple[int, float]], start: float, end: float) -> float:
     return max(b - a for a, b in itertools.pairwise(times))
 
 
-async def run(moves: int, rate: float) -> None:
+async def _actor_on(a: Any, c: Any) -> str:
+    for i in range(64):
+        result = await c.actors.create(f"bench-{i}", "counter").timeout(30)
+        assert result.ref is not None
+        if result.ref.node_rid == a.identity.node_rid:
+            return f"bench-{i}"
+        await c.actors.destroy(result.ref)
+    raise AssertionError("placement never chose node 0")
+
+
+async def _spot_on(a: Any, c: Any) -> str:
+    for i in range(64):
+        spot_id = f"bench-spot-{i}"
+        await c.spots.request(spot_id, "get", b"-1").instance("counter-spot").timeout(30)
+        ref = await c.spots.find(spot_id)
+        if ref is not None and ref.node_rid == a.identity.node_rid:
+            # a move waits until the activation's recovery pointer is gone
+            for _ in range(1000):
+                try:
+                    await a.relocate(SpotId(spot_id), to=c.identity.node_rid)
+                except Exception:
+                    await trio.sleep(0.01)
+                    continue
+                await c.relocate(SpotId(spot_id), to=a.identity.node_rid)
+                return spot_id
+    raise AssertionError("placement never chose node 0")
+
+
+async def run(moves: int, rate: float, kind: str) -> None:
     stamps = Stamps()
     async with open_cluster(3, app=make_app(stamps)) as cluster:
         await cluster.wait_all_admitted()
         a, b, c = cluster.servers
-        actor_id = None
-        for i in range(64):
-            result = await c.actors.create(f"bench-{i}", "counter").timeout(30)
-            assert result.ref is not None
-            if result.ref.node_rid == a.identity.node_rid:
-                actor_id = f"bench-{i}"
-                break
-            await c.actors.destroy(result.ref)
-        assert actor_id is not None
+        spot = kind == "spot"
+        target_id = await (_spot_on(a, c) if spot else _actor_on(a, c))
+        calls = c.spots if spot else c.actors
+        stamps.clear()
         sent = 0
         stop = trio.Event()
 
@@ -108,9 +138,9 @@ async def run(moves: int, rate: float) -> None:
             period = 1.0 / rate
             while not stop.is_set():
                 if sent % 10 == 9:
-                    await c.actors.request(actor_id, "get", str(sent).encode()).timeout(30)
+                    await calls.request(target_id, "get", str(sent).encode()).timeout(30)
                 else:
-                    await c.actors.send(actor_id, "add", str(sent).encode())
+                    await calls.send(target_id, "add", str(sent).encode())
                 sent += 1
                 await trio.sleep(period)
 
@@ -121,7 +151,8 @@ async def run(moves: int, rate: float) -> None:
             owner, other = a, b
             for _ in range(moves):
                 start = time.perf_counter()
-                result = await owner.relocate(actor_id, to=other.identity.node_rid)
+                moving = SpotId(target_id) if spot else target_id
+                result = await owner.relocate(moving, to=other.identity.node_rid)
                 assert result.committed
                 windows.append((start, time.perf_counter() + 0.05))
                 owner, other = other, owner
@@ -144,6 +175,8 @@ async def run(moves: int, rate: float) -> None:
     ours = [gaps_in(stamps, s, e) * 1000 for s, e in windows]
     base = [gaps_in(stamps, s, e) * 1000 for s, e in quiet]
     print(f"messages sent {sent}, handled {len(stamps)}, exactly once and in order: {exact}")
+    what = "spot (Instance, PreserveStateWith)" if kind == "spot" else "actor"
+    print(f"moving: {what}")
     print(
         f"relocation pause  p50 {pct(ours, 0.5):7.2f} ms  p99 {pct(ours, 0.99):7.2f} ms"
         f"  max {max(ours):7.2f} ms  ({moves} moves, {rate:.0f} msg/s)"
@@ -159,8 +192,9 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--moves", type=int, default=50)
     parser.add_argument("--rate", type=float, default=500.0)
+    parser.add_argument("--kind", choices=("actor", "spot"), default="actor")
     args = parser.parse_args()
-    trio.run(run, args.moves, args.rate)
+    trio.run(run, args.moves, args.rate, args.kind)
 
 
 if __name__ == "__main__":

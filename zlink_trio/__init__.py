@@ -146,6 +146,7 @@ from .spots.execution import (
 )
 from .spots.lifecycle import SpotCallback as SpotCallback, on_lifecycle as on_lifecycle
 from .spots.manager import SpotInfo as SpotInfo, SpotPage as SpotPage
+from .spots.relocation import SpotRelocationResult as SpotRelocationResult
 from .spots.results import (
     SpotCreated as SpotCreated,
     SpotCreateResult as SpotCreateResult,
@@ -247,6 +248,7 @@ __all__ = [
     "SpotRef",
     "SpotRejected",
     "SpotRelocationAdapter",
+    "SpotRelocationResult",
     "SpotWide",
     "StableType",
     "StaleRoute",

@@ -352,7 +352,7 @@ async def _drain_live(
         if stream is not None:
             await stream.close_sessions()
             await _settle(engine, actors, spots, stream)
-        await _relocate_out(node, actors)  # 3.
+        await _relocate_out(node, actors, spots)  # 3.
 
 
 async def _settle(
@@ -377,11 +377,23 @@ async def _settle(
             return
 
 
-async def _relocate_out(node: MeshNode, actors: ActorRuntime | None) -> None:
-    """Drain step 3: move the relocatable Actors this lifecycle hosts to live peers (their
-    rows then name the peers, so step 5 finds nothing of theirs to release); what cannot
-    move (DisableRelocation, no peer with its type, a failed move) is released in step 5.
-    Spots are not relocated yet."""
+async def _relocate_out(
+    node: MeshNode, actors: ActorRuntime | None, spots: SpotOwner | None = None
+) -> None:
+    """Drain step 3: move the relocatable Actors and User/Instance Spots this lifecycle
+    hosts to live peers (their rows then name the peers, so step 5 finds nothing of
+    theirs to release); what cannot move (DisableRelocation, no peer with its type, a
+    SpotWide Spot with members, a failed move) is released in step 5. The Spots move
+    first, then the Actors (a PerActor member moves on its own)."""
+    spot_runtime = spots.runtime if spots is not None else None
+    if spot_runtime is not None:
+        try:
+            moved = await spot_runtime.relocator.relocate_out()
+        except Exception:
+            logger.exception("drain by relocation (Spots) failed")
+        else:
+            if moved:
+                logger.info("drain: %d Spots relocated to peers", moved)
     if actors is None:
         await trio.lowlevel.checkpoint()
         return

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Mapping, Sequence
 from contextlib import asynccontextmanager
-from typing import final
+from typing import final, overload
 
 import attrs
 import trio
@@ -60,7 +60,7 @@ from .mesh.tap import WireTap
 from .objects.timers import TimerStatistics
 from .observe import FlowEvent
 from .spots.manager import SpotManager
-from .spots.relocation import relocate_spot
+from .spots.relocation import SpotRelocationResult
 from .spots.stats import SpotRuntimeStatistics
 from .store.api import Endpoint, LocationStore
 from .stream.server import StreamServer
@@ -172,32 +172,45 @@ class Server(metaclass=NoPublicConstructor):
             timers=None if runtime.timers is None else runtime.timers.statistics(),
         )
 
+    @overload
+    async def relocate(self, actor: SpotRef | SpotId, *, to: NodeRid) -> SpotRelocationResult: ...
+
+    @overload
+    async def relocate(
+        self, actor: ActorRef | ActorId | str, *, to: NodeRid
+    ) -> RelocationResult: ...
+
     async def relocate(
         self, actor: ActorRef | ActorId | SpotRef | SpotId | str, *, to: NodeRid
-    ) -> RelocationResult:
-        """Move an Actor hosted on this node to the live node ``to`` of its mesh, live
-        (docs/relocation.md): nothing it accepted is lost or run twice, its
+    ) -> RelocationResult | SpotRelocationResult:
+        """Move an Actor or a Spot hosted on this node to the live node ``to`` of its mesh,
+        live (docs/relocation.md): nothing it accepted is lost or run twice, its
         ObjectGeneration stays, its AuthorityOwnerGeneration rises by one. Returns once
         the target committed (``result.committed``), or ``relocation_timeout`` after the
         relay-ready reply was accepted (the move is then the target's in any case).
 
-        A Spot (a SpotRef or a SpotId; a str names an Actor) gets the same checks, and
-        then NotConfigured: Spot relocation is not built yet (``spots/relocation.py``).
+        A SpotRef or a SpotId names a User or Instance Spot (a str names an Actor): its
+        seal holds its ingress, its state (PreserveStateWith) and framework timers move
+        with it, a stale SpotRef keeps naming the old node while messages by SpotId
+        follow to the new owner. A PerActor User Spot moves alone (its members keep their
+        own routes and move separately); a SpotWide User Spot with members is refused
+        NotConfigured (they move together in one aggregate commit, not built yet).
 
         Raises:
-            NotConfigured: Actor dispatch is not enabled; or a Spot that could move.
+            NotConfigured: Actor dispatch is not enabled (an Actor), this node hosts no
+                Spots (a Spot), or a SpotWide User Spot with members.
             NotFound: the Actor (Spot) is not hosted here.
             InvalidOperation: its type is DisableRelocation, ``to`` is this node, or the
                 Actor is a member of a SpotWide User Spot (it moves only with its Spot).
-            Unavailable: it is moving or joining already, or the target refused or could
-                not be reached before relay-ready (the Actor stays here, in order).
+            Unavailable: it is moving, joining or closing already, or the target refused
+                or could not be reached before relay-ready (it stays here, in order).
         """
         if isinstance(actor, SpotRef | SpotId):
             spots = self._runtime.spots.runtime
             if spots is None:
                 raise NotConfigured("this node hosts no Spots")
             spot_id = actor.spot_id if isinstance(actor, SpotRef) else actor
-            await relocate_spot(spots.host, spot_id, to, self._runtime.node.identity.node_rid)
+            return await spots.relocator.relocate(spot_id, to)
         actors = self._runtime.actors
         if actors is None:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")

@@ -6,7 +6,8 @@
 
 Opens a server on the shared PostgreSQL Location Store (mesh "test") with the Actor type
 "counter" (PreserveStateWith; its adapter's restore prints ``{"event": "restoring"}`` and,
-with ``--block-restore``, never returns), prints one JSON line
+with ``--block-restore``, never returns) and the Instance Spot type "bag" (the same, for
+Spot moves), prints one JSON line
 ``{"event": "ready", "rid": HEX}`` and serves until SIGTERM; every handled "add" prints
 ``{"event": "handled", "payload": TEXT}``.
 """
@@ -26,6 +27,7 @@ from zlink_trio import (
     PostgresStoreConfig,
     PreserveStateWith,
     ServerConfig,
+    SpotKind,
     on_request,
     on_send,
     open_server,
@@ -61,9 +63,30 @@ def make_app(block_restore: bool) -> App:
                 await trio.sleep_forever()
             actor.total = int(payload.decode())
 
+    class Bag:
+        def __init__(self, context: Any) -> None:
+            self.context = context
+            self.total = 0
+
+        @on_send("add")
+        async def add(self, payload: bytes) -> None:
+            self.total += 1
+            say(event="handled", payload=payload.decode())
+
+        @on_request("add-req")
+        async def add_req(self, payload: bytes) -> bytes:
+            self.total += 1
+            say(event="handled", payload=payload.decode())
+            return payload
+
+        @on_request("get")
+        async def get(self, payload: bytes) -> bytes:
+            return str(self.total).encode()
+
     app = App()
     app.enable_actor_dispatch()
     app.register_actor("counter", Counter, relocation=PreserveStateWith(Adapter()))
+    app.register_spot("bag", Bag, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter()))
     return app
 
 

@@ -53,6 +53,7 @@ from ..mesh.api import (
 from ..objects.activity import Activity
 from ..objects.durable import remaining_ms, run_durable
 from ..objects.policy import DisableRelocation
+from ..objects.relay import relay_reply_to
 from ..objects.sinks import raise_for_failure
 from ..observe import FlowTrace
 from ..spots.approval import Reject
@@ -763,31 +764,9 @@ async def relay_reply(item: Deliver, pending: PendingReply) -> None:
     journal and a relocation's relay both answer their held requests through it)."""
     sink = item.sink
     assert sink is not None
-    reply: TerminalReply | None = None
-    with trio.move_on_at(item.deadline):
-        while True:
-            try:
-                reply = await pending.wait()
-                break
-            except PeerGone:
-                break
-            except LinkLost:
-                continue  # a reply may still come over a new connection
-    if reply is None:
-        pending.discard()
-        await fail_sink(sink, Unavailable("the Actor moved and its new owner did not answer"))
-        return
-    try:
-        raise_for_failure(reply)
-    except ZLinkError as exc:
-        await fail_sink(sink, exc)
-        return
-    tail = reply.tail
-    payload = tail.payload if isinstance(tail, ReplyPayloadTail) else None
-    if type(sink) is OneShot:
-        sink.set(payload)
-    else:
-        await sink.reply(payload)
+    await relay_reply_to(
+        sink, item.deadline, pending, "the Actor moved and its new owner did not answer"
+    )
 
 
 async def _fail_all(items: list[Deliver], error: ZLinkError) -> None:

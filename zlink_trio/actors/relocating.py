@@ -55,6 +55,7 @@ from ..objects.relocation import (
     ActorRelocationParticipant,
     RelocationUnit,
     refuse_unless_relocatable,
+    release_unconfirmed,
 )
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
@@ -193,6 +194,10 @@ class ActorRelocator:
         finally:
             self.in_flight.pop(actor_id, None)
             self._commits.pop(unit.relocation_id, None)
+
+    def awaits_commit(self, relocation_id: OperationId) -> bool:
+        """Whether a move of ``relocation_id`` away from here waits for its commit."""
+        return relocation_id in self._commits
 
     async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
         """125 from a target: the move of ``record.relocation_id`` committed there."""
@@ -551,32 +556,18 @@ class ActorRelocator:
         return moved
 
     async def _clean_up_unconfirmed(self, unit: RelocationUnit) -> None:
-        """No commit reported within ``relocation_timeout`` after acceptance: if the row
-        still names this lifecycle (the target never committed — it died, or its CAS
-        failed), the incarnation ends here by one fenced release (the id is not wedged
-        on an owner that no longer hosts it; the move never goes back). If the target
-        committed meanwhile (its 125 was lost) the row names it and nothing changes; a
-        target committing after this release loses its CAS and discards."""
-        key = actor_key(unit.actor_id)
-        try:
-            row = await self._store.read(key)
-            if (
-                row is None
-                or row.object_generation != unit.object_generation
-                or row.owner.node_rid != unit.source_rid
-                or row.owner.node_generation != unit.source_generation
-                or row.owner_generation != unit.source_owner_generation
-            ):
-                return
-            result = await self._store.release(key, row.store_version)
-            logger.warning(
-                "relocation of %r: the target did not commit within %.1f s; released (%r)",
-                unit.actor_id.value,
-                self._config.relocation_timeout,
-                result,
-            )
-        except ZLinkError as exc:
-            logger.info("cleanup of the unconfirmed move of %r: %r", unit.actor_id, exc)
+        """No commit within ``relocation_timeout`` after acceptance
+        (:func:`~zlink_trio.objects.relocation.release_unconfirmed`)."""
+        await release_unconfirmed(
+            self._store,
+            actor_key(unit.actor_id),
+            object_generation=unit.object_generation,
+            source_rid=unit.source_rid,
+            source_generation=unit.source_generation,
+            source_owner_generation=unit.source_owner_generation,
+            what=repr(unit.actor_id.value),
+            waited=self._config.relocation_timeout,
+        )
 
     async def _relay(
         self,

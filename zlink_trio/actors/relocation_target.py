@@ -157,6 +157,10 @@ class RelocationTarget:
         self.discarded = 0
         self.cutover_timeouts = 0
 
+    def has_attempt(self, relocation_id: OperationId) -> bool:
+        """Whether a move of ``relocation_id`` to here is in progress."""
+        return relocation_id in self._attempts
+
     # --- 120 ------------------------------------------------------------------------------
     async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
         """120, in the connection's reader: the checks and the Store read run in a task

@@ -25,7 +25,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorId, MeshName, StableType
+from ..ids import ActorId, MeshName, OperationId, StableType
 from ..mesh.api import (
     LinkLost,
     PeerAddress,
@@ -40,6 +40,8 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.relocation import ActorRelocationParticipant
+from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
@@ -61,6 +63,13 @@ from ..wire.records import (
     ActorSend,
     TerminalReply,
 )
+from ..wire.relocation import (
+    RelocationAbort,
+    RelocationCommitted,
+    RelocationCutover,
+    RelocationPrepare,
+    RelocationRestore,
+)
 from ..wire.tails import DestroyTail
 from .authority import Authority
 from .bind_follow import BindFollow
@@ -81,7 +90,7 @@ from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
 from .session_moves import SessionMoves
-from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats, RelocationStatistics
+from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
 if TYPE_CHECKING:
     from ..engine.engine import Engine
@@ -117,6 +126,7 @@ class ActorRuntime:
         self._flow = flow
         self._store = store
         self._node = node
+        self._spot_runtime = spot_runtime
         self._stats: dict[StableType, DispatchStats] = {st: DispatchStats() for st in types}
         self.transactions = Activity()
         """Control transactions in progress here: creation attempts (from their staging
@@ -302,11 +312,14 @@ class ActorRuntime:
         node.on(Command.ACTOR_JOIN, self._on_actor_join)
         node.on(Command.ACTOR_JOURNAL, self.join_target.on_journal)
         node.on(Command.ACTOR_JOURNAL_END, self.join_target.on_journal_end)
-        node.on(Command.RELOCATION_PREPARE, self.relocation_target.on_prepare)
-        node.on(Command.RELOCATION_RESTORE, self.relocation_target.on_restore)
-        node.on(Command.RELOCATION_CUTOVER, self.relocation_target.on_cutover)
-        node.on(Command.RELOCATION_ABORT, self.relocation_target.on_abort)
-        node.on(Command.RELOCATION_COMMITTED, self.relocator.on_committed)
+        # 120-125 are shared with the Spot runtime's moves (one inbox registers them).
+        side = _ActorRelocations(self.relocator, self.relocation_target)
+        if self._spot_runtime is not None:
+            self._spot_runtime.relocations.actors = side
+        else:
+            inbox = RelocationInbox()
+            inbox.actors = side
+            inbox.register(node)
         self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
@@ -385,7 +398,7 @@ class ActorRuntime:
             if sink is not None:
                 await sink.fail_nowait(error)
 
-    def _follow_or_fence(self, record: ActorSend) -> FollowRoute | ZLinkError | None:
+    def _follow_or_fence(self, record: ActorSend) -> FollowRoute[ActorId] | ZLinkError | None:
         """The owner fence at ingress (docs/relocation.md): None to admit here; a follow
         route when the Actor moved away from here; an error to refuse with."""
         hosted = self.host.get(record.actor_id)
@@ -412,7 +425,7 @@ class ActorRuntime:
         return route
 
     async def _follow_on(
-        self, record: ActorSend, route: FollowRoute, sink: RemoteSink | None
+        self, record: ActorSend, route: FollowRoute[ActorId], sink: RemoteSink | None
     ) -> None:
         """Message Follow: the record, its operation id, payload and deadline unchanged,
         to the current owner over the committed route (no Store read, no handler); the
@@ -621,6 +634,38 @@ async def serve_actors(
         nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.actors.fence")
         task_status.started(runtime)
         await trio.sleep_forever()
+
+
+@final
+class _ActorRelocations:
+    """The Actor side of the node's relocation inbox (120-125)."""
+
+    __slots__ = ("_source", "_target")
+
+    def __init__(self, source: ActorRelocator, target: RelocationTarget) -> None:
+        self._source = source
+        self._target = target
+
+    def has_attempt(self, relocation_id: OperationId) -> bool:
+        return self._target.has_attempt(relocation_id)
+
+    def awaits_commit(self, relocation_id: OperationId) -> bool:
+        return self._source.awaits_commit(relocation_id)
+
+    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        await self._target.on_prepare(peer, record)
+
+    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        await self._target.on_restore(peer, record)
+
+    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
+        await self._target.on_cutover(peer, record)
+
+    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
+        await self._target.on_abort(peer, record)
+
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
+        await self._source.on_committed(peer, record)
 
 
 async def _relay_followed(pending: PendingReply, sink: RemoteSink, timeout_ms: int | None) -> None:

@@ -9,6 +9,8 @@ from typing import final
 
 import attrs
 
+from ..objects.relocation_stats import RelocationStatistics
+
 __all__ = ["ActorRuntimeStatistics", "ActorTypeStatistics", "DispatchStats"]
 
 
@@ -45,28 +47,6 @@ class ActorTypeStatistics:
     dispatch_refused: int
     """Payloads from other nodes refused because the Actor's queue was full (requests
     answered CapacityExceeded; one-way sends counted and logged)."""
-
-
-@attrs.frozen
-class RelocationStatistics:
-    sealed: int = 0
-    """Actors hosted here that a relocation sealed (their ingress is held)."""
-    in_flight: int = 0
-    """Relocations this node coordinates now (as the source)."""
-    moved_out: int = 0
-    """Relocations whose relay-ready reply this node accepted as the source."""
-    aborted: int = 0
-    """Relocations aborted before relay-ready acceptance (the Actor stayed here)."""
-    restores: int = 0
-    """Instances built by a Restore here (the target factory runs)."""
-    committed: int = 0
-    """Relocations committed here (target owner CAS applied, dispatch opened)."""
-    discarded: int = 0
-    """Temporary queues discarded here without a commit."""
-    cutover_timeouts: int = 0
-    """Commits that went on after ``cutover_fallback`` without a cutover."""
-    followed: int = 0
-    """Messages this node forwarded over a Message Follow route."""
 
 
 @attrs.frozen

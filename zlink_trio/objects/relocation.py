@@ -34,11 +34,12 @@ must not raise (an exception is logged and changes nothing): the outcome is deci
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 import attrs
 
-from ..errors import InvalidOperation
+from ..errors import InvalidOperation, ZLinkError
 from ..ids import (
     ActorId,
     AuthorityOwnerGeneration,
@@ -49,9 +50,17 @@ from ..ids import (
     OperationId,
     StableType,
 )
+from ..store.api import LocationStore, ObjectKey
 from .policy import DisableRelocation
 
-__all__ = ["ActorRelocationParticipant", "RelocationUnit", "refuse_unless_relocatable"]
+__all__ = [
+    "ActorRelocationParticipant",
+    "RelocationUnit",
+    "refuse_unless_relocatable",
+    "release_unconfirmed",
+]
+
+logger = logging.getLogger("zlink_trio.relocation")
 
 
 @attrs.frozen(slots=True)
@@ -141,3 +150,41 @@ def refuse_unless_relocatable(
         raise InvalidOperation(f"{what} type {stable_type.value!r} is DisableRelocation")
     if to == me:
         raise InvalidOperation("the relocation target is this node")
+
+
+async def release_unconfirmed(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    object_generation: ObjectGeneration,
+    source_rid: NodeRid,
+    source_generation: NodeGeneration,
+    source_owner_generation: AuthorityOwnerGeneration,
+    what: str,
+    waited: float,
+) -> None:
+    """No commit reported within ``relocation_timeout`` after acceptance: if the row
+    still names the source lifecycle (the target never committed: it died, or its CAS
+    failed), the incarnation ends by one fenced release (the id is not wedged on an owner
+    that no longer hosts it; the move never goes back). If the target committed meanwhile
+    (its 125 was lost) the row names it and nothing changes; a target committing after
+    this release loses its CAS and discards."""
+    try:
+        row = await store.read(key)
+        if (
+            row is None
+            or row.object_generation != object_generation
+            or row.owner.node_rid != source_rid
+            or row.owner.node_generation != source_generation
+            or row.owner_generation != source_owner_generation
+        ):
+            return
+        result = await store.release(key, row.store_version)
+        logger.warning(
+            "relocation of %s: the target did not commit within %.1f s; released (%r)",
+            what,
+            waited,
+            result,
+        )
+    except ZLinkError as exc:
+        logger.info("cleanup of the unconfirmed move of %s: %r", what, exc)

@@ -23,6 +23,7 @@ from ..ids import OperationId, SpotId
 from ..mesh.api import MeshNodeApi
 from ..objects.authority import Authority
 from ..objects.durable import remaining_ms
+from ..objects.follow import FollowTable
 from ..objects.sinks import raise_for_failure
 from ..objects.unreachable import OwnerUnreachable
 from ..observe import FlowTrace
@@ -55,12 +56,14 @@ def spot_route_error(spot_id: SpotId, route: Route) -> InvalidOperation | None:
 class SpotTarget:
     """The :class:`~zlink_trio.routing.deliver.DeliveryTarget` of User and Instance Spots."""
 
-    __slots__ = ("_host", "_node", "item")
+    __slots__ = ("_host", "_node", "follow", "item")
 
     def __init__(self, node: MeshNodeApi, host: SpotHost) -> None:
         self._node = node
         self._host = host
         self.item = SpotMessage
+        self.follow: FollowTable[SpotId] | None = None
+        """The Message Follow routes of the Spots that moved away from here."""
 
     def describe(self, key: SpotId) -> str:
         return describe(key)
@@ -72,8 +75,9 @@ class SpotTarget:
     async def admit(self, key: SpotId, item: Any) -> None:
         await self._host.admit(key, item)
 
-    def follow_route(self, key: Any) -> None:
-        return None  # Spots have no Message Follow route yet (Spot relocation)
+    def follow_route(self, key: SpotId) -> Route | None:
+        follow = self.follow
+        return None if follow is None else follow.route(key)
 
     def abandon(self, item: Any) -> None:
         # Its turn skips a request whose deadline passed (counted as expired).
@@ -139,8 +143,9 @@ class SpotDelivery(Delivery[SpotId]):
         deadlines: Deadlines,
         flow: FlowTrace,
     ) -> None:
+        target = SpotTarget(node, host)
         super().__init__(
-            target=SpotTarget(node, host),
+            target=target,
             node=node,
             store=store,
             resolver=authority,
@@ -157,6 +162,7 @@ class SpotDelivery(Delivery[SpotId]):
                 name="spot",
             ),
         )
+        self.target_adapter = target
 
     def wire_payload(self, payload: bytes | TypedPayload) -> bytes:
         """The bytes ``payload`` travels as (a typed one encoded now and checked against

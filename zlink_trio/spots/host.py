@@ -21,7 +21,16 @@ import trio
 from ..engine.engine import Engine
 from ..engine.lanes import SpotLane
 from ..errors import CapacityExceeded, InvalidOperation, StaleRoute, Unavailable
-from ..ids import AuthorityOwnerGeneration, MeshName, NodeRid, ObjectGeneration, SpotId, StableType
+from ..ids import (
+    AuthorityOwnerGeneration,
+    MeshName,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    OperationId,
+    SpotId,
+    StableType,
+)
 from ..mesh.lease import LeaseDeadline
 from ..objects.timers import TimerService
 from ..observe import FlowEvent, FlowTrace
@@ -31,9 +40,11 @@ from .hosted import (
     SPOT_CLOSED,
     SPOT_FENCED,
     SPOT_READY,
+    SPOT_RELOCATING,
     HostedSpot,
     SpotClosing,
     SpotFenced,
+    SpotItem,
     SpotMessage,
     SpotReady,
     SpotShared,
@@ -53,12 +64,18 @@ __all__ = ["SpotHost"]
 class _Staging:
     """Attempts staging one id here, and what was admitted for it meanwhile."""
 
-    __slots__ = ("attempts", "event", "parked")
+    __slots__ = ("attempts", "event", "parked", "relay_from", "relayed")
 
-    def __init__(self) -> None:
+    def __init__(self, relay_from: tuple[NodeRid, NodeGeneration] | None) -> None:
         self.attempts = 1
         self.event = trio.Event()
         self.parked: list[SpotMessage] = []
+        self.relay_from = relay_from
+        """A relocation's temporary queue: the source lifecycle whose relay it takes
+        (then nothing it parks is count-bounded, spec 06 §6); None for a creation."""
+        self.relayed: list[SpotMessage] = []
+        """The relay from the source (saved work, then held ingress), in its order: it
+        enters the lane before what ``parked`` holds (A04-05)."""
 
 
 @final
@@ -169,17 +186,39 @@ class SpotHost:
         self.begin_staging(spot_id)
         return hosted
 
-    def begin_staging(self, spot_id: SpotId) -> None:
+    def begin_staging(
+        self, spot_id: SpotId, *, relay_from: tuple[NodeRid, NodeGeneration] | None = None
+    ) -> None:
         """From now until the matching :meth:`end_staging_of`, messages admitted for
         ``spot_id`` (not hosted here yet) are parked, in arrival order, instead of being
         refused StaleRoute; the Spot published meanwhile takes them first. :meth:`stage`
         calls it; a cold activation calls it BEFORE its own reserve (then
-        :meth:`park_first` its first message), so nothing can overtake that message."""
+        :meth:`park_first` its first message), so nothing can overtake that message.
+        ``relay_from``: the temporary queue of a move here from that source lifecycle (it
+        parks without a bound and takes the source's relay apart)."""
         staging = self._staging.get(spot_id)
         if staging is None:
-            self._staging[spot_id] = _Staging()
+            self._staging[spot_id] = _Staging(relay_from)
         else:
             staging.attempts += 1
+            if relay_from is not None:
+                staging.relay_from = relay_from
+
+    def admit_relayed_nowait(
+        self, spot_id: SpotId, item: SpotMessage, source: tuple[NodeRid, NodeGeneration]
+    ) -> bool:
+        """``item`` is part of the relay of a move of ``spot_id`` here from ``source``:
+        parked apart, in relay order (True); False when no such move stages it here."""
+        staging = self._staging.get(spot_id)
+        if staging is None or staging.relay_from != source or spot_id in self._spots:
+            return False
+        staging.relayed.append(item)
+        return True
+
+    def has_temporary_queue(self, spot_id: SpotId) -> bool:
+        """Whether something stages ``spot_id`` here (a creation or a move): inbound
+        dispatch parks there, before any follow route is looked at (A04-04)."""
+        return spot_id in self._staging
 
     def park_first(self, spot_id: SpotId, item: SpotMessage) -> None:
         """Put ``item`` at the HEAD of what is parked for the staging ``spot_id`` (the
@@ -201,7 +240,8 @@ class SpotHost:
             return []
         del self._staging[spot_id]
         staging.event.set()
-        parked, staging.parked = staging.parked, []
+        parked = [*staging.relayed, *staging.parked]
+        staging.relayed, staging.parked = [], []
         return parked
 
     def publish(self, hosted: HostedSpot, owner_generation: AuthorityOwnerGeneration) -> None:
@@ -259,6 +299,98 @@ class SpotHost:
                 orphaned.append(hosted)
         return orphaned
 
+    # --- relocation (docs/relocation.md, "Spots") ------------------------------------------
+    def seal_relocation(
+        self, hosted: HostedSpot, relocation_id: OperationId
+    ) -> list[SpotItem] | None:
+        """The relocation seal, in a lifecycle turn of the Spot's own lane (its running
+        handler has finished): the lane is sealed (application ingress from now on is
+        HELD, lifecycle work still runs), its timers suspended, and the application work
+        it had accepted and not run (the saved work) handed to the relocation, in
+        acceptance order. A Spot that is not Ready is not sealed (None, state
+        unchanged)."""
+        lane = hosted.lane
+        if hosted.state is not SPOT_READY or lane is None:
+            return None
+        lane.seal(relocation_id)
+        hosted.state = SPOT_RELOCATING
+        if hosted.timers is not None:
+            hosted.timers.suspend()
+        return list(lane.take_held().pending)
+
+    def unseal_relocation(
+        self, hosted: HostedSpot, relocation_id: OperationId, saved: list[SpotItem]
+    ) -> bool:
+        """An abort before relay-ready acceptance: the saved work and then the held
+        ingress go back into the lane in arrival order (one synchronous step), the lane
+        runs again and the timers resume. False when the Spot is not Relocating any more
+        (fenced meanwhile: nothing reopens; the saved messages become its orphans)."""
+        lane = hosted.lane
+        if hosted.state is not SPOT_RELOCATING or lane is None:
+            hosted.orphans.extend(item for item in saved if type(item) is SpotMessage)
+            return False
+        held, hosted.parked = hosted.parked, []
+        lane.unseal(relocation_id)
+        hosted.state = SPOT_READY
+        lane.merge_nowait([*saved, *held])
+        if hosted.timers is not None:
+            hosted.timers.resume()
+        return True
+
+    def take_held_relocation(self, hosted: HostedSpot) -> list[SpotMessage]:
+        """What the sealed lane held since the last take (arrival order)."""
+        if hosted.state is not SPOT_RELOCATING:
+            return []
+        held, hosted.parked = hosted.parked, []
+        return list(held)
+
+    def unpublish_relocated(self, hosted: HostedSpot) -> list[SpotMessage]:
+        """Relay-ready was accepted and the held work relayed: this activation is
+        unpublished (ingress here follows, or is a stale route), its lane retired and its
+        timers (captured) cleaned up here. Returns what was held since the last take,
+        in arrival order (one synchronous step with the unpublication)."""
+        held = self.take_held_relocation(hosted)
+        if self._spots.get(hosted.spot_id) is hosted:
+            del self._spots[hosted.spot_id]
+        hosted.state = SPOT_CLOSED
+        hosted.retire_lane()
+        return held
+
+    def publish_relocated(
+        self,
+        hosted: HostedSpot,
+        owner_generation: AuthorityOwnerGeneration,
+        first: list[SpotItem],
+    ) -> None:
+        """The target's commit (after its owner CAS): ``first`` (the timer ticks that
+        were in the source lane), then the source's relay (saved work, then the
+        pre-boundary hold), then the remaining temporary work enter the lane in that
+        order, and the regular route replaces the temporary queue: one synchronous step,
+        so nothing is admitted between them or twice. Never cut by the lane's
+        capacity."""
+        hosted.owner_generation = owner_generation
+        spot_id = hosted.spot_id
+        self._spots[spot_id] = hosted
+        staging = self._staging.get(spot_id)
+        parked: list[SpotMessage] = []
+        if staging is not None:
+            parked = [*staging.relayed, *staging.parked]
+            staging.relayed, staging.parked = [], []
+        if self._fenced:
+            hosted.state = SPOT_FENCED
+            hosted.orphans.extend(parked)
+            hosted.retire_lane()
+        else:
+            hosted.state = SPOT_READY
+            lane = hosted.lane
+            assert lane is not None
+            lane.merge_nowait([*first, *parked])
+            if hosted.timers is not None:
+                hosted.timers.resume()
+        if staging is not None:
+            staging.event.set()
+            staging.event = trio.Event()
+
     def _request_close(self, hosted: HostedSpot) -> None:
         if isinstance(hosted.state, SpotStaging):
             raise InvalidOperation("the Spot is not Ready yet: it cannot close itself now")
@@ -294,6 +426,9 @@ class SpotHost:
             return hosted
         if hosted.state is not SPOT_READY:
             await trio.lowlevel.checkpoint()
+            if hosted.state is SPOT_RELOCATING:
+                hosted.parked.append(item)  # the relocation hold: never refused
+                return hosted
             raise self._not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None
@@ -318,7 +453,7 @@ class SpotHost:
             if staging is None:
                 raise StaleRoute(f"spot {spot_id.value!r} is not hosted on this node")
             capacity = self._engine.limits.capacity
-            if len(staging.parked) >= capacity:
+            if len(staging.parked) >= capacity and staging.relay_from is None:
                 raise CapacityExceeded(
                     f"spot {spot_id.value!r} is being created and {capacity} messages "
                     "already wait for it"
@@ -326,6 +461,9 @@ class SpotHost:
             staging.parked.append(item)
             return
         if hosted.state is not SPOT_READY:
+            if hosted.state is SPOT_RELOCATING:
+                hosted.parked.append(item)  # the relocation hold: never refused
+                return
             raise self._not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None

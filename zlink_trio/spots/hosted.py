@@ -42,11 +42,13 @@ from .states import (
     SPOT_CLOSING,
     SPOT_FENCED,
     SPOT_READY,
+    SPOT_RELOCATING,
     SPOT_STAGING,
     SpotClosed,
     SpotClosing,
     SpotFenced,
     SpotReady,
+    SpotRelocating,
     SpotStaging,
     SpotState,
     spot_lease_lost,
@@ -58,6 +60,7 @@ __all__ = [
     "SPOT_CLOSING",
     "SPOT_FENCED",
     "SPOT_READY",
+    "SPOT_RELOCATING",
     "SPOT_STAGING",
     "HostedSpot",
     "SpotClosed",
@@ -66,6 +69,7 @@ __all__ = [
     "SpotItem",
     "SpotMessage",
     "SpotReady",
+    "SpotRelocating",
     "SpotShared",
     "SpotStaging",
     "SpotState",
@@ -187,7 +191,8 @@ class HostedSpot:
         self.state: SpotState = SPOT_STAGING
         self.lane: Lane[SpotLane, SpotItem] | None = None
         self.parked: list[SpotMessage] = []
-        """Messages admitted while staging, in arrival order (they run first at publish)."""
+        """Messages admitted while Relocating (the relocation hold, arrival order; never
+        bounded, never run here: relayed to the target, or queued again on an abort)."""
         self.orphans: list[SpotMessage] = []
         self.close_requested = False
         self._members: set[ActorId] = set()

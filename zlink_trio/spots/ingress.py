@@ -18,13 +18,25 @@ from __future__ import annotations
 import math
 from typing import Final, final
 
+import attrs
 import trio
 
-from ..errors import CapacityExceeded, StaleRoute, Unavailable, ZLinkError
-from ..mesh.api import MeshNodeApi, PeerIdentity
+from ..errors import (
+    CapacityExceeded,
+    DeadlineExceeded,
+    InvalidOperation,
+    StaleRoute,
+    Unavailable,
+    ZLinkError,
+)
+from ..ids import SpotId
+from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
+from ..objects.follow import FollowRoute, FollowTable
+from ..objects.relay import relay_reply_to
 from ..objects.sinks import RemoteSink
 from ..observe import FlowEvent, FlowTrace
 from ..routing.dedupe import IngressDedupe
+from ..wire.codec import evolve
 from ..wire.commands import Command
 from ..wire.enums import MessageKind
 from ..wire.records import SpotDirectRoute
@@ -48,12 +60,20 @@ class SpotIngress:
         self._activation = activation
         self._flow = flow
         self._dedupe = IngressDedupe()
+        self.follow: FollowTable[SpotId] | None = None
+        """Message Follow routes of the Spots that moved away from here (set by the
+        runtime); None: nothing follows."""
+        self.max_hops = 8
+        self.nursery: trio.Nursery | None = None
+        """Where a followed request's reply relay runs (the Spot runtime's)."""
 
     def register(self) -> None:
         self._node.on(Command.SPOT_DIRECT_ROUTE, self.on_spot_direct)
 
     async def on_spot_direct(self, peer: PeerIdentity, record: SpotDirectRoute) -> None:
-        if not self._dedupe.first(peer, record.operation_id.value):
+        # A followed record (follow_hops > 0) keeps its original caller's operation id,
+        # which the relaying node deduplicated on arrival: not this link's id space.
+        if record.follow_hops == 0 and not self._dedupe.first(peer, record.operation_id.value):
             self._flow.emit(
                 FlowEvent.REPEATED_FRAME_DROPPED,
                 "spot message %d from %s",
@@ -76,6 +96,12 @@ class SpotIngress:
             error = StaleRoute("the route names another node lifecycle")
         elif not self._node.admitting:
             error = Unavailable("this owner's lease expired: it admits nothing")
+        elif (follow := self._follow_or_fence(record, route)) is not None:
+            if not isinstance(follow, FollowRoute):
+                error = follow
+            else:
+                await self._follow_on(record, route, follow, sink)
+                return
         else:
             run_by = math.inf  # an accepted send never expires
             if sink is not None and route.timeout_ms is not None:
@@ -84,7 +110,10 @@ class SpotIngress:
                 record.message_kind, record.packet_name, record.payload, sink, run_by
             )
             try:
-                self._host.admit_nowait(route.spot_id, item)
+                if record.follow_hops != 0 or not self._host.admit_relayed_nowait(
+                    route.spot_id, item, (peer.node_rid, peer.node_generation)
+                ):
+                    self._host.admit_nowait(route.spot_id, item)
             except ZLinkError as exc:
                 error = exc
         if error is None:
@@ -103,3 +132,74 @@ class SpotIngress:
             )
         if sink is not None:
             await sink.fail_nowait(error)
+
+    def _follow_or_fence(
+        self, record: SpotDirectRoute, route: ReadyFence
+    ) -> FollowRoute[SpotId] | ZLinkError | None:
+        """None to admit here (hosted, or a temporary queue: checked first, A04-04); a
+        follow route when the Spot moved away from here; an error to refuse with."""
+        follow = self.follow
+        spot_id = route.spot_id
+        if (
+            follow is None
+            or self._host.get(spot_id) is not None
+            or self._host.has_temporary_queue(spot_id)
+        ):
+            return None
+        found = follow.lookup(spot_id)
+        if found is None:
+            return None  # admission decides (a stale route)
+        if route.object_generation != found.object_generation:
+            return InvalidOperation("the route names another incarnation than the one that moved")
+        if record.follow_hops >= self.max_hops:
+            return Unavailable("the Message Follow chain is longer than its hop bound")
+        return found
+
+    async def _follow_on(
+        self,
+        record: SpotDirectRoute,
+        route: ReadyFence,
+        follow: FollowRoute[SpotId],
+        sink: RemoteSink | None,
+    ) -> None:
+        """Message Follow: the record, its operation id, payload and deadline unchanged,
+        to the current owner over the committed route (no Store read, no handler); the
+        terminal of a request comes back through here to its caller."""
+        me = self._node.identity
+        forwarded = evolve(
+            record,
+            source_rid=me.node_rid,
+            source_generation=me.node_generation,
+            route=attrs.evolve(
+                route,
+                target_rid=follow.target_rid,
+                target_generation=follow.target_generation,
+                authority_owner_generation=follow.target_owner_generation,
+                owner_lease_generation=follow.target_lease_generation,
+            ),
+            follow_hops=record.follow_hops + 1,
+        )
+        peer = PeerAddress(follow.mesh_name, follow.target_rid)
+        assert self.follow is not None
+        self.follow.followed += 1
+        try:
+            if sink is None:
+                await self._node.send(peer, forwarded, wait=False)
+                return
+            pending = await self._node.request_with(
+                peer, lambda correlation: evolve(forwarded, correlation=correlation), wait=False
+            )
+        except (PeerNotAdmitted, DeadlineExceeded, trio.WouldBlock, ZLinkError) as exc:
+            if sink is not None:
+                await sink.fail_nowait(Unavailable(f"the Message Follow route failed: {exc!r}"))
+            return
+        timeout_ms = route.timeout_ms
+        deadline = math.inf if timeout_ms is None else trio.current_time() + timeout_ms / 1000
+        nursery = self.nursery
+        if nursery is None:
+            pending.discard()
+            await sink.fail_nowait(Unavailable("this node does not relay followed replies"))
+            return
+        nursery.start_soon(
+            relay_reply_to, sink, deadline, pending, "the followed owner did not answer"
+        )

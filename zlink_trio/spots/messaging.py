@@ -19,6 +19,7 @@ from ..ids import SpotId
 from ..objects.activity import Activity
 from ..objects.authority import Authority
 from ..objects.create_target import CreateTarget
+from ..objects.follow import FollowTable
 from ..observe import FlowTrace
 from ..routing.reply_deadlines import ReplyDeadlines
 from ..store.api import LocationStore
@@ -124,6 +125,14 @@ class SpotMessaging:
             recovered=self.recovery.recovered,
             aborted=self.recovery.aborted,
         )
+
+    def follow(self, routes: FollowTable[SpotId], max_hops: int, nursery: trio.Nursery) -> None:
+        """Spots that moved away from here: local callers and inbound 39 follow
+        ``routes`` (spec 06 §6; at most ``max_hops`` hops, never more than 8)."""
+        self.delivery.target_adapter.follow = routes
+        self.ingress.follow = routes
+        self.ingress.max_hops = min(max_hops, 8)
+        self.ingress.nursery = nursery
 
     def register(self) -> None:
         """Register the inbound command 39 (before the node serves)."""

@@ -21,14 +21,17 @@ import trio
 
 from ..config import ServerConfig
 from ..errors import StaleRoute, Unavailable, ZLinkError
-from ..ids import SpotId, StableType
+from ..ids import OperationId, SpotId, StableType
 from ..mesh.api import PeerIdentity
 from ..objects.activity import Activity
 from ..objects.authority import Authority
 from ..objects.create_source import CreateSource
 from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
+from ..objects.follow import FollowTable
 from ..objects.reclaim import Reclaimer
+from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..observe import FlowTrace
@@ -37,14 +40,23 @@ from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from ..wire.records import UserSpotClose, UserSpotCreate
+from ..wire.relocation import (
+    RelocationAbort,
+    RelocationCommitted,
+    RelocationCutover,
+    RelocationPrepare,
+    RelocationRestore,
+)
 from ..wire.tails import CloseTail
 from .close import CloseFence, SpotCloseKind, SpotCloser
 from .host import SpotHost
-from .hosted import HostedSpot, SpotReady, spot_lease_lost
+from .hosted import SPOT_RELOCATING, HostedSpot, SpotReady, spot_lease_lost
 from .kind import SpotTargetKind, UserSpotSourceKind, spot_key, user_spot_order
 from .manager import SpotManager
 from .messaging import SpotMessaging
 from .registry import SpotTypes
+from .relocation import SpotRelocator
+from .relocation_target import SpotRelocationTarget
 from .results import SpotCreateResult
 from .stats import SpotCounters, SpotRuntimeStatistics, SpotTypeStatistics
 
@@ -159,6 +171,21 @@ class SpotRuntime:
         )
         """Direct calls (``server.spots.send/request``, ``context.spots``), cold
         activation as source and target, and its recovery (:mod:`.messaging`)."""
+        self.follow: FollowTable[SpotId] = FollowTable(config.message_follow_duration)
+        """Message Follow routes of the Spots that moved away from here."""
+        self.messaging.follow(self.follow, config.message_follow_max_hops, nursery)
+        self.relocator = SpotRelocator(
+            config=config, node=node, store=store, host=self.host, follow=self.follow,
+            nursery=nursery,
+        )  # fmt: skip
+        self.relocation_target = SpotRelocationTarget(
+            config=config, node=node, store=store, host=self.host, authority=self.authority,
+            types=types, follow=self.follow, timers=timers, nursery=nursery,
+            activity=self.transactions,
+        )  # fmt: skip
+        self.relocations = RelocationInbox()
+        """The node's inbound 120-125 (the Actor runtime attaches its side)."""
+        self.relocations.spots = _SpotRelocations(self.relocator, self.relocation_target)
         self.manager = SpotManager(
             config=config,
             node=node,
@@ -179,6 +206,7 @@ class SpotRuntime:
         node.on(Command.USER_SPOT_CREATE, self._on_user_spot_create)
         node.on(Command.USER_SPOT_CLOSE, self._on_user_spot_close)
         self.messaging.register()
+        self.relocations.register(node)
 
     # --- inbound ------------------------------------------------------------------------
     def _for_me(self, rid: object, generation: object) -> bool:
@@ -270,7 +298,50 @@ class SpotRuntime:
             closes=self._close_kind.closed,
             types=tuple(types),
             calls=self.messaging.statistics(),
+            relocation=RelocationStatistics(
+                sealed=sum(1 for hosted in self.host if hosted.state is SPOT_RELOCATING),
+                in_flight=len(self.relocator.in_flight),
+                moved_out=self.relocator.moved_out,
+                aborted=self.relocator.aborted,
+                restores=self.relocation_target.restores,
+                committed=self.relocation_target.committed,
+                discarded=self.relocation_target.discarded,
+                cutover_timeouts=self.relocation_target.cutover_timeouts,
+                followed=self.follow.followed,
+            ),
         )
+
+
+@final
+class _SpotRelocations:
+    """The Spot side of the node's relocation inbox (120-125)."""
+
+    __slots__ = ("_source", "_target")
+
+    def __init__(self, source: SpotRelocator, target: SpotRelocationTarget) -> None:
+        self._source = source
+        self._target = target
+
+    def has_attempt(self, relocation_id: OperationId) -> bool:
+        return self._target.has_attempt(relocation_id)
+
+    def awaits_commit(self, relocation_id: OperationId) -> bool:
+        return self._source.awaits_commit(relocation_id)
+
+    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        await self._target.on_prepare(peer, record)
+
+    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        await self._target.on_restore(peer, record)
+
+    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
+        await self._target.on_cutover(peer, record)
+
+    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
+        await self._target.on_abort(peer, record)
+
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
+        await self._source.on_committed(peer, record)
 
 
 async def serve_spot_runtime(

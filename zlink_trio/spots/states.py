@@ -13,11 +13,13 @@ __all__ = [
     "SPOT_CLOSING",
     "SPOT_FENCED",
     "SPOT_READY",
+    "SPOT_RELOCATING",
     "SPOT_STAGING",
     "SpotClosed",
     "SpotClosing",
     "SpotFenced",
     "SpotReady",
+    "SpotRelocating",
     "SpotStaging",
     "SpotState",
     "spot_lease_lost",
@@ -32,6 +34,14 @@ class SpotStaging:
 @attrs.frozen
 class SpotReady:
     """Published: admits application messages."""
+
+
+@attrs.frozen
+class SpotRelocating:
+    """Sealed for a move (its relocation's seal turn ran): application ingress is HELD in
+    the lane (never run here, never refused) until the move aborts (back to Ready, the
+    held work in arrival order) or its relay-ready reply is accepted (then it is
+    unpublished here and the held work relayed to the target)."""
 
 
 @attrs.frozen
@@ -50,9 +60,12 @@ class SpotFenced:
     """This node's owner lease was lost: nothing runs and nothing is admitted again."""
 
 
-SpotState: TypeAlias = SpotStaging | SpotReady | SpotClosing | SpotClosed | SpotFenced
+SpotState: TypeAlias = (
+    SpotStaging | SpotReady | SpotRelocating | SpotClosing | SpotClosed | SpotFenced
+)
 SPOT_STAGING: Final = SpotStaging()
 SPOT_READY: Final = SpotReady()
+SPOT_RELOCATING: Final = SpotRelocating()
 SPOT_CLOSING: Final = SpotClosing()
 SPOT_CLOSED: Final = SpotClosed()
 SPOT_FENCED: Final = SpotFenced()

@@ -10,6 +10,7 @@ from typing import final
 
 import attrs
 
+from ..objects.relocation_stats import RelocationStatistics
 from .call_stats import SpotCallStatistics
 from .lifecycle import SpotCallback
 
@@ -110,3 +111,5 @@ class SpotRuntimeStatistics:
     types: tuple[SpotTypeStatistics, ...]
     calls: SpotCallStatistics | None = None
     """Direct calls and cold activation (route cache, envelopes, races, recoveries)."""
+    relocation: RelocationStatistics = attrs.field(factory=lambda: RelocationStatistics())
+    """Live Spot relocations with this node as source or target (docs/relocation.md)."""

@@ -413,6 +413,9 @@ class SpotDirectRoute(WireRecord):
     metadata_present: bool = attrs.field(default=False, metadata=wire(BOOL))
     metadata: bytes | None = attrs.field(default=None, metadata=wire(nullable(METADATA)))
     payload: bytes = attrs.field(metadata=wire(PAYLOAD))
+    follow_hops: int = attrs.field(default=0, metadata=wire(U8))
+    """Added (as on 24): the Message Follow hops this record took (0: sent by its caller;
+    at most 8), its operation id unchanged on every hop."""
 
     def __attrs_post_init__(self) -> None:
         _check_send_correlation(type(self), self.message_kind, self.correlation)

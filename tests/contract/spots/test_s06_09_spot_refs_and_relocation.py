@@ -4,10 +4,9 @@ over real TCP, through both stores.
 What is pinned here: a SpotRef keeps a non-zero public ObjectGeneration written as a
 decimal JSON string and is never a messaging target (messaging goes by SpotId from any
 node); ``server.relocate`` of a Spot honours its type's relocation policy
-(DisableRelocation refuses) and, since the Spot move itself is not built yet, refuses
-any other Spot with NotConfigured and leaves it Ready where it is. The relocation half
-of S06-09 (a stale SpotRef keeps the old NodeRid while messaging by SpotId reaches the
-new owner) and the "Close during a move seal" case of S06-19 need the Spot move.
+(DisableRelocation refuses, the Spot stays Ready where it is); after a relocation a stale
+SpotRef still shows the old NodeRid while messaging by SpotId reaches the new owner (the
+relocation half of S06-09; the move itself: ``test_spot_relocation.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from zlink_trio import (
     InvalidId,
     InvalidOperation,
     JoinOutcome,
-    NotConfigured,
     NotFound,
     SpotCreated,
 )
@@ -83,14 +81,17 @@ async def test_s06_09_spot_ref_generation_is_a_decimal_string_and_not_a_target(
             assert reply == f"{owner}:{generation}".encode()
 
 
-async def test_spot_relocation_honours_the_policy_and_leaves_the_spot_in_place(
+async def test_s06_09_spot_relocation_honours_the_policy_and_a_stale_ref_is_no_target(
     clock: object, store: CountingStore
 ) -> None:
-    """Spec 06 §8: ``server.relocate`` of a DisableRelocation Instance Spot is
-    InvalidOperation; a RecreateOnRelocation User Spot (by SpotRef or SpotId) is refused
-    NotConfigured (the Spot move is not built); a target that is the owner itself is
-    InvalidOperation; a Spot not hosted on the node asked is NotFound. After every
-    refusal each Spot is still Ready on its owner, same incarnation, and answers."""
+    """S06-09 (relocation half) and spec 06 §8: ``server.relocate`` of a DisableRelocation
+    Instance Spot is InvalidOperation (by SpotId or SpotRef); a target that is the owner
+    itself is InvalidOperation; a Spot not hosted on the node asked is NotFound; after
+    every refusal each Spot is still Ready on its owner, same incarnation. Then the
+    RecreateOnRelocation User Spot moves (by SpotRef): the SpotRef taken before the move
+    still shows the old NodeRid (a snapshot, not a target), a fresh find shows the new
+    one with the same ObjectGeneration, and requests by SpotId from both nodes reach the
+    new owner."""
     rec = Recorder()
     async with open_cluster(
         2, store=store, app=two_apps(rec), config=lambda _: server_config()
@@ -112,22 +113,27 @@ async def test_spot_relocation_honours_the_policy_and_leaves_the_spot_in_place(
             await cart_owner.relocate(SpotId("c1"), to=cart_other.identity.node_rid)
         with pytest.raises(InvalidOperation, match="DisableRelocation"):
             await cart_owner.relocate(cart, to=cart_other.identity.node_rid)
-        for target in (room, SpotId("r1")):
-            with pytest.raises(NotConfigured, match="not built"):
-                await room_owner.relocate(target, to=room_other.identity.node_rid)
         with pytest.raises(InvalidOperation, match="this node"):
             await room_owner.relocate(room, to=room_owner.identity.node_rid)
         with pytest.raises(NotFound):
             await room_other.relocate(room, to=room_owner.identity.node_rid)
         with pytest.raises(NotFound):
             await a.relocate(SpotId("nowhere"), to=b.identity.node_rid)
-
         assert await a.spots.find("c1") == cart
         assert await b.spots.find("r1") == room
         for server in (a, b):
             assert await server.spots.request("c1", "add", b"y").timeout(LONG) is not None
-            reply = await server.spots.request("r1", "whoami").timeout(LONG)
-            name = "n0" if room.node_rid == a.identity.node_rid else "n1"
+
+        result = await room_owner.relocate(room, to=room_other.identity.node_rid)
+        assert result.committed
+        assert room.node_rid == room_owner.identity.node_rid  # the stale ref is unchanged
+        fresh = await a.spots.find("r1")
+        assert fresh is not None and fresh != room
+        assert fresh.node_rid == room_other.identity.node_rid
+        assert fresh.object_generation == room.object_generation
+        name = "n0" if room_other is a else "n1"
+        for server in (a, b):
+            reply = await server.spots.request(SpotId("r1"), "whoami").timeout(LONG)
             assert reply == f"{name}:{room.object_generation.value}".encode()
 
 
@@ -195,3 +201,39 @@ async def test_a_per_actor_member_moves_alone_and_keeps_its_spot(
         assert await second.spots.close(spot) is False
         assert await first.spots.find(lobby) == spot
         assert (await store.read(key)) == moved
+
+
+async def test_a04_13_a_per_actor_spot_moves_alone_and_keeps_its_members(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-13 (RecreateOnRelocation, a PerActor User Spot) and spec 06 §6.1 (PerActor: the
+    Spot's and its members' routes are separate): a PerActor Spot with a member Actor on
+    node 0 relocates to node 1 alone: its row names node 1 with AuthorityOwnerGeneration
+    + 1 and the same ObjectGeneration; the member Actor's row is unchanged (owner,
+    generations, membership) and it still answers from both nodes; the moved Spot still
+    counts the member (its Close is False, S06-20, and keeps it Ready)."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member, lobby = await _joined(cluster, log, "lobby")
+        spot_key = ObjectKey.spot(lobby)
+        actor_key = ObjectKey.actor(member)
+        spot_row = await store.read(spot_key)
+        actor_row = await store.read(actor_key)
+        assert spot_row is not None and actor_row is not None
+        assert spot_row.owner.node_rid == first.identity.node_rid
+        result = await first.relocate(SpotId(lobby), to=second.identity.node_rid)
+        assert result.committed
+        moved = await store.read(spot_key)
+        assert moved is not None
+        assert moved.owner.node_rid == second.identity.node_rid
+        assert moved.owner_generation.value == spot_row.owner_generation.value + 1
+        assert moved.object_generation == spot_row.object_generation
+        assert await store.read(actor_key) == actor_row
+        for server in (first, second):
+            assert await server.actors.request(member, "echo", b"here").timeout(LONG) == b"here"
+        ref = await first.spots.find(lobby)
+        assert ref is not None and ref.node_rid == second.identity.node_rid
+        assert await first.spots.close(ref) is False
+        assert await second.spots.find(lobby) == ref

@@ -140,7 +140,9 @@ def test_38_layout() -> None:
 
 
 def test_39_kind_1_ready_fence() -> None:
-    """S06-14: route kind 1 uses the generation fence of a Ready authority."""
+    """S06-14: route kind 1 uses the generation fence of a Ready authority. (The last
+    field, ``follow_hops``, is ours, as on 24: the Message Follow hops of a Spot message,
+    0 when its caller sent it.)"""
     body = raw(s.spot_direct_route(s.READY_FENCE))
     assert body == [
         39,
@@ -155,6 +157,7 @@ def test_39_kind_1_ready_fence() -> None:
         True,
         b"ZLIA-meta",
         b"payload-39",
+        0,
     ]
 
 

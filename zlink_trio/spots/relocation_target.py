@@ -1,0 +1,432 @@
+"""The target side of a Spot relocation (docs/relocation.md, "Spots"): 120 prepare, 121
+restore (answered by the relay-ready reply 122), 123 cutover and 124 abort, for User and
+Instance Spots. The order is the Actor target's (:mod:`zlink_trio.actors.relocation_target`):
+
+* 120: the row is checked against the source fence (Ready, same ObjectGeneration, owned
+  by the source lifecycle at the named AuthorityOwnerGeneration, marked for this move)
+  and the TEMPORARY QUEUE registered: the host's staging record of the id, unbounded,
+  which inbound dispatch finds before any instance and which parks what arrives (the
+  relay, then what follows) in arrival order, never running it. One attempt per
+  RelocationId.
+* 121: idempotent per RelocationId: the first one builds the shell (same SpotId and
+  ObjectGeneration; its factory in a lifecycle turn, the adapter's restore for
+  PreserveStateWith), its timers (restored suspended: the application never registers
+  them again) and its members, and keeps it HIDDEN from the resolver and from dispatch;
+  a repeat gets the same answer and builds nothing.
+* after the relay-ready reply: the cutover (123), or after ``cutover_fallback`` without
+  it the ``cutover_timeout`` warning and the fallback; then the target-only owner CAS with
+  the source fence (AuthorityOwnerGeneration + 1, ObjectGeneration unchanged, the mark
+  cleared); the merge (the source lane's timer ticks, then what the temporary queue
+  parked: saved work, pre-boundary relay, the rest) and the route switch in one step;
+  timers resumed; 125 to the source.
+* an abort (124) or ``relocation_timeout`` without a restore or a commit discards the
+  temporary queue (what it held fails StaleRoute: it never ran) and the hidden shell.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+from typing import Any, final
+
+import attrs
+import trio
+
+from ..config import ServerConfig
+from ..errors import (
+    ApplicationError,
+    InvalidOperation,
+    NotFound,
+    StaleRoute,
+    StoreOutcomeUnknown,
+    Unavailable,
+    ZLinkError,
+)
+from ..ids import ActorId, OperationId, SpotId
+from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
+from ..objects.activity import Activity
+from ..objects.authority import Authority
+from ..objects.follow import FollowTable
+from ..objects.policy import PreserveStateWith
+from ..objects.relocation_envelope import RelocationEnvelope
+from ..objects.sinks import RemoteSink, failure, ok
+from ..objects.timers import TimerService
+from ..store.api import Applied, AuthorityState, ContentRef, LocationStore
+from ..wire.codec import decode_value
+from ..wire.enums import RelayReadyResult
+from ..wire.relocation import (
+    RelocationAbort,
+    RelocationCommitted,
+    RelocationCutover,
+    RelocationPrepare,
+    RelocationRelayReady,
+    RelocationRestore,
+)
+from .dispatch import fail_messages
+from .host import SpotHost
+from .hosted import HostedSpot
+from .kind import spot_key
+from .registry import SpotTypes
+from .relocation import MEMBERS_PARTICIPANT
+from .spot_kind import SpotKind
+
+__all__ = ["SpotRelocationTarget"]
+
+logger = logging.getLogger("zlink_trio.relocation")
+
+
+@final
+class _Attempt:
+    __slots__ = (
+        "answer",
+        "cancel",
+        "cutover",
+        "envelope",
+        "hosted",
+        "mesh",
+        "record",
+        "restored",
+        "source",
+        "spot_id",
+    )
+
+    def __init__(self, record: RelocationPrepare, peer: PeerIdentity) -> None:
+        self.record = record
+        self.spot_id = SpotId(record.object_id)
+        self.mesh = peer.address.mesh_name
+        self.source = (record.source_rid, record.source_generation)
+        self.hosted: HostedSpot | None = None
+        self.envelope: RelocationEnvelope | None = None
+        self.answer: RelocationRelayReady | None = None
+        self.restored = trio.Event()
+        self.cutover = trio.Event()
+        self.cancel = trio.CancelScope()
+
+
+@final
+class SpotRelocationTarget:
+    """This node as the target of Spot relocations."""
+
+    def __init__(
+        self,
+        *,
+        config: ServerConfig,
+        node: MeshNodeApi,
+        store: LocationStore,
+        host: SpotHost,
+        authority: Authority[SpotId],
+        types: SpotTypes,
+        follow: FollowTable[SpotId],
+        timers: TimerService | None,
+        nursery: trio.Nursery,
+        activity: Activity,
+    ) -> None:
+        self._config = config
+        self._node = node
+        self._store = store
+        self._host = host
+        self._authority = authority
+        self._types = types
+        self._follow = follow
+        self._timers = timers
+        self._nursery = nursery
+        self._activity = activity
+        self._attempts: dict[OperationId, _Attempt] = {}
+        self.restores = 0
+        self.committed = 0
+        self.discarded = 0
+        self.cutover_timeouts = 0
+
+    def has_attempt(self, relocation_id: OperationId) -> bool:
+        return relocation_id in self._attempts
+
+    # --- 120 ------------------------------------------------------------------------------
+    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        self._nursery.start_soon(
+            self._prepare, peer, record, name="zlink_trio.spot_relocation.prepare"
+        )
+
+    async def _prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        sink = RemoteSink(self._node, peer.address, record.correlation)
+        me = self._node.identity
+        if (
+            record.target_rid != me.node_rid
+            or record.target_generation != me.node_generation
+            or record.source_rid != peer.node_rid
+            or record.source_generation != peer.node_generation
+        ):
+            await sink.deliver(failure(StaleRoute("the prepare names another node lifecycle")))
+            return
+        if not self._node.admitting:
+            await sink.deliver(failure(Unavailable("the target does not admit relocations")))
+            return
+        if record.relocation_id in self._attempts:
+            await sink.deliver(ok())  # a repeated prepare: the temporary queue is there
+            return
+        try:
+            spot_id = SpotId(record.object_id)
+        except ZLinkError as exc:
+            await sink.deliver(failure(exc))
+            return
+        if self._host.get(spot_id) is not None or self._host.has_temporary_queue(spot_id):
+            await sink.deliver(failure(InvalidOperation("the Spot is hosted or staging here")))
+            return
+        if record.stable_type not in self._types:
+            await sink.deliver(
+                failure(NotFound(f"spot type {record.stable_type.value!r} is not registered here"))
+            )
+            return
+        try:
+            row = await self._store.read(spot_key(spot_id))
+        except ZLinkError as exc:
+            await sink.deliver(failure(exc))
+            return
+        if (
+            row is None
+            or row.state is not AuthorityState.READY
+            or row.stable_type != record.stable_type
+            or row.object_generation != record.object_generation
+            or row.owner_generation != record.authority_owner_generation
+            or row.owner.node_rid != record.source_rid
+            or row.owner.node_generation != record.source_generation
+            or row.relocation is None
+            or row.relocation.relocation_id != record.relocation_id
+        ):
+            await sink.deliver(failure(Unavailable("the Spot's authority is not the source's")))
+            return
+        if record.relocation_id in self._attempts or self._host.has_temporary_queue(spot_id):
+            await sink.deliver(failure(InvalidOperation("the Spot is staging here already")))
+            return
+        attempt = _Attempt(record, peer)
+        self._attempts[record.relocation_id] = attempt
+        self._host.begin_staging(spot_id, relay_from=attempt.source)  # before anything looks
+        self._activity.begin()
+        self._nursery.start_soon(self._run, attempt, name="zlink_trio.spot_relocation.target")
+        await sink.deliver(ok())
+
+    # --- 121 ------------------------------------------------------------------------------
+    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        self._nursery.start_soon(
+            self._restore_once, peer, record, name="zlink_trio.spot_relocation.restore"
+        )
+
+    async def _restore_once(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        attempt = self._attempts.get(record.relocation_id)
+        if attempt is None or attempt.source != (peer.node_rid, peer.node_generation):
+            await self._answer(peer, record, Unavailable("no prepared relocation of that id here"))
+            return
+        if attempt.answer is not None or attempt.envelope is not None:
+            await attempt.restored.wait()  # a repeat: nothing is built again
+            assert attempt.answer is not None
+            await self._send(peer, attempt.answer, record.correlation)
+            return
+        attempt.envelope = RelocationEnvelope(None, None, (), ())  # claimed
+        error: ZLinkError | None = None
+        try:
+            error = await self._restore(attempt, record)
+        except ZLinkError as exc:
+            error = exc
+        except Exception as exc:
+            logger.info("restore of spot %r failed: %r", attempt.spot_id.value, exc)
+            error = ApplicationError(f"the restore failed: {type(exc).__name__}: {exc}")
+        if error is None:
+            answer = RelocationRelayReady(
+                correlation=0, relocation_id=record.relocation_id, result=RelayReadyResult.ACCEPTED
+            )
+        else:
+            answer = RelocationRelayReady(
+                correlation=0,
+                relocation_id=record.relocation_id,
+                result=RelayReadyResult.REJECTED,
+                failure_code=error.kind,
+            )
+        attempt.answer = answer
+        attempt.restored.set()
+        if error is not None:
+            attempt.cancel.cancel(reason="the restore failed")  # discard
+        await self._send(peer, answer, record.correlation)
+
+    async def _answer(
+        self, peer: PeerIdentity, record: RelocationRestore, error: ZLinkError
+    ) -> None:
+        answer = RelocationRelayReady(
+            correlation=0,
+            relocation_id=record.relocation_id,
+            result=RelayReadyResult.REJECTED,
+            failure_code=error.kind,
+        )
+        await self._send(peer, answer, record.correlation)
+
+    async def _send(
+        self, peer: PeerIdentity, answer: RelocationRelayReady, correlation: int
+    ) -> None:
+        try:
+            await self._node.send(peer.address, attrs.evolve(answer, correlation=correlation))
+        except ZLinkError as exc:
+            logger.info("relay-ready reply not sent: %r", exc)
+
+    async def _restore(self, attempt: _Attempt, record: RelocationRestore) -> ZLinkError | None:
+        """Build the hidden shell (never runs anything of the temporary queue)."""
+        if record.state_sha256 is None:
+            return InvalidOperation("a restore names its envelope")
+        data = await self._store.read_root(ContentRef(record.state_sha256, record.state_size))
+        if data is None:
+            return Unavailable("the relocation envelope is not in the Relocation Store")
+        envelope = RelocationEnvelope.decode(data)
+        attempt.envelope = envelope
+        prepare = attempt.record
+        spot_type = self._types[prepare.stable_type]
+        target_generation = prepare.authority_owner_generation.next()
+        hosted = self._host.stage(
+            spot_type, attempt.spot_id, prepare.object_generation, attempt.mesh, target_generation
+        )
+        attempt.hosted = hosted
+        policy = spot_type.relocation
+        state = envelope.state
+
+        async def build(_: Any) -> None:
+            # One lifecycle turn of the hidden shell: the factory (a new Context bound to
+            # this owner, same SpotId and ObjectGeneration), then the adapter's restore.
+            context = hosted.context
+            hosted.shared.counters.factory_runs += 1
+            instance = spot_type.factory(context)
+            if inspect.isawaitable(instance):
+                instance = await instance
+            if getattr(instance, "context", None) is not context:
+                raise InvalidOperation(
+                    "the factory's Spot must expose the Context it was given, unchanged"
+                )
+            hosted.instance = instance
+            if isinstance(policy, PreserveStateWith) and state is not None:
+                await policy.adapter.restore(instance, state)
+
+        await hosted.run_lifecycle_work(build)
+        self.restores += 1
+        if envelope.timers is not None and self._timers is not None:
+            hosted.timers = self._timers.restore(hosted, envelope.timers, suspended=True)
+        for name, blob in envelope.participants:
+            if name == MEMBERS_PARTICIPANT and hosted.kind is SpotKind.USER:
+                for member in _members(blob):
+                    hosted.add_member(member)
+        return None
+
+    # --- 123 / 124 ---------------------------------------------------------------------------
+    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
+        attempt = self._attempts.get(record.relocation_id)
+        if attempt is not None and attempt.source == (peer.node_rid, peer.node_generation):
+            attempt.cutover.set()
+
+    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
+        attempt = self._attempts.get(record.relocation_id)
+        if (
+            attempt is not None
+            and attempt.source == (peer.node_rid, peer.node_generation)
+            and (attempt.answer is None or attempt.answer.result is not RelayReadyResult.ACCEPTED)
+        ):
+            attempt.cancel.cancel(reason="the source aborted the relocation")
+
+    # --- the attempt ---------------------------------------------------------------------------
+    async def _run(self, attempt: _Attempt) -> None:
+        committed = False
+        try:
+            with attempt.cancel, trio.move_on_after(self._config.relocation_timeout):
+                await attempt.restored.wait()
+                answer = attempt.answer
+                if answer is None or answer.result is not RelayReadyResult.ACCEPTED:
+                    return
+                with trio.move_on_after(self._config.cutover_fallback) as fallback:
+                    await attempt.cutover.wait()
+                if fallback.cancelled_caught:
+                    self.cutover_timeouts += 1
+                    logger.warning(
+                        "cutover_timeout: no cutover of spot %r within %.3f s; going on",
+                        attempt.spot_id.value,
+                        self._config.cutover_fallback,
+                    )
+                committed = await self._commit(attempt)
+        finally:
+            if not committed:
+                with trio.CancelScope(shield=True):
+                    await self._discard(attempt)
+            self._attempts.pop(attempt.record.relocation_id, None)
+            self._activity.end()
+
+    async def _commit(self, attempt: _Attempt) -> bool:
+        """The target-only owner CAS with the source fence, then the merge and the switch."""
+        prepare = attempt.record
+        hosted = attempt.hosted
+        assert hosted is not None
+        key = spot_key(attempt.spot_id)
+        target_generation = prepare.authority_owner_generation.next()
+        try:
+            row = await self._store.read(key)
+            if (
+                row is None
+                or row.state is not AuthorityState.READY
+                or row.object_generation != prepare.object_generation
+                or row.owner_generation != prepare.authority_owner_generation
+                or row.owner.node_rid != prepare.source_rid
+                or row.owner.node_generation != prepare.source_generation
+            ):
+                logger.warning(
+                    "relocation of spot %r: the source fence no longer holds",
+                    attempt.spot_id.value,
+                )
+                return False
+            result = await self._store.change_owner(
+                key, row.store_version, self._node.owner_fence(attempt.mesh)
+            )
+        except StoreOutcomeUnknown:
+            current = await self._store.read(key)
+            if (
+                current is None
+                or current.owner.node_rid != prepare.target_rid
+                or current.owner_generation != target_generation
+            ):
+                return False
+        except ZLinkError as exc:
+            logger.warning("relocation of spot %r: the owner CAS failed: %r", attempt.spot_id, exc)
+            return False
+        else:
+            if not isinstance(result, Applied):
+                logger.warning("relocation of spot %r: the owner CAS lost", attempt.spot_id)
+                return False
+        self._authority.forget(attempt.spot_id)
+        self._follow.forget(attempt.spot_id)
+        envelope = attempt.envelope
+        first = list(envelope.lane_ticks) if envelope is not None else []
+        # merge + route switch, one step; then the two staging records end (nothing is
+        # parked any more: the published Spot took it).
+        self._host.publish_relocated(hosted, target_generation, list(first))
+        self._host.end_staging(hosted)
+        self._host.end_staging_of(attempt.spot_id)
+        self.committed += 1
+        notice = RelocationCommitted(
+            relocation_id=prepare.relocation_id, authority_owner_generation=target_generation
+        )
+        try:
+            await self._node.send(PeerAddress(attempt.mesh, prepare.source_rid), notice)
+        except (PeerNotAdmitted, ZLinkError) as exc:
+            logger.info("commit notice of spot %r not sent: %r", attempt.spot_id, exc)
+        return True
+
+    async def _discard(self, attempt: _Attempt) -> None:
+        self.discarded += 1
+        leftover = []
+        hosted = attempt.hosted
+        if hosted is not None:
+            leftover.extend(self._host.end_staging(hosted))
+        leftover.extend(self._host.end_staging_of(attempt.spot_id))
+        if leftover:
+            await fail_messages(
+                leftover, StaleRoute(f"spot {attempt.spot_id.value!r} did not move here")
+            )
+
+
+def _members(blob: bytes) -> list[ActorId]:
+    try:
+        values = decode_value(blob)
+        return [ActorId(value) for value in values if isinstance(value, str)]
+    except (ZLinkError, TypeError, ValueError):
+        logger.warning("a relocated Spot's member list is malformed: ignored")
+        return []
