@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Final, final
 import trio
 
 from ..errors import InvalidOperation, StaleRoute, Unavailable, ZLinkError
+from ..ids import ActorId
 from ..mesh.api import PeerAddress
 from ..objects.durable import run_durable
 from ..objects.sinks import failure
@@ -51,7 +52,7 @@ class BindFollow:
         self.followed = 0
         """Binds relayed from here (each once)."""
 
-    def route_for(self, record: BoundSessionBind) -> FollowRoute | ZLinkError | None:
+    def route_for(self, record: BoundSessionBind) -> FollowRoute[ActorId] | ZLinkError | None:
         """None: the bind is decided here (the Actor is hosted here, or being committed
         here, or no route exists: the usual checks answer). A route: relay over it. An
         error: the bind's terminal (the route exists but does not fit the bind)."""
@@ -77,7 +78,7 @@ class BindFollow:
             return Unavailable("the Message Follow chain of the bind is longer than its bound")
         return route
 
-    def forwarded(self, record: BoundSessionBind, route: FollowRoute) -> BoundSessionBind:
+    def forwarded(self, record: BoundSessionBind, route: FollowRoute[ActorId]) -> BoundSessionBind:
         """The relayed 38: this node as its source, the session owner carried along, the
         route's target fence, one hop more; everything else unchanged."""
         me = self._node.identity
@@ -95,7 +96,7 @@ class BindFollow:
             session_owner_generation=owner_generation,
         )
 
-    async def relay(self, record: BoundSessionBind, route: FollowRoute) -> TerminalReply:
+    async def relay(self, record: BoundSessionBind, route: FollowRoute[ActorId]) -> TerminalReply:
         """The relayed 38 and its terminal: a durable operation under the caller's
         OperationId (a broken link replays it; the target's retained terminal answers a
         replay), within the bind's own deadline; Unavailable when the target cannot be

@@ -407,7 +407,7 @@ class ActorBindings:
         return reply
 
     async def _followed(
-        self, record: BoundSessionBind, route: FollowRoute | ZLinkError
+        self, record: BoundSessionBind, route: FollowRoute[ActorId] | ZLinkError
     ) -> TerminalReply:
         """The terminal of a bind that is not decided here: its Message Follow relay's,
         or the refusal of a route that does not fit it."""
@@ -422,7 +422,7 @@ class ActorBindings:
         self,
         key: _TerminalKey,
         record: BoundSessionBind,
-        route: FollowRoute | ZLinkError,
+        route: FollowRoute[ActorId] | ZLinkError,
         sink: RemoteSink,
     ) -> None:
         reply = await self._followed(record, route)
