@@ -16,6 +16,8 @@ real clock with short TTLs.
 
 from __future__ import annotations
 
+import inspect
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,7 +25,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from router_kit import TTLS, Advance
+from router_kit import EXACT_TIMING, REAL_TIMING, TTLS, Advance, Timing
 
 from zlink_trio.router import (
     IdempotencyStore,
@@ -39,6 +41,7 @@ from zlink_trio.router import (
     SessionRouterConfig,
     SessionSignalBus,
 )
+from zlink_trio.testing import settle as settle_all
 
 PG_SUITES = frozenset(
     {
@@ -99,6 +102,10 @@ def _module(node: Any) -> str:
 
 
 def _router_pg_case(module: str, function: str) -> bool:
+    if module in PG_SUITES:
+        return False
+    if os.environ.get("ZLINK_ROUTER_PG_ALL"):
+        return True  # experiment only (the fixtures of a case PG_ALL enabled)
     return function in ROUTER_PG_CASES.get(module, frozenset())
 
 
@@ -107,36 +114,57 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     params = [pytest.param("memory", id="memory")]
     module = _module(metafunc)
-    if module in PG_SUITES or _router_pg_case(module, metafunc.function.__name__):
+    function = metafunc.function.__name__
+    pg_all = os.environ.get("ZLINK_ROUTER_PG_ALL") and inspect.iscoroutinefunction(
+        metafunc.function
+    )
+    if (
+        module in PG_SUITES
+        or (pg_all and module not in PG_SUITES)
+        or _router_pg_case(module, function)
+    ):
         params.append(pytest.param("postgres", id="postgres", marks=pytest.mark.postgres))
+    if module in PG_SUITES and "advance" in metafunc.fixturenames:
+        params.append(
+            pytest.param("postgres-frozen", id="postgres-frozen", marks=pytest.mark.postgres)
+        )
     metafunc.parametrize("backend", params, indirect=True)
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """``memory`` (MockClock, autojump) or ``postgres`` (a schema of its own per test, on the
-    database's router clock, frozen and stepped in lockstep with a non-jumping MockClock:
-    every TTL is still computed by the database)."""
+    """``memory`` (MockClock, autojump), ``postgres`` (the database's real clock, short
+    TTLs) or ``postgres-frozen`` (the database's router clock frozen and stepped in lockstep
+    with a non-jumping MockClock: every TTL is still computed by the database, to the
+    instant). On PostgreSQL each test has a schema of its own."""
     name: str = request.param
     return name
 
 
 @pytest.fixture
-def autojump_clock(backend: str, request: pytest.FixtureRequest) -> trio.testing.MockClock:
+def timing(backend: str) -> Timing:
+    """How the SPI test moves time (:class:`router_kit.Timing`)."""
+    return REAL_TIMING if backend == "postgres" else EXACT_TIMING
+
+
+@pytest.fixture
+def autojump_clock(backend: str) -> trio.testing.MockClock:
     """Overrides pytest-trio's: on PostgreSQL the clock must not jump while a statement is
-    in flight, so it stands still (rate 0) and moves only by ``advance`` — or, for the
-    router-level cases of :data:`ROUTER_PG_CASES`, runs at the real rate (never jumping)."""
+    in flight. ``postgres``: it runs at the real rate and never jumps (the database's
+    clock is the real one); ``postgres-frozen``: it stands still (rate 0) and moves only by
+    ``advance``, with the database's router clock."""
     if backend == "postgres":
-        if _router_pg_case(_module(request), request.function.__name__):
-            return trio.testing.MockClock(rate=1.0)
+        return trio.testing.MockClock(rate=1.0)
+    if backend == "postgres-frozen":
         return trio.testing.MockClock(rate=0.0)
     return trio.testing.MockClock(autojump_threshold=0)
 
 
 @pytest.fixture
 async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """The test's own PostgreSQL schema (None on the memory backend)."""
-    if backend != "postgres":
+    """The SPI test's own PostgreSQL schema (None on the memory backend and for the
+    router-level cases, which use ``pg_router_spis``)."""
+    if backend == "memory" or _module(request) not in PG_SUITES:
         yield None
         return
     from zlink_trio.router_pg import open_router_database
@@ -146,7 +174,8 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
     schema = f"zlink_router_{uuid.uuid4().hex[:16]}"
     try:
         async with open_router_database(dsn, schema=schema, connections=4) as db:
-            await db.freeze_clock_for_tests()
+            if backend == "postgres-frozen":
+                await db.freeze_clock_for_tests()
             yield db
     finally:
         with trio.CancelScope(shield=True):
@@ -154,10 +183,16 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
 
 
 @pytest.fixture
-def advance(autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
+def advance(backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
     async def advance(seconds: float) -> None:
-        """Jump the clock (and the database's, on PostgreSQL), then let every task woken
-        by the jump run until all block."""
+        """Move time forward, then let every task woken by it run until all block (and,
+        on PostgreSQL, no statement is in flight): memory jumps the MockClock;
+        ``postgres-frozen`` steps the database's clock and the MockClock together;
+        ``postgres`` waits that long on the real clock."""
+        if backend == "postgres":
+            await trio.sleep(seconds)
+            await settle_all()
+            return
         if pg_db is not None:
             await pg_db.advance_clock_for_tests(seconds)
         autojump_clock.jump(seconds)
@@ -224,12 +259,14 @@ def settle() -> Callable[[SessionSignalBus], Awaitable[None]]:
 
 
 @pytest.fixture
-def idempotency(pg_db: Any, autojump_clock: trio.testing.MockClock) -> IdempotencyStore:
+def idempotency(
+    pg_db: Any, timing: Timing, autojump_clock: trio.testing.MockClock
+) -> IdempotencyStore:
     if pg_db is not None:
         from zlink_trio.router_pg import PostgresIdempotencyStore
 
-        return PostgresIdempotencyStore(pg_db, ttls=TTLS)
-    return MemoryIdempotencyStore(ttls=TTLS)
+        return PostgresIdempotencyStore(pg_db, ttls=timing.ttls)
+    return MemoryIdempotencyStore(ttls=timing.ttls)
 
 
 @pytest.fixture

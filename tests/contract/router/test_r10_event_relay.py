@@ -41,6 +41,7 @@ from zlink_trio.router import (
     turn_result_from_wire,
     turn_result_to_wire,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str) -> SubmitRequest:
@@ -119,7 +120,7 @@ async def test_r10_47_a_slow_publish_never_delays_the_turn(
         await trio.sleep(30)
         assert got == []
         held.open.set()
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert [f.event for f in got] == [*frames, ExecutionCompleted(answer)]
         nursery.cancel_scope.cancel()
 
@@ -223,7 +224,7 @@ async def test_r10_50_drops_are_counted_and_reported_at_close(
         messages = [r.getMessage() for r in caplog.records]
         assert any(f"{reported} frame(s) dropped" in m for m in messages)
         held.open.set()
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         received = len(held.published)
     assert 0 < reported == 2001 - received
     assert held.published[-1]["type"] == "completed"
@@ -245,7 +246,7 @@ async def test_r10_51_codecs_lose_exactly_what_they_say(
         await nursery.start(_collect, subscription, got)
         with pytest.raises(Exception, match="boom"):
             await (await a.submit(_request("bad"))).result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         nursery.cancel_scope.cancel()
     error = got[-1].event
     assert isinstance(error, ExecutionError)

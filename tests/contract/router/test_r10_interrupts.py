@@ -28,6 +28,7 @@ from zlink_trio.router import (
     TurnFailedError,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str, session: SessionId = S1) -> SubmitRequest:
@@ -74,7 +75,7 @@ async def test_r10_105_an_interrupt_on_b_stops_the_turn_on_a(
         with pytest.raises(TurnInterrupted, match="USER"):
             await running.result
         assert trio.current_time() == 1.0
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         nursery.cancel_scope.cancel()
     interrupts = [s for s in recorded.signals if s.kind is SignalKind.INTERRUPT]
     assert [(s.session_id, s.origin, s.payload["reason"]) for s in interrupts] == [
@@ -102,7 +103,7 @@ async def test_r10_106_a_node_without_turn_or_entry_ignores_an_interrupt(
         before = c.statistics()
         b.interrupt(S1, InterruptReason.USER)
         b.interrupt(SessionId("nobody"), InterruptReason.USER)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert c.statistics() == before
         with pytest.raises(TurnInterrupted):
             await running.result
@@ -133,7 +134,7 @@ async def test_r10_107_the_running_turn_s_session_wins_over_the_cache(
             with pytest.raises(TurnInterrupted, match="USER"):
                 await running.result
             assert stage.kinds(S1).count("open") == opens
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
     interrupted = [e[2] for e in stage.log if e[0] == "turn interrupted"]
     starts = [e[2] for e in stage.log if e[0] == "turn start" and e[1] == S1.value]
     assert interrupted == starts  # exactly the running handles, each once
@@ -153,7 +154,7 @@ async def test_r10_108_interrupt_races_settle_safely(
         await done.result
         a.interrupt(S1, InterruptReason.USER)
         b.interrupt(S1, InterruptReason.USER, done.turn_id)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert (await (await a.submit(_request("next"))).result).text == "next:1"
 
         active = await a.submit(_request("t"))

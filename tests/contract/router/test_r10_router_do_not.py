@@ -27,7 +27,7 @@ from zlink_trio.router import (
     open_session_router,
     yield_signals,
 )
-from zlink_trio.testing import crash_session_router
+from zlink_trio.testing import crash_session_router, settle
 
 
 def _request(text: str, session: SessionId = S1, **kw: object) -> SubmitRequest:
@@ -99,7 +99,7 @@ async def test_r10_169_a_status_snapshot_never_gates_a_submit(
                 payload=ghost.to_wire(),
             )
         )
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         seen = a.status(S1)
         assert seen is not None and seen.activity is SessionActivity.RUNNING
         disposition = await a.submit(_request("x"))

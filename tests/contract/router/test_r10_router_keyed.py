@@ -18,6 +18,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TurnFailedError,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str = "hi", **kw: object) -> SubmitRequest:
@@ -39,7 +40,7 @@ async def test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done(
             await trio.sleep(1)
             urgent = await b.submit(urgent_request)
             assert urgent.kind is DispositionKind.FORWARDED
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert world.injected == ["urgent"]
             during = await shared.idempotency.find(KEY)
             assert during is not None and during.state is IdempotencyState.IN_FLIGHT
