@@ -95,3 +95,21 @@ async def test_wait_idle_returns_at_once_when_nothing_is_in_flight() -> None:
         await bridge.wait_idle()
         await bridge.run(asyncio.sleep, 0)
         assert bridge.submitted == before + 1 and bridge.in_flight == 0
+
+
+async def test_a_cancelled_call_is_no_longer_in_flight_once_settled() -> None:
+    """The count drops when the cancelled call's asyncio task has finished (the caller's
+    shielded wait), not before: settle never returns while it still runs."""
+    async with open_loop_thread() as bridge:
+        gate = _Gate(bridge.loop)
+        async with trio.open_nursery() as nursery:
+
+            async def call() -> None:
+                await bridge.run(gate.wait)
+
+            nursery.start_soon(call)
+            await gate.entered.wait()
+            assert bridge.in_flight == 1
+            nursery.cancel_scope.cancel()
+        assert bridge.in_flight == 0
+        await settle()
