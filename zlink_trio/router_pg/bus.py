@@ -295,10 +295,15 @@ class PostgresSessionSignalBus:
         if self._serving.is_set():
             raise RuntimeError("this bus is already served")
         listener = _Listener(self)
-        async with trio.open_nursery() as nursery:
-            await nursery.start(listener.run)
-            self._serving.set()
-            task_status.started()
+        remove = self._db.bridge.add_barrier(self.barrier) if self._listen else None
+        try:
+            async with trio.open_nursery() as nursery:
+                await nursery.start(listener.run)
+                self._serving.set()
+                task_status.started()
+        finally:
+            if remove is not None:
+                remove()
 
     def _fan_out(self, text: str) -> None:
         if decode_signal(text) is None:

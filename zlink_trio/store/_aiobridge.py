@@ -23,6 +23,15 @@ waiting Trio task sleeps on with :func:`trio.lowlevel.wait_readable`. That skips
 ``run_sync_soon`` entry queue (one scheduler hop and a lock per call; ~30 µs per round trip
 here) and, unlike a ``run_sync_soon`` callback, cannot raise into the Trio run. Doorbells
 are pooled. ``call_soon_threadsafe`` is used only to cancel a call and to stop the loop.
+
+Quiescence (test hook, :func:`zlink_trio.testing.settle`): every bridge counts its calls in
+flight (submitted, not yet handed back to the Trio side) and can be waited on until none is
+(:meth:`LoopThread.wait_idle`); the live bridges of the process are listed by
+:func:`live_loop_threads`. ``trio.testing.wait_all_tasks_blocked`` alone returns while a
+statement is in flight, since its caller sleeps on a doorbell. A component that delivers on
+its own schedule (a LISTEN connection) registers a *barrier* with its bridge
+(:meth:`LoopThread.add_barrier`): an awaitable that returns once everything it had received
+before the call has been handed on.
 """
 
 from __future__ import annotations
@@ -34,14 +43,14 @@ import selectors
 import socket
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from contextlib import asynccontextmanager
 from typing import Any, Final, Generic, TypeVar, TypeVarTuple, Unpack, final
 
 import outcome
 import trio
 
-__all__ = ["LoopThread", "open_loop_thread"]
+__all__ = ["LoopThread", "live_loop_threads", "open_loop_thread"]
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -229,6 +238,42 @@ class LoopThread:
         self._tasks: set[asyncio.Task[None]] = set()
         self._bells: list[_Doorbell] = []
         self._closed = False
+        # Quiescence (module docstring): Trio thread only.
+        self._in_flight = 0
+        self._submitted = 0
+        self._idle: trio.Event | None = None
+        self._barriers: list[Callable[[], Awaitable[None]]] = []
+
+    @property
+    def in_flight(self) -> int:
+        """Calls submitted and not yet handed back to the Trio side."""
+        return self._in_flight
+
+    @property
+    def submitted(self) -> int:
+        """Calls submitted since the bridge opened (a counter, to tell whether any ran)."""
+        return self._submitted
+
+    async def wait_idle(self) -> None:
+        """Return once no call is in flight (at once when none is)."""
+        while self._in_flight:
+            if self._idle is None:
+                self._idle = trio.Event()
+            await self._idle.wait()
+
+    def add_barrier(self, barrier: Callable[[], Awaitable[None]]) -> Callable[[], None]:
+        """Register a barrier (module docstring); returns the function that removes it."""
+        self._barriers.append(barrier)
+
+        def remove() -> None:
+            if barrier in self._barriers:
+                self._barriers.remove(barrier)
+
+        return remove
+
+    @property
+    def barriers(self) -> tuple[Callable[[], Awaitable[None]], ...]:
+        return tuple(self._barriers)
 
     def _start_pending(self) -> None:
         pending = self._pending
@@ -262,6 +307,8 @@ class LoopThread:
             raise trio.ClosedResourceError("asyncio loop thread closed")
         bell = self._bells.pop() if self._bells else _Doorbell()
         call: _Call[T] = _Call(self, bell, afn, args)
+        self._in_flight += 1
+        self._submitted += 1
         self._pending.append(call)
         if self._selector.sleeping:
             self._selector.wake()
@@ -296,6 +343,10 @@ class LoopThread:
         return result
 
     def _release(self, bell: _Doorbell) -> None:
+        self._in_flight -= 1
+        if not self._in_flight and self._idle is not None:
+            self._idle.set()
+            self._idle = None
         if self._closed:
             bell.close()
         else:
@@ -329,6 +380,14 @@ def _thread_main(loop: asyncio.AbstractEventLoop) -> None:
             loop.close()
 
 
+_LIVE: Final[set[LoopThread]] = set()
+
+
+def live_loop_threads() -> tuple[LoopThread, ...]:
+    """The bridges open in this process (test hook: module docstring)."""
+    return tuple(_LIVE)
+
+
 @asynccontextmanager
 async def open_loop_thread(name: str = "zlink-asyncio") -> AsyncIterator[LoopThread]:
     """Start an asyncio loop thread for the body of the block; stop and join it on exit.
@@ -341,9 +400,11 @@ async def open_loop_thread(name: str = "zlink-asyncio") -> AsyncIterator[LoopThr
     loop = bridge.loop
     thread = threading.Thread(target=_thread_main, args=(loop,), name=name, daemon=True)
     thread.start()
+    _LIVE.add(bridge)
     try:
         yield bridge
     finally:
+        _LIVE.discard(bridge)
         bridge._closed = True
         with contextlib.suppress(RuntimeError):  # the loop already ended (thread died)
             loop.call_soon_threadsafe(loop.stop)

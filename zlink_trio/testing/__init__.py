@@ -34,6 +34,7 @@ from .flow import flow_count as flow_count, flow_counts as flow_counts
 from .history import RecordingStore as RecordingStore, StoreCall as StoreCall
 from .postgres import open_private_postgres as open_private_postgres
 from .router import crash_session_router as crash_session_router
+from .settle import settle as settle
 from .spots import (
     forget_spot_member as forget_spot_member,
     hosted_spots as hosted_spots,

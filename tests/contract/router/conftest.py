@@ -1,21 +1,31 @@
 """Fixtures of the router SPI contract suite.
 
 Every SPI fixture is parametrized over ``backend`` and gives each test fresh, empty
-instances that share one clock. Tests use only the SPI protocols plus ``advance`` (move the
-backend's clock forward), so the PostgreSQL implementations (issue 15 part 3) run the same
-suite by adding a ``backend`` parameter and a branch in each fixture.
+instances that share one clock. Tests use only the SPI protocols plus ``advance`` (move
+time forward) and ``timing`` (:class:`router_kit.Timing`: the TTLs and how exactly an
+instant can be checked), so the PostgreSQL implementations run the same suite.
 
-On PostgreSQL (``backend`` = ``postgres``, the SPI suites of ``PG_SUITES``) each test has
-a schema of its own (parallel workers never collide) and needs ``pg_dsn`` (skipped without a
-server). Time: a test that moves time takes ``autojump_clock`` (a ``MockClock(autojump_threshold=0)``;
-pytest-trio installs a clock only when the test function itself asks for it) and ``advance``;
-the in-memory backends read ``trio.current_time``, so ``advance`` is a jump of that clock.
-The router-level cases of ``ROUTER_PG_CASES`` also run on PostgreSQL (``shared``), on the
-real clock with short TTLs.
+Backends of the SPI suites (``PG_SUITES``): ``memory`` (a ``MockClock(autojump_threshold=0)``;
+``advance`` jumps it); ``postgres`` (the database's REAL clock and short TTLs,
+:data:`router_kit.REAL_TIMING`: ``advance`` waits that long for real, then
+:func:`zlink_trio.testing.settle`; an instant is checked within a slack); and, for the
+cases that move time, ``postgres-frozen`` IN ADDITION (the database's router clock frozen
+and stepped in lockstep with a non-jumping MockClock): only a frozen clock can check that
+the database computes an expiry to the instant (``now >= expires_at``, "stale after 30 s,
+not at exactly 30 s", equal deliveredAt ties), which a real clock can only bound. On
+PostgreSQL each test has a schema of its own (parallel workers never collide) and needs
+``pg_dsn`` (skipped without a server). pytest-trio installs a clock only when the test
+function itself asks for it, so a test that moves time takes ``autojump_clock``.
+
+The router-level cases of :data:`ROUTER_PG_CASES` also run on PostgreSQL (``shared``), on
+the real clock with the short TTLs of :data:`PG_ROUTER_CONFIG`; the others are listed in
+:data:`ROUTER_MEMORY_ONLY` with their reasons.
 """
 
 from __future__ import annotations
 
+import inspect
+import os
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -23,7 +33,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from router_kit import TTLS, Advance
+from router_kit import EXACT_TIMING, REAL_TIMING, TTLS, Advance, Timing
 
 from zlink_trio.router import (
     IdempotencyStore,
@@ -39,6 +49,7 @@ from zlink_trio.router import (
     SessionRouterConfig,
     SessionSignalBus,
 )
+from zlink_trio.testing import settle as settle_all
 
 PG_SUITES = frozenset(
     {
@@ -49,22 +60,82 @@ PG_SUITES = frozenset(
         "test_r10_idempotency_store",
     }
 )
-"""The SPI contract suites that also run on PostgreSQL (the database's clock frozen and
-stepped in lockstep with a non-jumping MockClock)."""
+"""The SPI contract suites that also run on PostgreSQL: on the real clock, and (the cases
+that move time) on the frozen clock too (module docstring)."""
 
 ROUTER_PG_CASES: dict[str, frozenset[str]] = {
-    "test_r10_router_submit": frozenset(
+    "test_r10_router_keyed": frozenset(
         {
-            "test_r10_24_submit_answers_a_disposition_or_raises_conflict",
-            "test_r10_53_no_warm_up_lazy_record_one_open",
-            "test_r10_79_f1_a_conflict_touches_neither_lease_nor_idempotency",
-            "test_r10_80_f2_losing_the_lease_forwards_through_the_inbox",
-            "test_r10_81_the_lease_is_tried_before_a_session_is_opened",
+            "test_r10_115_a_remote_attacher_gets_a_local_turn_s_failure",
         }
     ),
-    "test_r10_router_turns": frozenset({"test_r10_07_the_first_turn_decides_the_agent"}),
-    "test_r10_router_serialization": frozenset(
-        {"test_r10_04_alternating_routers_share_history_and_each_opens_once"}
+    "test_r10_event_relay": frozenset(
+        {
+            "test_r10_46_a_subscriber_without_demand_never_stalls_the_turn",
+            "test_r10_48_under_a_blocked_publisher_the_remote_side_gets_every_grade_2_frame",
+            "test_r10_50_drops_are_counted_and_reported_at_close",
+            "test_r10_51_codecs_lose_exactly_what_they_say",
+        }
+    ),
+    "test_r10_interrupts": frozenset(
+        {
+            "test_r10_105_an_interrupt_on_b_stops_the_turn_on_a",
+            "test_r10_131_an_unknown_failure_code_still_completes_the_caller",
+            "test_r10_106_a_node_without_turn_or_entry_ignores_an_interrupt",
+            "test_r10_107_the_running_turn_s_session_wins_over_the_cache",
+        }
+    ),
+    "test_r10_metrics_hooks": frozenset(
+        {
+            "test_r10_160_cache_hits_and_misses",
+            "test_r10_165_a_rejected_takeover_is_counted_an_unknown_one_is_not",
+        }
+    ),
+    "test_r10_router_builder": frozenset(
+        {
+            "test_r10_143_the_factory_never_sees_open_attributes_the_opener_does",
+            "test_r10_145_single_node_fills_missing_spis_in_memory",
+        }
+    ),
+    "test_r10_router_do_not": frozenset(
+        {
+            "test_r10_169_a_status_snapshot_never_gates_a_submit",
+            "test_r10_173_what_crosses_nodes_is_json_text",
+        }
+    ),
+    "test_r10_router_events": frozenset(
+        {
+            "test_interrupted_turns_end_with_interrupted_at",
+            "test_r10_11_evict_completes_the_peer_s_subscribers",
+            "test_r10_15_frames_cross_nodes_as_event_signals",
+            "test_r10_25_a_non_holder_subscriber_receives_the_holder_s_frames",
+            "test_r10_45_one_relay_per_turn_stamps_its_own_turn_id",
+            "test_r10_85_a_forwarded_turn_s_frames_reach_local_and_remote_subscribers",
+        }
+    ),
+    "test_r10_router_failures": frozenset(
+        {
+            "test_r10_132_a_failed_claim_fails_the_submit_and_delivers_nothing",
+            "test_r10_138_alternating_nodes_each_turn_starts_from_the_record",
+        }
+    ),
+    "test_r10_router_lease": frozenset(
+        {
+            "test_r10_05_two_end_paths_racing_release_the_lease_once",
+            "test_r10_08_a_first_turn_race_binds_one_agent",
+            "test_r10_101_no_extra_lease_for_work_inside_a_turn",
+            "test_r10_10_an_interrupt_stops_the_turn_and_keeps_the_session",
+            "test_r10_12_yield_hands_the_session_over",
+            "test_r10_17_yield_and_the_legacy_interrupt_make_one_hand_off",
+        }
+    ),
+    "test_r10_router_lifecycle": frozenset(
+        {
+            "test_r10_11_evict_discards_the_session_s_approvals_on_every_node",
+            "test_r10_28_release_keeps_the_history",
+            "test_r10_29_only_the_holder_deletes_and_a_holder_is_asked_to_yield",
+            "test_r10_56_release_of_a_running_session_keeps_the_order",
+        }
     ),
     "test_r10_router_local_path": frozenset(
         {
@@ -72,13 +143,286 @@ ROUTER_PG_CASES: dict[str, frozenset[str]] = {
             "test_r10_84_a_submit_during_the_pass_tail_collect_runs_locally",
         }
     ),
+    "test_r10_router_serialization": frozenset(
+        {
+            "test_r10_04_alternating_routers_share_history_and_each_opens_once",
+            "test_r10_22_multimodal_input_survives_a_cross_node_forward",
+        }
+    ),
+    "test_r10_router_signals": frozenset(
+        {
+            "test_r10_11_evict_fails_the_forwarded_results_of_the_session",
+            "test_r10_14_one_turn_result_per_forwarded_turn_after_mark_done",
+            "test_r10_43_an_empty_doorbell_is_a_no_op",
+        }
+    ),
+    "test_r10_router_submit": frozenset(
+        {
+            "test_r10_113_keyless_submits_are_never_deduplicated",
+            "test_r10_114_a_new_key_is_in_flight_during_and_done_after",
+            "test_r10_115_a_retry_in_flight_attaches_to_the_running_turn",
+            "test_r10_116_a_done_key_answers_at_once_from_the_cache",
+            "test_r10_117_same_key_other_input_is_a_409_with_no_trace",
+            "test_r10_24_submit_answers_a_disposition_or_raises_conflict",
+            "test_r10_53_no_warm_up_lazy_record_one_open",
+            "test_r10_60_a_closing_router_refuses_submits",
+            "test_r10_78_f0_subscribed_first_and_a_synchronous_rail_is_not_missed",
+            "test_r10_79_f1_a_conflict_touches_neither_lease_nor_idempotency",
+            "test_r10_80_f2_losing_the_lease_forwards_through_the_inbox",
+            "test_r10_81_the_lease_is_tried_before_a_session_is_opened",
+        }
+    ),
+    "test_r10_router_takeover": frozenset(
+        {
+            "test_r10_68_a_collected_message_runs_whatever_its_takeover_answers",
+            "test_r10_69_win_reject_unknown",
+        }
+    ),
+    "test_r10_router_turns": frozenset(
+        {
+            "test_r10_07_the_first_turn_decides_the_agent",
+            "test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass",
+            "test_r10_141_open_options_only_on_a_miss_submit_options_every_turn",
+            "test_r10_26_interrupt_without_turn_id_is_session_scoped",
+            "test_r10_31_closing_touches_only_node_local_resources",
+            "test_r10_90_hand_off_instead_of_not_holder",
+            "test_r10_91_a_submit_from_inside_its_own_session_s_turn_is_refused",
+        }
+    ),
+    "test_r10_termination": frozenset(
+        {
+            "test_r10_55_release_is_not_the_end_of_the_session",
+        }
+    ),
+    "test_review_issue15": frozenset(
+        {
+            "test_a_keyed_message_purged_by_release_does_not_block_its_retry",
+            "test_a_submit_that_straddles_close_does_not_run_on_the_closed_router",
+            "test_a_submit_that_straddles_the_routers_exit_raises_a_typed_error",
+            "test_events_on_a_closed_router_end_at_once",
+            "test_run_turn_returning_none_fails_the_turn_and_keeps_the_router",
+        }
+    ),
+    "test_review_issue16": frozenset(
+        {
+            "test_a_doorbell_heard_during_the_last_collect_of_a_pass_is_not_lost",
+            "test_a_queued_own_turn_whose_hand_back_fails_settles_its_caller",
+            "test_a_targeted_interrupt_during_the_session_s_open_stops_that_turn",
+            "test_a_targeted_interrupt_right_after_submit_stops_that_turn",
+            "test_release_session_on_a_non_holder_gives_the_holder_s_handle_back",
+        }
+    ),
+    "test_router_hostile_hooks": frozenset(
+        {
+            "test_interrupt_after_close_is_a_no_op",
+        }
+    ),
 }
 """The router-level cases that also run on PostgreSQL, on the REAL clock (a MockClock at
 rate 1 that never jumps; the database's router clock is not frozen) with the short TTLs of
-:data:`PG_ROUTER_CONFIG`: those whose every wait is on a result or a real second (turns
-of 1 s). The rest of the router-level suites stay in memory: they order steps with
-``wait_all_tasks_blocked`` (which returns while a statement is in flight on the bridge
-thread) or jump virtual minutes and hours (sweeps, TTL expiries, idle eviction)."""
+:data:`PG_ROUTER_CONFIG`. They order their steps with :func:`zlink_trio.testing.settle`
+(every task blocked AND no statement in flight on a bridge, and every served bus's
+LISTEN/NOTIFY barrier passed), which is exactly ``wait_all_tasks_blocked`` in memory.
+An instant a memory run checks exactly is checked on PostgreSQL with a bound
+(:func:`router_app.on_time`: no earlier, at most ``PG_SLACK`` later). Every other
+router-level case is in :data:`ROUTER_MEMORY_ONLY`, with its reason.
+
+``ZLINK_ROUTER_PG_ALL=1`` runs every asynchronous router-level case on PostgreSQL as well
+(to re-derive these lists: a case that waits only a few seconds and passes there belongs
+here)."""
+
+ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
+    "test_r10_router_close_mid_collect": {
+        "test_r10_84_a_closed_router_collects_nothing_after_close": (
+            "pins an open issue (strict xfail), reproduced deterministically in memory"
+        ),
+    },
+    "test_r10_event_relay": {
+        "test_r10_42_a_restarted_holder_s_status_is_accepted": "waits 200 s of (virtual) time",
+        "test_r10_47_a_slow_publish_never_delays_the_turn": "waits 32 s of (virtual) time",
+    },
+    "test_r10_interrupts": {
+        "test_r10_108_interrupt_races_settle_safely": "waits 20 s of (virtual) time",
+        "test_r10_130_a_forwarded_result_carries_no_artifacts": "waits 10 s of (virtual) time",
+    },
+    "test_r10_metrics_hooks": {
+        "test_r10_159_lock_latency_for_a_won_and_a_lost_election": "waits 11 s of (virtual) time",
+        "test_r10_161_evictions_by_lru_and_by_idle": "waits 720 s of (virtual) time",
+        "test_r10_162_one_extend_failure_per_lost_lease": "waits 60 s of (virtual) time",
+        "test_r10_163_one_submit_outcome_per_submit": "waits 11 s of (virtual) time",
+        "test_r10_164_holder_loss_once_per_won_reset": "waits 100 s of (virtual) time",
+        "test_r10_166_rerings_count_retries_and_stop_once_drained": "waits 167 s of (virtual) time",
+    },
+    "test_r10_router_builder": {
+        "test_r10_01_the_router_never_creates_or_closes_the_agent_runtime": "waits 66 s of (virtual) time",
+        "test_r10_158_no_metrics_needed_and_one_hook_is_enough": "waits 121 s of (virtual) time",
+        "test_r10_167_hooks_that_raise_or_block_change_nothing": "waits 50 s of (virtual) time",
+    },
+    "test_r10_router_default_timings": {
+        "test_r10_149_acquires_ask_for_the_default_30_s_lease": "checks the default 30 s lease (PostgreSQL runs PG_ROUTER_CONFIG)",
+        "test_r10_153_a_done_answer_lives_the_default_24_h": "waits 86402 s of (virtual) time",
+        "test_r10_154_the_default_secondary_ttl_and_poll_interval": "waits 50 s of (virtual) time",
+        "test_r10_156_release_force_closes_at_the_default_5_s": "waits 1000 s of (virtual) time",
+        "test_r10_54_idle_time_counts_from_the_last_activity": "waits 1201 s of (virtual) time",
+    },
+    "test_r10_router_do_not": {
+        "test_r10_168_no_end_path_closes_the_agent_runtime": "waits 45 s of (virtual) time",
+        "test_r10_170_only_delete_session_removes_history": "waits 65 s of (virtual) time",
+    },
+    "test_r10_router_failures": {
+        "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": "waits 40 s of (virtual) time",
+        "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": "waits 31 s of (virtual) time",
+    },
+    "test_r10_router_holder_loss": {
+        "test_a_crashed_router_keeps_its_lease_and_answers_nothing_more": "waits 40 s of (virtual) time",
+        "test_r10_123_three_sweepers_one_winner_one_frame_one_announcement": "waits 170 s of (virtual) time",
+        "test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer": "waits 60 s of (virtual) time",
+        "test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers": "waits 1860 s of (virtual) time",
+        "test_r10_64_holder_loss_is_turn_scoped": "waits 62 s of (virtual) time",
+        "test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail": "waits 202 s of (virtual) time",
+        "test_r10_66_detection_is_never_before_the_secondary_ttl": "waits 45 s of (virtual) time",
+        "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": "waits 2160 s of (virtual) time",
+    },
+    "test_r10_router_keyed": {
+        "test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done": "waits 50 s of (virtual) time",
+        "test_r10_87_a_remote_attacher_gets_a_local_turn_s_result_on_the_rail": "asserts no polling find during a 5 s turn; PG_ROUTER_CONFIG polls every 3 s",
+    },
+    "test_r10_router_known_gaps": {
+        "test_r10_175_a_late_subscriber_sees_only_later_frames": "waits 10 s of (virtual) time",
+        "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": "waits 201 s of (virtual) time",
+        "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": "waits 103 s of (virtual) time",
+        "test_r10_179_the_yield_shim_and_the_polling_period": "waits 71 s of (virtual) time",
+    },
+    "test_r10_router_lease": {
+        "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": "waits 20 s of (virtual) time",
+        "test_r10_126_a_now_message_is_injected_into_the_running_turn": "waits 11 s of (virtual) time",
+        "test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op": "waits 10 s of (virtual) time",
+        "test_r10_54_renewals_every_ten_seconds_during_a_long_turn": "waits 95 s of (virtual) time",
+        "test_r10_77_a_lost_lease_interrupts_the_turn_once": "waits 60 s of (virtual) time",
+        "test_r10_82_a_doorbell_starts_at_most_one_drain": "waits 15 s of (virtual) time",
+        "test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding": "waits 23 s of (virtual) time",
+        "test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease": "waits 43 s of (virtual) time",
+        "test_r10_92_losing_the_gate_never_touches_the_lease": "waits 15 s of (virtual) time",
+    },
+    "test_r10_router_lifecycle": {
+        "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
+        "test_r10_11_evict_removes_the_status_projection": "waits 10 s of (virtual) time",
+        "test_r10_16_status_is_published_every_heartbeat": "waits 45 s of (virtual) time",
+        "test_r10_30_status_is_a_best_effort_observation": "waits 60 s of (virtual) time",
+    },
+    "test_r10_router_orphans": {
+        "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": "waits 301 s of (virtual) time",
+        "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": "waits 60 s of (virtual) time",
+        "test_r10_73_no_ring_for_an_empty_inbox_a_ring_when_it_cannot_be_read": "waits 300 s of (virtual) time",
+        "test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll": "waits 101 s of (virtual) time",
+        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": "waits 180 s of (virtual) time",
+        "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": "waits 100 s of (virtual) time",
+        "test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan": "waits 62 s of (virtual) time",
+    },
+    "test_r10_router_renewal": {
+        "test_r10_97_every_touch_carries_one_reservation_s_own_pair": "waits 80 s of (virtual) time",
+        "test_r10_98_one_pass_keeps_two_reservations_alive": "waits 48 s of (virtual) time",
+        "test_r10_99_touch_names_the_reservation_s_holder_not_the_lease_holder": "waits 47 s of (virtual) time",
+    },
+    "test_r10_router_serialization": {
+        "test_concurrent_submits_from_every_router_serialize": "waits 84 s of (virtual) time",
+        "test_r10_06_the_same_scenario_answers_alike_from_any_router": "waits 40 s of (virtual) time",
+    },
+    "test_r10_router_signals": {
+        "test_r10_13_one_doorbell_per_forwarded_delivery": "waits 20 s of (virtual) time",
+        "test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects": "waits 15 s of (virtual) time",
+        "test_r10_41_duplicated_and_reordered_signals_change_nothing": "waits 15 s of (virtual) time",
+    },
+    "test_r10_router_submit": {
+        "test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl": "waits 300 s of (virtual) time",
+        "test_r10_119_a_stale_reservation_is_reset_and_the_retry_runs": "waits 32 s of (virtual) time",
+        "test_r10_86_mark_done_comes_before_the_turn_result_broadcast": "waits 18 s of (virtual) time",
+        "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": "waits 24 s of (virtual) time",
+    },
+    "test_r10_router_sweeps": {
+        "test_r10_148_the_1001st_open_evicts_the_least_recent_handle": "1001 opens: minutes of statements on PostgreSQL, over the time budget",
+        "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": "waits 65 s of (virtual) time",
+        "test_r10_23_three_schedules_and_none_delays_a_renewal": "waits 130 s of (virtual) time",
+        "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": "waits 10 s of (virtual) time",
+    },
+    "test_r10_router_takeover": {
+        "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": "waits 1740 s of (virtual) time",
+        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": "waits 101 s of (virtual) time",
+        "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": "waits 140 s of (virtual) time",
+        "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": "waits 110 s of (virtual) time",
+    },
+    "test_r10_router_turns": {
+        "test_r10_84_the_next_holder_collects_orphans_before_its_turn": (
+            "flaky on PostgreSQL (1 of 3 runs): aclose() abandons a's pass inside its"
+            " post-turn collect (a statement in flight there), which then takes the orphan"
+            " delivered after close and rings b; open issue, pinned by"
+            " test_r10_router_close_mid_collect.py"
+        ),
+        "test_r10_02_an_interrupted_turn_commits_no_partial_state": "waits 12 s of (virtual) time",
+        "test_r10_127_next_and_later_run_in_the_same_pass": "waits 12 s of (virtual) time",
+        "test_r10_23_a_blocked_publish_does_not_delay_renewals": "waits 35 s of (virtual) time",
+        "test_r10_93_the_renewer_keeps_a_blocked_turn_s_lease": "waits 60 s of (virtual) time",
+        "test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease": "waits 105 s of (virtual) time",
+    },
+    "test_r10_router_upkeep": {
+        "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": "waits 660 s of (virtual) time",
+        "test_r10_12_after_a_hand_off_the_inbox_is_rung_for_at_once": "asserts no re-ring within 5 s; PG_ROUTER_CONFIG polls (and re-rings) every 3 s",
+        "test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll": "waits 58 s of (virtual) time",
+        "test_r10_96_a_finished_turn_s_key_is_never_touched_again": "waits 77 s of (virtual) time",
+    },
+    "test_r10_session_cache": {
+        "test_r10_32_a_pinned_entry_is_not_idle_evicted": "waits 701 s of (virtual) time",
+        "test_r10_34_the_lru_lease_is_returned_inside_the_turn_gate": "waits 11 s of (virtual) time",
+        "test_r10_35_reading_and_updating_a_pinned_entry_keeps_its_protection": "waits 1561 s of (virtual) time",
+        "test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease": "waits 10 s of (virtual) time",
+        "test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_once": "waits 63.504 s of (virtual) time",
+        "test_r10_38_the_cache_sweeper_closes_idle_handles_every_minute": "waits 661 s of (virtual) time",
+        "test_r10_59_idle_timeout_is_strict_silent_and_returns_the_lease_after_the_close": "waits 721 s of (virtual) time",
+    },
+    "test_r10_termination": {
+        "test_r10_104_delete_cleans_up_every_node": "waits 13 s of (virtual) time",
+        "test_r10_57_a_release_force_closes_a_turn_that_ignores_its_interrupt": "waits 30 s of (virtual) time",
+        "test_r10_58_ending_a_session_forgets_its_doorbell": "waits 183 s of (virtual) time",
+        "test_r10_61_graceful_shutdown_runs_its_steps_in_order": "asserts each shutdown step at its exact virtual instant, under the default timeouts",
+        "test_r10_62_shutdown_releases_leases_and_swallows_a_failing_release": "asserts the exact instant the handle closes against the default timeouts",
+    },
+    "test_review_issue15": {
+        "test_a_blocking_inject_does_not_stall_other_sessions": "waits 50 s of (virtual) time",
+        "test_a_forwarded_caller_at_close_learns_its_outcome_is_unknown": "waits 30 s of (virtual) time",
+        "test_a_hanging_renewal_does_not_let_two_nodes_run_the_session_at_once": "waits 41 s of (virtual) time",
+        "test_a_keyed_forward_whose_turn_failed_learns_it_at_the_next_poll": "waits 16 s of (virtual) time",
+        "test_a_turn_handed_back_at_close_is_not_reported_as_shut_down_when_it_runs": "waits 50 s of (virtual) time",
+        "test_release_during_a_slow_open_leaves_no_open_handle": "waits 28 s of (virtual) time",
+        "test_submit_options_reach_a_turn_queued_behind_a_running_one": "waits 11 s of (virtual) time",
+    },
+    "test_review_issue15_round3": {
+        "test_a_lease_lost_locally_is_released_in_the_store_at_once": "waits 91 s of (virtual) time",
+        "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": "waits 96 s of (virtual) time",
+        "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": "waits 25.6 s of (virtual) time",
+    },
+    "test_review_issue16": {
+        "test_a_force_released_turn_cannot_write_under_the_node_s_next_lease": "waits 20 s of (virtual) time",
+        "test_a_keyed_submit_whose_hand_over_fails_frees_its_key": "waits 31 s of (virtual) time",
+        "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": "waits 65 s of (virtual) time",
+    },
+    "test_router_bounded_exit": {
+        "test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease": "times the default 5 s handle_close_timeout (PG_ROUTER_CONFIG: 2 s)",
+        "test_a_handle_close_that_never_returns_is_abandoned_after_its_bound": "waits 12 s of (virtual) time",
+        "test_close_gracefully_is_bounded_by_its_timeout_for_a_stubborn_turn": "waits 1000 s of (virtual) time",
+    },
+    "test_router_hostile_hooks": {
+        "test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_exit": "waits 120 s of (virtual) time",
+        "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": "waits 51 s of (virtual) time",
+    },
+}
+"""The router-level cases that stay in memory, each with its reason: most wait longer (in
+virtual time, measured on the memory run) than the PostgreSQL run's budget allows for the
+real clock (more than 8 s: default timings, sweeps, TTL expiries, idle eviction, long
+turns); a few check a default timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring
+that never happens under the defaults but does under its 3 s poll interval. The
+synchronous router-level tests (builder validation) make no backend call and stay in
+memory too."""
+
 
 PG_ROUTER_CONFIG = SessionRouterConfig(
     lock_lease=6.0,
@@ -99,6 +443,10 @@ def _module(node: Any) -> str:
 
 
 def _router_pg_case(module: str, function: str) -> bool:
+    if module in PG_SUITES:
+        return False
+    if os.environ.get("ZLINK_ROUTER_PG_ALL"):
+        return True  # experiment only (the fixtures of a case PG_ALL enabled)
     return function in ROUTER_PG_CASES.get(module, frozenset())
 
 
@@ -107,36 +455,52 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     params = [pytest.param("memory", id="memory")]
     module = _module(metafunc)
-    if module in PG_SUITES or _router_pg_case(module, metafunc.function.__name__):
+    router_case = _router_pg_case(module, metafunc.function.__name__) and (
+        inspect.iscoroutinefunction(metafunc.function)
+    )
+    if module in PG_SUITES or router_case:
         params.append(pytest.param("postgres", id="postgres", marks=pytest.mark.postgres))
+    if module in PG_SUITES and "advance" in metafunc.fixturenames:
+        params.append(
+            pytest.param("postgres-frozen", id="postgres-frozen", marks=pytest.mark.postgres)
+        )
     metafunc.parametrize("backend", params, indirect=True)
 
 
 @pytest.fixture
 def backend(request: pytest.FixtureRequest) -> str:
-    """``memory`` (MockClock, autojump) or ``postgres`` (a schema of its own per test, on the
-    database's router clock, frozen and stepped in lockstep with a non-jumping MockClock:
-    every TTL is still computed by the database)."""
+    """``memory`` (MockClock, autojump), ``postgres`` (the database's real clock, short
+    TTLs) or ``postgres-frozen`` (the database's router clock frozen and stepped in lockstep
+    with a non-jumping MockClock: every TTL is still computed by the database, to the
+    instant). On PostgreSQL each test has a schema of its own."""
     name: str = request.param
     return name
 
 
 @pytest.fixture
-def autojump_clock(backend: str, request: pytest.FixtureRequest) -> trio.testing.MockClock:
+def timing(backend: str) -> Timing:
+    """How the SPI test moves time (:class:`router_kit.Timing`)."""
+    return REAL_TIMING if backend == "postgres" else EXACT_TIMING
+
+
+@pytest.fixture
+def autojump_clock(backend: str) -> trio.testing.MockClock:
     """Overrides pytest-trio's: on PostgreSQL the clock must not jump while a statement is
-    in flight, so it stands still (rate 0) and moves only by ``advance`` — or, for the
-    router-level cases of :data:`ROUTER_PG_CASES`, runs at the real rate (never jumping)."""
+    in flight. ``postgres``: it runs at the real rate and never jumps (the database's
+    clock is the real one); ``postgres-frozen``: it stands still (rate 0) and moves only by
+    ``advance``, with the database's router clock."""
     if backend == "postgres":
-        if _router_pg_case(_module(request), request.function.__name__):
-            return trio.testing.MockClock(rate=1.0)
+        return trio.testing.MockClock(rate=1.0)
+    if backend == "postgres-frozen":
         return trio.testing.MockClock(rate=0.0)
     return trio.testing.MockClock(autojump_threshold=0)
 
 
 @pytest.fixture
 async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[Any]:
-    """The test's own PostgreSQL schema (None on the memory backend)."""
-    if backend != "postgres":
+    """The SPI test's own PostgreSQL schema (None on the memory backend and for the
+    router-level cases, which use ``pg_router_spis``)."""
+    if backend == "memory" or _module(request) not in PG_SUITES:
         yield None
         return
     from zlink_trio.router_pg import open_router_database
@@ -146,7 +510,8 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
     schema = f"zlink_router_{uuid.uuid4().hex[:16]}"
     try:
         async with open_router_database(dsn, schema=schema, connections=4) as db:
-            await db.freeze_clock_for_tests()
+            if backend == "postgres-frozen":
+                await db.freeze_clock_for_tests()
             yield db
     finally:
         with trio.CancelScope(shield=True):
@@ -154,10 +519,16 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
 
 
 @pytest.fixture
-def advance(autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
+def advance(backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
     async def advance(seconds: float) -> None:
-        """Jump the clock (and the database's, on PostgreSQL), then let every task woken
-        by the jump run until all block."""
+        """Move time forward, then let every task woken by it run until all block (and,
+        on PostgreSQL, no statement is in flight): memory jumps the MockClock;
+        ``postgres-frozen`` steps the database's clock and the MockClock together;
+        ``postgres`` waits that long on the real clock."""
+        if backend == "postgres":
+            await trio.sleep(seconds)
+            await settle_all()
+            return
         if pg_db is not None:
             await pg_db.advance_clock_for_tests(seconds)
         autojump_clock.jump(seconds)
@@ -224,12 +595,14 @@ def settle() -> Callable[[SessionSignalBus], Awaitable[None]]:
 
 
 @pytest.fixture
-def idempotency(pg_db: Any, autojump_clock: trio.testing.MockClock) -> IdempotencyStore:
+def idempotency(
+    pg_db: Any, timing: Timing, autojump_clock: trio.testing.MockClock
+) -> IdempotencyStore:
     if pg_db is not None:
         from zlink_trio.router_pg import PostgresIdempotencyStore
 
-        return PostgresIdempotencyStore(pg_db, ttls=TTLS)
-    return MemoryIdempotencyStore(ttls=TTLS)
+        return PostgresIdempotencyStore(pg_db, ttls=timing.ttls)
+    return MemoryIdempotencyStore(ttls=timing.ttls)
 
 
 @pytest.fixture

@@ -207,6 +207,20 @@ async def cluster(
         yield routers
 
 
+PG_SLACK = 2.0
+"""How late, on PostgreSQL's real clock, an instant a memory run checks exactly may be
+(statement latency on a loaded machine): far less than any timeout or poll tick such a
+check tells the instant apart from."""
+
+
+def on_time(shared: Shared, elapsed: float, expected: float) -> bool:
+    """``elapsed == expected`` in memory (the MockClock is exact); on PostgreSQL (the real
+    clock: ``shared.config`` is set) ``expected <= elapsed <= expected + PG_SLACK``."""
+    if shared.config is None:
+        return elapsed == expected
+    return expected - 0.01 <= elapsed <= expected + PG_SLACK
+
+
 def no_overlap(turns: list[TurnLog]) -> bool:
     spans = sorted((t.start, t.end if t.end is not None else float("inf")) for t in turns)
     return all(a_end <= b_start for (_, a_end), (b_start, _) in itertools.pairwise(spans))

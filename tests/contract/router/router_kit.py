@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
 
+import attrs
 import trio
 
 from zlink_trio.router import (
@@ -37,6 +38,42 @@ Advance = Callable[[float], Awaitable[None]]
 conftest, so ``conftest`` names no module a test imports: tests/contract/store has one too)."""
 
 TTLS = IdempotencyTtls()  # the §11.2 defaults: 24 h / 30 s / 5 min
+
+
+@attrs.frozen
+class Timing:
+    """How an SPI test moves time (the ``timing`` fixture).
+
+    Exact (memory: MockClock; ``postgres-frozen``: the database's router clock stepped in
+    lockstep): ``advance`` jumps, a reading is exact and :meth:`pick` gives the exact
+    value, so those runs check what they always did. Real (``postgres``): ``advance``
+    waits that long on the real clock; TTLs are short (:data:`REAL_TIMING`), an instant
+    is checked with a bound of :attr:`slack` and :meth:`pick` gives the real-clock value.
+    """
+
+    exact: bool
+    ttls: IdempotencyTtls
+    lease_ttl: float
+    slack: float
+    """How far a real-clock reading (a statement's latency, a sleep's overshoot) may be off."""
+
+    def pick(self, exact: float, real: float) -> float:
+        """``exact`` on an exact clock, else ``real``."""
+        return exact if self.exact else real
+
+    def near(self, value: float, expected: float) -> bool:
+        """``value == expected`` on an exact clock; within :attr:`slack` on the real one."""
+        return value == expected if self.exact else abs(value - expected) <= self.slack
+
+
+EXACT_TIMING = Timing(exact=True, ttls=TTLS, lease_ttl=30.0, slack=0.0)
+REAL_TIMING = Timing(
+    exact=False,
+    ttls=IdempotencyTtls(primary=1.0, secondary=0.8, forward=1.6),
+    lease_ttl=0.9,
+    slack=0.25,
+)
+"""Short TTLs for the real database clock: each test waits about 2 s or less in all."""
 
 
 def reserver(node: NodeId = NODE_A) -> ReserverId:

@@ -17,6 +17,7 @@ from zlink_trio.router import (
     TurnFuture,
     TurnId,
 )
+from zlink_trio.testing import settle
 
 RESULT = AgentExecutionResult("done")
 
@@ -62,7 +63,7 @@ async def test_turn_future_completes_exactly_once() -> None:
     async with trio.open_nursery() as nursery:
         nursery.start_soon(waiter)
         nursery.start_soon(waiter)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert not future.done()
         assert future.set_result(RESULT)
         assert not future.set_result(AgentExecutionResult("second"))

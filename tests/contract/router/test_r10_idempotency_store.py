@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from router_kit import KEY, NODE_A, NODE_B, NODE_C, TTLS, Advance, reserver
+from router_kit import KEY, NODE_A, NODE_B, NODE_C, Advance, Timing, reserver
 
 from zlink_trio.router import (
     AlreadyDone,
@@ -31,7 +31,6 @@ from zlink_trio.router import (
 H1 = input_hash(TextInput("hello"))
 H2 = input_hash(TextInput("something else"))
 RESULT = {"turnId": "t-1", "status": "ok", "text": "answer"}
-HOUR = 3600.0
 
 
 async def _reserve(store: IdempotencyStore, holder: ReserverId, h: str = H1) -> None:
@@ -97,13 +96,16 @@ async def test_r10_117_same_key_other_input_is_a_conflict(idempotency: Idempoten
 
 
 async def test_r10_118_after_the_primary_ttl_the_key_is_new(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-118: 24 h after DONE the same key (any input) reserves a new turn."""
     holder = reserver()
     await _reserve(idempotency, holder)
     await idempotency.mark_done(KEY, holder, RESULT)
-    await advance(24 * HOUR)
+    await advance(timing.ttls.primary)
     assert await idempotency.find(KEY) is None
     fresh = await idempotency.put_if_absent(KEY, H2, reserver(NODE_B))
     assert isinstance(fresh, Reserved)
@@ -111,13 +113,16 @@ async def test_r10_118_after_the_primary_ttl_the_key_is_new(
 
 
 async def test_r10_119_a_stale_in_flight_entry_is_reset_once_then_re_entered(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-119: IN_FLIGHT untouched past the secondary TTL is reported stale; exactly one
     compareAndReset with its holder succeeds; the retry then reserves."""
     dead = reserver(NODE_A)
     await _reserve(idempotency, dead)
-    await advance(TTLS.secondary + 0.5)
+    await advance(timing.ttls.secondary + timing.pick(0.5, timing.slack))
     stale = await idempotency.put_if_absent(KEY, H1, reserver(NODE_B))
     assert isinstance(stale, StaleInFlight)
     assert stale.entry.holder_id == dead
@@ -129,7 +134,10 @@ async def test_r10_119_a_stale_in_flight_entry_is_reset_once_then_re_entered(
 
 
 async def test_r10_120_two_ttls(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-120: DONE answers at 23 h 59 m and is new at 24 h; IN_FLIGHT untouched for more
     than 30 s is stale (not at exactly 30 s); IN_FLIGHT touched by a live holder is still
@@ -137,23 +145,24 @@ async def test_r10_120_two_ttls(
     holder = reserver()
     await _reserve(idempotency, holder)
     await idempotency.mark_done(KEY, holder, RESULT)
-    await advance(24 * HOUR - 60)
+    ttls = timing.ttls
+    await advance(ttls.primary - timing.pick(60, timing.slack))
     assert isinstance(await idempotency.put_if_absent(KEY, H1, reserver()), AlreadyDone)
-    await advance(60)
+    await advance(timing.pick(60, 2 * timing.slack))
     assert isinstance(await idempotency.put_if_absent(KEY, H1, reserver()), Reserved)
 
     k2, untouched = IdempotencyKey("k-untouched"), reserver()
     assert isinstance(await idempotency.put_if_absent(k2, H1, untouched), Reserved)
     k3, live = IdempotencyKey("k-live"), reserver(NODE_B)
     assert isinstance(await idempotency.put_if_absent(k3, H1, live), Reserved)
-    await advance(TTLS.secondary)
+    await advance(ttls.secondary - timing.pick(0, timing.slack))
     assert await idempotency.find_stale_in_flight() == ()
     assert await idempotency.touch(k3, live)
-    await advance(0.5)
+    await advance(timing.pick(0.5, 2 * timing.slack))
     assert {e.key for e in await idempotency.find_stale_in_flight()} == {KEY, k2}
-    for _ in range(60):  # renewals every 10 s for 10 min
+    for _ in range(int(timing.pick(60, 4))):  # renewals every 10 s for 10 min
         assert await idempotency.touch(k3, live)
-        await advance(10)
+        await advance(timing.pick(10, ttls.secondary / 3))
     entry = await idempotency.find(k3)
     assert entry is not None and entry.state is IdempotencyState.IN_FLIGHT
     assert isinstance(await idempotency.put_if_absent(k3, H1, reserver()), InFlight)
@@ -161,7 +170,10 @@ async def test_r10_120_two_ttls(
 
 
 async def test_r10_121_the_holder_moves_between_nodes(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-121: the losing submitter clears the holder (releaseHolder); a holderless entry
     is never stale and lives on the forward TTL; the collector writes its own name back
@@ -172,7 +184,7 @@ async def test_r10_121_the_holder_moves_between_nodes(
     assert not await idempotency.release_holder(KEY, submitter)
     entry = await idempotency.find(KEY)
     assert entry is not None and entry.holder_id is None
-    await advance(TTLS.secondary * 4)
+    await advance(timing.ttls.secondary * timing.pick(4, 1.5))
     assert await idempotency.find_stale_in_flight() == ()
 
     winners: list[ReserverId] = []
@@ -189,20 +201,24 @@ async def test_r10_121_the_holder_moves_between_nodes(
     collector = winners[0]
     entry = await idempotency.find(KEY)
     assert entry is not None and entry.holder_id == collector
-    await advance(TTLS.secondary + 0.5)  # back on the secondary TTL: untouched is stale
+    # back on the secondary TTL: untouched is stale
+    await advance(timing.ttls.secondary + timing.pick(0.5, timing.slack))
     assert [e.holder_id for e in await idempotency.find_stale_in_flight()] == [collector]
 
 
 async def test_a_holderless_entry_expires_on_the_forward_ttl(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """§9.2/§6.3 D: a reservation handed to the inbox sits on the forward TTL (5 min)."""
     submitter = reserver()
     await _reserve(idempotency, submitter)
     await idempotency.release_holder(KEY, submitter)
-    await advance(TTLS.forward - 1)
+    await advance(timing.ttls.forward - timing.pick(1, timing.slack))
     assert await idempotency.find(KEY) is not None
-    await advance(1)
+    await advance(timing.pick(1, 2 * timing.slack))
     assert await idempotency.find(KEY) is None
     assert await idempotency.acquire_holder(KEY, reserver()) == HolderRejected(Rejection.EXPIRED)
 
@@ -249,13 +265,16 @@ async def test_r10_122_mark_done_is_holder_matched_and_never_overwrites(
 
 
 async def test_r10_123_one_of_three_sweepers_wins_the_reset(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-123: three sweepers find the same stale entry and compareAndReset it with the
     holder they read: exactly one wins."""
     dead = reserver(NODE_A)
     await _reserve(idempotency, dead)
-    await advance(TTLS.secondary + 1)
+    await advance(timing.ttls.secondary + timing.pick(1, timing.slack))
     wins: list[bool] = []
     found: list[object] = []
     all_found = trio.Event()
@@ -278,7 +297,10 @@ async def test_r10_123_one_of_three_sweepers_wins_the_reset(
 
 
 async def test_touch_names_the_reservation_holder(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """§7.4 (R10-99, store side): touch matches the reservation's holder; touching with the
     lease holder's bare node id, or any other name, silently does nothing."""
@@ -286,14 +308,16 @@ async def test_touch_names_the_reservation_holder(
     await _reserve(idempotency, holder)
     before = await idempotency.find(KEY)
     assert before is not None
-    await advance(10)
+    step = timing.pick(10, 3 * timing.slack)
+    await advance(step)
     assert not await idempotency.touch(KEY, ReserverId(NODE_A.value))
     assert not await idempotency.touch(KEY, reserver(NODE_A))
     unchanged = await idempotency.find(KEY)
     assert unchanged is not None and unchanged.last_touched_at == before.last_touched_at
     assert await idempotency.touch(KEY, holder)
     touched = await idempotency.find(KEY)
-    assert touched is not None and touched.last_touched_at == before.last_touched_at + 10
+    assert touched is not None
+    assert timing.near(touched.last_touched_at, before.last_touched_at + step)
     await idempotency.mark_done(KEY, holder, RESULT)
     assert not await idempotency.touch(KEY, holder)  # DONE is not touched
 
@@ -310,16 +334,19 @@ async def test_results_are_plain_primitives(idempotency: IdempotencyStore) -> No
 
 
 async def test_find_stale_respects_the_limit_and_skips_done(
-    idempotency: IdempotencyStore, advance: Advance, autojump_clock: trio.testing.MockClock
+    idempotency: IdempotencyStore,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     holders = {}
     for i in range(5):
         key, holder = IdempotencyKey(f"k{i}"), reserver()
         assert isinstance(await idempotency.put_if_absent(key, H1, holder), Reserved)
         holders[key] = holder
-        await advance(1)
+        await advance(timing.pick(1, 0.05))
     await idempotency.mark_done(IdempotencyKey("k0"), holders[IdempotencyKey("k0")], RESULT)
-    await advance(TTLS.secondary)
+    await advance(timing.ttls.secondary + timing.pick(0, timing.slack))
     stale = await idempotency.find_stale_in_flight(limit=3)
     assert [e.key.value for e in stale] == ["k1", "k2", "k3"]
     assert len(await idempotency.find_stale_in_flight()) == 4

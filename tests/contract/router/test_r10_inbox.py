@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import trio
 import trio.testing
-from router_kit import OTHER_AGENT, S1, S2, Advance, message
+from router_kit import OTHER_AGENT, S1, S2, Advance, Timing, message
 
 from zlink_trio.router import (
     CompositeInput,
@@ -44,7 +44,10 @@ async def test_r10_21_collect_is_one_atomic_batch(inbox: SessionInbox) -> None:
 
 
 async def test_r10_128_stable_order_by_priority_then_delivery(
-    inbox: SessionInbox, advance: Advance, autojump_clock: trio.testing.MockClock
+    inbox: SessionInbox,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-128: a mixed batch comes out by (priority ordinal, deliveredAt); ties keep their
     insertion order."""
@@ -59,7 +62,8 @@ async def test_r10_128_stable_order_by_priority_then_delivery(
     for i, (text, priority) in enumerate(plan):
         await inbox.deliver(message(text, priority=priority))
         if i % 2:
-            await advance(1)  # pairs share a deliveredAt: the tie keeps insertion order
+            # pairs share a deliveredAt (on an exact clock): the tie keeps insertion order
+            await advance(timing.pick(1, 0.05))
     batch = await inbox.collect(S1, Priority.LATER)
     assert _texts(batch) == ["now-1", "now-2", "next-1", "next-2", "later-1", "later-2"]
     tie = [message(f"tie-{i}") for i in range(5)]
@@ -69,13 +73,16 @@ async def test_r10_128_stable_order_by_priority_then_delivery(
 
 
 async def test_r10_100_inbox_order_holds_whoever_delivered(
-    inbox: SessionInbox, advance: Advance, autojump_clock: trio.testing.MockClock
+    inbox: SessionInbox,
+    advance: Advance,
+    timing: Timing,
+    autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-100: who wins an election is not asserted anywhere; what holds is the inbox's
     priority-then-FIFO order for messages delivered from any node."""
     for i in range(6):
         await inbox.deliver(message(f"from-node-{i % 3}-{i}"))
-        await advance(0.5)
+        await advance(timing.pick(0.5, 0.05))
     assert _texts(await inbox.collect(S1, Priority.LATER)) == [
         f"from-node-{i % 3}-{i}" for i in range(6)
     ]

@@ -9,7 +9,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World
+from router_app import Registry, Shared, World, on_time
 from router_kit import AGENT, S1, S2
 from router_script import Script, Stage, scripted_cluster
 
@@ -28,6 +28,7 @@ from zlink_trio.router import (
     TurnFailedError,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str, session: SessionId = S1) -> SubmitRequest:
@@ -59,6 +60,7 @@ async def test_r10_105_an_interrupt_on_b_stops_the_turn_on_a(
 ) -> None:
     """R10-105: ``interrupt(id, USER)`` on node B publishes INTERRUPT(id, USER) with origin
     B; the turn running on A ends with InterruptedAt(USER)."""
+    t0 = trio.current_time()
     stage = Stage(scripts={"long": Script(duration=100.0)})
     recorded = SignalLog(shared.bus)
     got: list[TurnEvent] = []
@@ -73,8 +75,8 @@ async def test_r10_105_an_interrupt_on_b_stops_the_turn_on_a(
         b.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted, match="USER"):
             await running.result
-        assert trio.current_time() == 1.0
-        await trio.testing.wait_all_tasks_blocked()
+        assert on_time(shared, trio.current_time() - t0, 1.0)
+        await settle()
         nursery.cancel_scope.cancel()
     interrupts = [s for s in recorded.signals if s.kind is SignalKind.INTERRUPT]
     assert [(s.session_id, s.origin, s.payload["reason"]) for s in interrupts] == [
@@ -102,7 +104,7 @@ async def test_r10_106_a_node_without_turn_or_entry_ignores_an_interrupt(
         before = c.statistics()
         b.interrupt(S1, InterruptReason.USER)
         b.interrupt(SessionId("nobody"), InterruptReason.USER)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert c.statistics() == before
         with pytest.raises(TurnInterrupted):
             await running.result
@@ -133,7 +135,7 @@ async def test_r10_107_the_running_turn_s_session_wins_over_the_cache(
             with pytest.raises(TurnInterrupted, match="USER"):
                 await running.result
             assert stage.kinds(S1).count("open") == opens
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
     interrupted = [e[2] for e in stage.log if e[0] == "turn interrupted"]
     starts = [e[2] for e in stage.log if e[0] == "turn start" and e[1] == S1.value]
     assert interrupted == starts  # exactly the running handles, each once
@@ -153,7 +155,7 @@ async def test_r10_108_interrupt_races_settle_safely(
         await done.result
         a.interrupt(S1, InterruptReason.USER)
         b.interrupt(S1, InterruptReason.USER, done.turn_id)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert (await (await a.submit(_request("next"))).result).text == "next:1"
 
         active = await a.submit(_request("t"))
@@ -190,6 +192,7 @@ async def test_r10_131_an_unknown_failure_code_still_completes_the_caller(
     """R10-131: a TURN_RESULT from a newer build with code "NEW_CODE" and message "m"
     decodes as FAILED with "m", and the forwarded caller does complete (with
     TurnFailedError), not wait for its deadline."""
+    t0 = trio.current_time()
     stage = Stage(scripts={"long": Script(duration=100.0)})
     async with scripted_cluster(shared, world, registry, stage, ["a", "b"]) as (a, b):
         await a.submit(_request("long"))
@@ -212,4 +215,4 @@ async def test_r10_131_an_unknown_failure_code_still_completes_the_caller(
         with pytest.raises(TurnFailedError) as failed:
             await waiting.result
         assert str(failed.value) == "m"
-        assert trio.current_time() == 1.0
+        assert on_time(shared, trio.current_time() - t0, 1.0)

@@ -26,6 +26,7 @@ from zlink_trio.router import (
     SubmitRequest,
     open_session_router,
 )
+from zlink_trio.testing import settle
 
 GHOST = NodeId("ghost")
 DRAIN = SessionRouterConfig(metrics_drain_timeout=10.0)
@@ -244,7 +245,7 @@ async def test_r10_165_a_rejected_takeover_is_counted_an_unknown_one_is_not(
     ) as (a,):
         await trio.sleep(1)
         await (await a.submit(_request("own"))).result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
     assert metrics.of("takeover_rejected") == [(KEY,)]
     assert stage.kinds().count("turn end") == 3
 

@@ -1,9 +1,10 @@
 """The PostgreSQL router backends on the real clock (short TTLs), under races, and across a
 lost listening connection (spec 10 §5.3, §5.4, §5.6, §9.2, §10.1).
 
-The SPI suites run on PostgreSQL with the database clock frozen and stepped with a
-MockClock; here the database's own clock runs, and TTLs of a fraction of a second expire
-on it. Every test is bounded with ``fail_after``.
+The SPI suites run on PostgreSQL on the real clock too (and, for exact instants, on the
+frozen clock); here the backends are also raced and their listener cut, and TTLs of a
+fraction of a second expire on the database's own clock. Every test is bounded with
+``fail_after``.
 """
 
 from __future__ import annotations

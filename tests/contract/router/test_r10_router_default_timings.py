@@ -21,6 +21,7 @@ from zlink_trio.router import (
     ReserverId,
     SubmitRequest,
 )
+from zlink_trio.testing import settle
 
 DAY = 86_400.0
 
@@ -168,10 +169,10 @@ async def test_r10_156_release_force_closes_at_the_default_5_s(
 
         await nursery.start(subscriber)
         await a.submit(_request("stubborn"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         await a.release_session(S1)
         assert trio.current_time() == 5.0
         assert world.closed == [(S1.value, 5.0)]
         assert await shared.leases.current(S1) is None
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert completed == [5.0]

@@ -32,6 +32,7 @@ from zlink_trio.router import (
     event_from_wire,
     event_to_wire,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str = "hi") -> SubmitRequest:
@@ -54,7 +55,7 @@ async def test_r10_25_a_non_holder_subscriber_receives_the_holder_s_frames(
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b), b.events(S1) as remote:
         disposition = await a.submit(_request())
         await disposition.result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         frames = _drain(remote)
     assert [f.event for f in frames] == [
         AssistantTextDelta("thinking about hi"),
@@ -71,11 +72,11 @@ async def test_r10_85_a_forwarded_turn_s_frames_reach_local_and_remote_subscribe
     world.duration = lambda _t: 3.0
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         await (await a.submit(_request("warm"))).result
-        await trio.testing.wait_all_tasks_blocked()  # the warm turn's frames are delivered
+        await settle()  # the warm turn's frames are delivered
         async with a.events(S1) as local, b.events(S1) as remote:
             forwarded = await b.submit(_request("fwd"))
             await forwarded.result
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             got_local, got_remote = _drain(local), _drain(remote)
     assert got_local == got_remote
     assert [f.turn_id for f in got_local] == [forwarded.turn_id] * 2
@@ -92,7 +93,7 @@ async def test_r10_45_one_relay_per_turn_stamps_its_own_turn_id(
         await one.result
         two = await a.submit(_request("two"))
         await two.result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         frames = _drain(remote)
     by_turn = {t: [f.event for f in frames if f.turn_id == t] for t in (one.turn_id, two.turn_id)}
     assert by_turn[one.turn_id][0] == AssistantTextDelta("thinking about one")
@@ -107,7 +108,7 @@ async def test_interrupted_turns_end_with_interrupted_at(
     world.duration = lambda _t: 50.0
     async with cluster(shared, world, registry, ["a"]) as (a,), a.events(S1) as local:
         running = await a.submit(_request())
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         a.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted):
             await running.result
@@ -122,7 +123,7 @@ async def test_r10_11_evict_completes_the_peer_s_subscribers(
     complete (the iteration ends)."""
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         await (await a.submit(_request())).result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         async with b.events(S1) as remote:
             await a.release_session(S1)
             seen = [frame async for frame in remote]
@@ -206,7 +207,7 @@ async def test_r10_15_frames_cross_nodes_as_event_signals(
     async with cluster(attrs.evolve(shared, bus=Tap(shared.bus)), world, registry, ["a"]) as (a,):
         disposition = await a.submit(_request())
         await disposition.result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
     assert [s.payload["type"] for s in seen] == ["textDelta", "completed"]
     assert {s.payload["turnId"] for s in seen} == {disposition.turn_id.value}
     assert all(s.channel.value == "events" for s in seen)

@@ -36,7 +36,7 @@ from zlink_trio.router import (
     TurnId,
     open_session_router,
 )
-from zlink_trio.testing import crash_session_router
+from zlink_trio.testing import crash_session_router, settle
 
 K2 = IdempotencyKey("k-2")
 
@@ -125,7 +125,7 @@ async def test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_an
             await (await h.submit(_request("bind"))).result  # h holds the lease from 0 s
             job = await a.submit(_request("job", idempotency_key=KEY))
             assert job.kind is DispositionKind.FORWARDED
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert [(t.node, t.text) for t in world.turns] == [("h", "bind"), ("h", "job")]
             entry = await shared.idempotency.find(KEY)
             assert entry is not None and entry.holder_id is not None
@@ -180,7 +180,7 @@ async def test_r10_64_holder_loss_is_turn_scoped(
             crash_session_router(h)
             with pytest.raises(HolderLost):
                 await job.result
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert a.status(S1) is not None
             assert a.approvals(S1).is_granted("tool:search")
             nxt = await b.submit(_request("next"))
@@ -216,7 +216,7 @@ async def test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail(
             job = await a.submit(_request("job", idempotency_key=KEY))
             other = await a.submit(_request("other", session=S2, idempotency_key=K2))
             assert other.kind is DispositionKind.FORWARDED  # runs on b
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             attached = await c.submit(_request("job", idempotency_key=KEY))
             assert attached.kind is DispositionKind.FORWARDED
             crash_session_router(h)
@@ -397,7 +397,7 @@ async def test_a_crashed_router_keeps_its_lease_and_answers_nothing_more(
             await trio.sleep_until(15.0)
             published = len(signals)
             crash_session_router(h)
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert frames[-1] is None  # the subscription ended
         await h.aclose()
         lease = await shared.leases.current(S1)

@@ -29,6 +29,7 @@ from zlink_trio.router import (
     TurnInterrupted,
     yield_signals,
 )
+from zlink_trio.testing import settle
 
 B = NodeId("b")
 
@@ -59,7 +60,7 @@ async def test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass(
         lease = await shared.leases.current(S1)
         assert lease is not None and lease.holder_id == a.node_id
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         log.calls.clear()
         second = await a.submit(_request("while-running"))
         assert log.of("leases") == []
@@ -78,7 +79,7 @@ async def test_r10_92_losing_the_gate_never_touches_the_lease(
     world.duration = lambda _t: 10.0
     async with cluster(_spy_leases(shared, log), world, registry, ["a"]) as (a,):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         before = len(log.of("leases"))
         await a.submit(_request("second"))
         assert len(log.of("leases")) == before
@@ -99,7 +100,7 @@ async def test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease(
     world.duration = lambda _t: 6.0
     async with cluster(_spy_leases(shared, log), world, registry, ["a", "b"]) as (a, b):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         lease = await shared.leases.current(S1)
         follow = await b.submit(_request("follow"))
         assert isinstance(follow, Forwarded)
@@ -184,7 +185,7 @@ async def test_r10_77_a_lost_lease_interrupts_the_turn_once(
         await advance(10)
         await advance(10)
         assert len(log.of("leases")) == calls
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
     assert lost == [S1]
     assert world.turns[0].interrupted
     view = await shared.records.load(S1)
@@ -201,18 +202,18 @@ async def test_r10_82_a_doorbell_starts_at_most_one_drain(
     ring = SessionSignal(kind=SignalKind.MESSAGE_ENQUEUED, session_id=S1, origin=B, payload={})
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         queued = await b.submit(_request("queued"))
         for _ in range(3):
             await shared.bus.publish(ring)
         await first.result
         await queued.result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         idle = await b.submit(_request("idle"))
         await idle.result
         for _ in range(3):
             await shared.bus.publish(ring)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
     assert no_overlap(world.turns)
     assert [t.text for t in world.turns] == ["first", "queued", "idle"]
 
@@ -294,7 +295,7 @@ async def test_r10_08_a_first_turn_race_binds_one_agent(
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(first, a, AGENT, "x")
                 nursery.start_soon(first, b, OTHER_AGENT, "y")
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             watching.cancel_scope.cancel()
     failed = [t for t, o in outcomes.items() if isinstance(o, ConflictingAgentError)]
     assert len(failed) == 1
@@ -315,11 +316,11 @@ async def test_r10_12_yield_hands_the_session_over(
     world.duration = lambda _t: 100.0
     async with cluster(_spy_leases(shared, log), world, registry, ["a"]) as (a,):
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         await shared.bus.publish(yield_signals(S1, B)[0])
         with pytest.raises(TurnInterrupted, match="SESSION_RELEASED"):
             await running.result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert world.closes == {"a": 1}
         assert log.calls.count("leases.release") == 1
         granted = await shared.leases.try_acquire(S1, B, 30)
@@ -337,7 +338,7 @@ async def test_r10_17_yield_and_the_legacy_interrupt_make_one_hand_off(
             await (await a.submit(_request("idle holder"))).result
             for signal in signals:
                 await shared.bus.publish(signal)
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert log.calls.count("leases.release") == 1
             assert await shared.leases.current(S1) is None
 
@@ -354,7 +355,7 @@ async def test_r10_10_an_interrupt_stops_the_turn_and_keeps_the_session(
     async with cluster(spied, world, registry, ["a", "b"]) as (a, b):
         await (await a.submit(_request("before"))).result
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         b.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted, match="USER"):
             await running.result
@@ -376,12 +377,12 @@ async def test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op(
         await old.result
         a.interrupt(S1, InterruptReason.USER)  # nothing running: silent
         newer = await a.submit(_request("newer"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         a.interrupt(S1, InterruptReason.USER, old.turn_id)
         b.interrupt(S1, InterruptReason.USER, old.turn_id)
         assert (await newer.result).text == "a:newer:2"
         targeted = await a.submit(_request("targeted"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         b.interrupt(S1, InterruptReason.USER, targeted.turn_id)
         with pytest.raises(TurnInterrupted):
             await targeted.result
@@ -396,10 +397,10 @@ async def test_r10_126_a_now_message_is_injected_into_the_running_turn(
     world.duration = lambda t: 10.0 if t == "running" else 1.0
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         running = await a.submit(_request("running"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         now = await b.submit(_request("urgent", priority=Priority.NOW))
         nxt = await b.submit(_request("next", priority=Priority.NEXT))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert world.injected == ["urgent"]
         assert [t.text for t in world.turns] == ["running"]
         answer = await running.result
@@ -454,7 +455,7 @@ async def test_r10_05_two_end_paths_racing_release_the_lease_once(
             for signal in yield_signals(S1, B):
                 racing.start_soon(shared.bus.publish, signal)
             racing.start_soon(a.release_session, S1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert log.calls.count("leases.release") == 1
         assert await shared.leases.current(S1) is None
         assert world.closes == {"a": 1}

@@ -22,6 +22,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 GHOST = NodeId("ghost")
 
@@ -69,7 +70,7 @@ async def test_r10_30_status_is_a_best_effort_observation(
     world.duration = lambda _t: 30.0
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         own = a.status(S1)
         assert own is not None and own.activity is SessionActivity.RUNNING
         assert own.active_turn_id == running.turn_id
@@ -171,7 +172,7 @@ async def test_r10_56_release_of_a_running_session_keeps_the_order(
         routers.append(a)
         await nursery.start(subscriber)
         running = await a.submit(_request())
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         await a.release_session(S1)
         with pytest.raises(TurnInterrupted, match="SESSION_RELEASED"):
             await running.result
@@ -196,7 +197,7 @@ async def test_r10_29_only_the_holder_deletes_and_a_holder_is_asked_to_yield(
         attrs.evolve(shared, bus=log.spy("bus", shared.bus)), world, registry, ["a", "b"]
     ) as (a, b):
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert await b.delete_session(S1)
         assert "bus.publish:YIELD" in log.calls and "bus.publish:INTERRUPT" in log.calls
         assert running.result.done()
@@ -239,9 +240,9 @@ async def test_r10_11_evict_removes_the_status_projection(
         await advance(10)
         assert b.status(S1) is not None
         pending = await b.submit(_request("waiting"))
-        await trio.testing.wait_all_tasks_blocked()  # b heard its doorbell and lost the claim
+        await settle()  # b heard its doorbell and lost the claim
         await a.release_session(S1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert b.status(S1) is None
         with pytest.raises(SessionEvicted):
             await pending.result
@@ -277,7 +278,7 @@ async def test_r10_11_evict_discards_the_session_s_approvals_on_every_node(
         b.approvals(other).grant("tool:keep")
         assert b.approvals(S1).is_granted("tool:browse")
         assert await b.delete_session(S1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert a.approvals(S1).granted() == frozenset()
         assert b.approvals(S1).granted() == frozenset()
         assert b.approvals(other).granted() == {"tool:keep"}

@@ -20,6 +20,7 @@ from zlink_trio.router import (
     SubmitOptions,
     SubmitRequest,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str, session: SessionId = S1, **kw: Any) -> SubmitRequest:
@@ -59,7 +60,7 @@ async def test_r10_05_a_warm_local_submit_writes_no_record(
             done = await a.submit(_request(text))
             assert isinstance(done, ExecutedLocally)
             await done.result
-            await trio.testing.wait_all_tasks_blocked()  # the pass ended: a fresh claim
+            await settle()  # the pass ended: a fresh claim
     assert log.of("leases").count("leases.try_acquire") == 1
     assert log.of("records").count("records.provision") == 1
     view = await shared.records.load(S1)

@@ -31,7 +31,7 @@ from zlink_trio.router import (
     SubmitRequest,
     open_session_router,
 )
-from zlink_trio.testing import crash_session_router
+from zlink_trio.testing import crash_session_router, settle
 
 
 def _request(text: str, **kw: object) -> SubmitRequest:
@@ -285,7 +285,7 @@ async def test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down(
             await (await h.submit(_request("bind"))).result
             job = await a.submit(_request("job", idempotency_key=KEY))
             submitted = trio.current_time()
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             crash_session_router(h)
             down.down = True
             with pytest.raises(ForwardTimeout):

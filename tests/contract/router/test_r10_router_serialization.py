@@ -13,6 +13,7 @@ from router_app import Registry, Shared, World, cluster, no_overlap
 from router_kit import AGENT, S1
 
 from zlink_trio.router import AgentExecutionResult, DispositionKind, SubmitRequest
+from zlink_trio.testing import settle
 
 
 def _request(text: Any) -> SubmitRequest:
@@ -79,7 +80,7 @@ async def test_r10_06_the_same_scenario_answers_alike_from_any_router(
     world.duration = lambda _t: 20.0
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         second = await b.submit(_request("second"))
         assert first.kind is DispositionKind.EXECUTED_LOCALLY
         assert second.kind is DispositionKind.FORWARDED

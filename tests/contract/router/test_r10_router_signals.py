@@ -21,6 +21,7 @@ from zlink_trio.router import (
     SignalKind,
     SubmitRequest,
 )
+from zlink_trio.testing import settle
 
 B = NodeId("b")
 
@@ -119,7 +120,7 @@ async def test_r10_41_duplicated_and_reordered_signals_change_nothing(
         await first.result
         answers = {text: await f.result for text, f in forwards.items()}
         await noisy.flush()
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
     assert {t: a.text.split(":")[1] for t, a in answers.items()} == {t: t for t in forwards}
     ran = [t.text for t in world.turns]
     assert sorted(ran) == sorted(["first", *forwards])
@@ -141,10 +142,10 @@ async def test_r10_43_an_empty_doorbell_is_a_no_op(
         await shared.inbox.deliver(message("once"))
         ring = SessionSignal(kind=SignalKind.MESSAGE_ENQUEUED, session_id=S1, origin=B)
         await shared.bus.publish(ring)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         collects = log.calls.count("inbox.collect")
         await shared.bus.publish(ring)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert log.calls.count("inbox.collect") == collects + 1
     assert [t.text for t in world.turns] == ["bind", "once"]
 
@@ -183,7 +184,7 @@ async def test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_coll
         open_session_router(builder(on["b"], world, registry, "b")) as b,
     ):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         forwarded = [await b.submit(_request(f"f{i}")) for i in range(2)]
         for f in [first, *forwarded]:
             await f.result

@@ -32,6 +32,7 @@ from zlink_trio.router import (
     turn_result_to_wire,
 )
 from zlink_trio.router.events import AgentExecutionResult, TurnSucceeded
+from zlink_trio.testing import settle
 
 GHOST = NodeId("ghost")
 
@@ -78,7 +79,7 @@ async def test_r10_53_no_warm_up_lazy_record_one_open(
     log = CallLog()
     spied = _spied(shared, log)
     async with cluster(spied, world, registry, ["a"]) as (a,):
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert world.opens == {}
         assert log.of("leases") == [] and log.of("records") == []
         await (await a.submit(_request())).result
@@ -282,7 +283,7 @@ async def test_r10_114_a_new_key_is_in_flight_during_and_done_after(
     world.duration = lambda _t: 5.0
     async with cluster(shared, world, registry, ["a"]) as (a,):
         disposition = await a.submit(_request(idempotency_key=KEY))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         entry = await shared.idempotency.find(KEY)
         assert entry is not None and entry.state is IdempotencyState.IN_FLIGHT
         await disposition.result

@@ -27,6 +27,7 @@ from zlink_trio.router import (
     SubmitRequest,
     open_session_router,
 )
+from zlink_trio.testing import settle
 
 S3 = SessionId("s-3")
 
@@ -111,7 +112,7 @@ async def test_r10_148_the_1001st_open_evicts_the_least_recent_handle(
         assert a.statistics().open_handles == 1000 and world.closed == []
         await (await a.submit(_request("x", session=sessions[0]))).result  # now most recent
         await (await a.submit(_request("x", session=sessions[1000]))).result
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert a.statistics().open_handles == 1000
         assert [s for s, _ in world.closed] == [sessions[1].value]
         assert await shared.leases.current(sessions[1]) is None
@@ -233,7 +234,7 @@ async def test_r10_33_an_lru_evicted_running_session_closes_after_its_turn(
         assert a.statistics().open_handles == 1
         assert world.closed == []  # pinned: not closed while its turn runs
         assert (await long.result).text == "a:long:0"
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert world.closed == [(S1.value, 10.0)]
         assert released[0] == (S1, 10.0, 1)  # after the close
     view = await shared.records.load(S1)

@@ -26,6 +26,7 @@ from zlink_trio.router import (
     TurnInterrupted,
     yield_signals,
 )
+from zlink_trio.testing import settle
 
 B = NodeId("b")
 
@@ -56,18 +57,18 @@ async def test_r10_02_an_interrupted_turn_commits_no_partial_state(
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("kept"))).result
         cut = await a.submit(_request("cut"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         a.interrupt(S1, InterruptReason.USER)
         with pytest.raises(TurnInterrupted):
             await cut.result
         lost = await a.submit(_request("lost"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         lease = await shared.leases.current(S1)
         assert lease is not None and await shared.leases.release(lease)  # taken away
         with pytest.raises(TurnInterrupted, match="LEASE_LOST"):
             await lost.result
         shutdown = await a.submit(_request("shutdown"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         await a.close_gracefully(2.0)
         with pytest.raises(TurnInterrupted, match="SYSTEM_SHUTDOWN"):
             await shutdown.result
@@ -101,7 +102,7 @@ async def test_r10_26_interrupt_without_turn_id_is_session_scoped(
     world.duration = lambda _t: 50.0
     async with cluster(shared, world, registry, ["a"]) as (a,):
         running = await a.submit(_request())
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         a.interrupt(S1, InterruptReason.SYSTEM_SHUTDOWN)
         with pytest.raises(TurnInterrupted, match="SYSTEM_SHUTDOWN"):
             await running.result
@@ -167,13 +168,13 @@ async def test_r10_90_hand_off_instead_of_not_holder(
         attrs.evolve(shared, leases=Leases(shared.leases)), world, registry, ["a"]
     ) as (a,):
         running = await a.submit(_request())
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         for signal in yield_signals(S1, B):
             await shared.bus.publish(signal)
         with pytest.raises(TurnInterrupted) as info:
             await running.result
         assert "NOT_HOLDER" not in str(info.value)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert order == ["release(closes=1)"]
         assert (await shared.leases.try_acquire(S1, B, 30)).kind == "granted"
 
@@ -244,7 +245,7 @@ async def test_r10_127_next_and_later_run_in_the_same_pass(
     world.duration = lambda _t: 4.0
     async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
         first = await a.submit(_request("first"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         later = await b.submit(_request("later", priority=Priority.LATER))
         nxt = await b.submit(_request("next", priority=Priority.NEXT))
         await first.result
@@ -369,7 +370,7 @@ async def test_r10_91_a_submit_from_inside_its_own_session_s_turn_is_refused(
         routers.append(a)
         outer = await a.submit(_request("outer"))
         assert (await outer.result).text == "a:outer:0"
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert not await shared.inbox.has_pending(S1)
     assert seen == ["direct refused", "spawned refused", "other session: EXECUTED_LOCALLY"]
     assert sorted(t.text for t in world.turns) == ["elsewhere", "outer"]

@@ -28,6 +28,7 @@ from zlink_trio.router import (
     open_session_router,
     yield_signals,
 )
+from zlink_trio.testing import settle
 
 K1 = IdempotencyKey("k-turn-1")
 K2 = IdempotencyKey("k-turn-2")
@@ -177,6 +178,6 @@ async def test_r10_12_after_a_hand_off_the_inbox_is_rung_for_at_once(
             await shared.bus.publish(signal)
         assert (await queued.result).text.endswith(":queued:0")
         assert [(t.text, t.start) for t in world.turns][-1] == ("queued", 5.0)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert long.result.done()
     assert rerings.sessions == []

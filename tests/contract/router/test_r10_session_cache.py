@@ -23,6 +23,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 SIGNALS = {"publish": "publish"}
 ORDER = {"open", "turn start", "close", "lease release"}
@@ -132,7 +133,7 @@ async def test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease(
         await (await a.submit(_request("other", session=S2))).result  # evicts S1
         assert a.statistics().open_handles == 1
         assert (await long.result).text == "long:1"
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         s1 = [(e[0], e[3]) for e in stage.log if e[1] == S1.value and e[0] != "turn start"]
     assert s1 == [
         ("open", 0.0),
@@ -236,7 +237,7 @@ async def test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_on
                     nursery.start_soon(submit_at, rng.uniform(0, 60), f"m{i}")
                 for _ in range(10):
                     nursery.start_soon(release_at, rng.uniform(0, 60))
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             assert len(results) == 80
             assert sum(isinstance(r, AgentExecutionResult) for r in results) >= 40
             assert stage.overlaps == 0

@@ -7,7 +7,18 @@ from __future__ import annotations
 import pytest
 import trio
 import trio.testing
-from router_kit import AGENT, NODE_A, NODE_B, OTHER_AGENT, S1, S2, Advance, CallLog, raising
+from router_kit import (
+    AGENT,
+    NODE_A,
+    NODE_B,
+    OTHER_AGENT,
+    S1,
+    S2,
+    Advance,
+    CallLog,
+    Timing,
+    raising,
+)
 
 from zlink_trio.errors import NotFound
 from zlink_trio.router import (
@@ -29,8 +40,10 @@ from zlink_trio.router import (
 TTL = 30.0
 
 
-def _store(records: SessionRecordStore, leases: SessionLeaseStore, node: NodeId) -> SessionStore:
-    return SessionStore(records=records, leases=leases, node_id=node, lease_ttl=TTL)
+def _store(
+    records: SessionRecordStore, leases: SessionLeaseStore, node: NodeId, ttl: float = TTL
+) -> SessionStore:
+    return SessionStore(records=records, leases=leases, node_id=node, lease_ttl=ttl)
 
 
 def _entry(text: str) -> TranscriptEntry:
@@ -43,23 +56,26 @@ def _entry(text: str) -> TranscriptEntry:
 async def test_lease_election_fencing_tokens_and_expiry(
     lease_backend: SessionLeaseStore,
     advance: Advance,
+    timing: Timing,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """SPI contract: one unexpired lease per session; a new acquisition after expiry has a
-    larger fencing token; expiry is ``now >= expires_at``."""
-    first = await lease_backend.try_acquire(S1, NODE_A, TTL)
+    larger fencing token; expiry is ``now >= expires_at`` (to the instant on an exact clock;
+    on the real one: live a slack before the TTL, gone a slack after it)."""
+    ttl = timing.lease_ttl
+    first = await lease_backend.try_acquire(S1, NODE_A, ttl)
     assert isinstance(first, LeaseGranted)
-    assert first.lease.expires_at == trio.current_time() + TTL
-    held = await lease_backend.try_acquire(S1, NODE_B, TTL)
+    assert timing.near(first.lease.expires_at, trio.current_time() + ttl)
+    held = await lease_backend.try_acquire(S1, NODE_B, ttl)
     assert held == LeaseHeld(NODE_A, first.lease.expires_at)
-    assert isinstance(await lease_backend.try_acquire(S1, NODE_A, TTL), LeaseHeld)
-    other = await lease_backend.try_acquire(S2, NODE_B, TTL)
+    assert isinstance(await lease_backend.try_acquire(S1, NODE_A, ttl), LeaseHeld)
+    other = await lease_backend.try_acquire(S2, NODE_B, ttl)
     assert isinstance(other, LeaseGranted)
-    await advance(TTL - 0.001)
+    await advance(timing.pick(ttl - 0.001, ttl - timing.slack))
     assert await lease_backend.current(S1) == first.lease
-    await advance(0.001)
+    await advance(timing.pick(0.001, 2 * timing.slack))
     assert await lease_backend.current(S1) is None
-    second = await lease_backend.try_acquire(S1, NODE_B, TTL)
+    second = await lease_backend.try_acquire(S1, NODE_B, ttl)
     assert isinstance(second, LeaseGranted)
     assert second.lease.fencing_token > first.lease.fencing_token
     assert second.lease.holder_id == NODE_B
@@ -68,21 +84,23 @@ async def test_lease_election_fencing_tokens_and_expiry(
 async def test_lease_renew_and_release_only_the_current_lease(
     lease_backend: SessionLeaseStore,
     advance: Advance,
+    timing: Timing,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """SPI contract: renew/release act only on the current acquisition (same token)."""
-    granted = await lease_backend.try_acquire(S1, NODE_A, TTL)
+    ttl = timing.lease_ttl
+    granted = await lease_backend.try_acquire(S1, NODE_A, ttl)
     assert isinstance(granted, LeaseGranted)
-    await advance(20)
-    renewed = await lease_backend.renew(granted.lease, TTL)
+    await advance(ttl * 2 / 3)
+    renewed = await lease_backend.renew(granted.lease, ttl)
     assert renewed is not None
-    assert renewed.expires_at == trio.current_time() + TTL
+    assert timing.near(renewed.expires_at, trio.current_time() + ttl)
     assert renewed.fencing_token == granted.lease.fencing_token
-    await advance(TTL)
-    assert await lease_backend.renew(renewed, TTL) is None  # expired: lost
-    taken = await lease_backend.try_acquire(S1, NODE_B, TTL)
+    await advance(ttl)
+    assert await lease_backend.renew(renewed, ttl) is None  # expired: lost
+    taken = await lease_backend.try_acquire(S1, NODE_B, ttl)
     assert isinstance(taken, LeaseGranted)
-    assert await lease_backend.renew(renewed, TTL) is None
+    assert await lease_backend.renew(renewed, ttl) is None
     assert not await lease_backend.release(renewed)
     assert await lease_backend.current(S1) == taken.lease
     assert await lease_backend.release(taken.lease)
@@ -125,16 +143,18 @@ async def test_r10_137_split_brain_writes_of_an_expired_holder_are_rejected(
     record_backend: SessionRecordStore,
     lease_backend: SessionLeaseStore,
     advance: Advance,
+    timing: Timing,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-137: an old holder whose lease expired keeps writing with its token; once the
     new holder claimed, the old writes are rejected and the new holder's succeed."""
-    old = await lease_backend.try_acquire(S1, NODE_A, TTL)
+    ttl = timing.lease_ttl
+    old = await lease_backend.try_acquire(S1, NODE_A, ttl)
     assert isinstance(old, LeaseGranted)
     await record_backend.provision(S1, AGENT, old.lease.fencing_token)
     await record_backend.append(S1, [_entry("a1")], old.lease.fencing_token)
-    await advance(TTL)  # partitioned: A does not know its lease expired
-    new = await lease_backend.try_acquire(S1, NODE_B, TTL)
+    await advance(ttl)  # partitioned: A does not know its lease expired
+    new = await lease_backend.try_acquire(S1, NODE_B, ttl)
     assert isinstance(new, LeaseGranted)
     await record_backend.provision(S1, AGENT, new.lease.fencing_token)
     with pytest.raises(FencingRejected):
@@ -202,19 +222,21 @@ async def test_r10_40_the_store_fences_writes_with_the_lease_it_holds(
     record_backend: SessionRecordStore,
     lease_backend: SessionLeaseStore,
     advance: Advance,
+    timing: Timing,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-40: a router's store fences records() writes itself: two stores built from the
     same backends are distinct, and one's lease does not authorize the other's writes;
     after losing the lease a write through the store is rejected."""
-    a = _store(record_backend, lease_backend, NODE_A)
-    b = _store(record_backend, lease_backend, NODE_B)
+    ttl = timing.lease_ttl
+    a = _store(record_backend, lease_backend, NODE_A, ttl)
+    b = _store(record_backend, lease_backend, NODE_B, ttl)
     assert a is not b and a.records is not b.records
     assert isinstance(await a.claim(S1, AGENT), Claimed)
     await a.records.append(S1, [_entry("a1")])
     with pytest.raises(FencingRejected):
         await b.records.append(S1, [_entry("b-without-lease")])
-    await advance(TTL)  # A never renewed: its lease is gone
+    await advance(ttl)  # A never renewed: its lease is gone
     assert a.held(S1) is None
     with pytest.raises(FencingRejected):
         await a.records.append(S1, [_entry("a-after-loss")])
@@ -226,17 +248,19 @@ async def test_r10_94_renew_goes_through_the_store_and_forgets_a_lost_lease(
     record_backend: SessionRecordStore,
     lease_backend: SessionLeaseStore,
     advance: Advance,
+    timing: Timing,
     autojump_clock: trio.testing.MockClock,
 ) -> None:
     """R10-94: renewal goes through SessionStore.renew; when it fails the store drops its
     lease at once, so this node's next fenced write is rejected instead of landing on the
     new holder's history."""
-    a = _store(record_backend, lease_backend, NODE_A)
-    b = _store(record_backend, lease_backend, NODE_B)
+    ttl = timing.lease_ttl
+    a = _store(record_backend, lease_backend, NODE_A, ttl)
+    b = _store(record_backend, lease_backend, NODE_B, ttl)
     assert isinstance(await a.claim(S1, AGENT), Claimed)
     await a.records.append(S1, [_entry("a1")])
     for _ in range(3):  # renewals at lease/3 keep it
-        await advance(10)
+        await advance(ttl / 3)
         assert await a.renew(S1) is not None
     assert isinstance(await b.claim(S1, AGENT), HeldElsewhere)
 

@@ -29,6 +29,7 @@ from zlink_trio.router import (
     TurnEvent,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 INBOX = {"collect": "collect", "has_pending": "has_pending"}
 
@@ -165,7 +166,7 @@ async def test_r10_61_graceful_shutdown_runs_its_steps_in_order(
             closing.set()
 
         nursery.start_soon(close)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         with pytest.raises(Exception, match="not accepting"):
             await a.submit(_request("late"))
         await closing.wait()
@@ -259,7 +260,7 @@ async def test_r10_104_delete_cleans_up_every_node(
         waiting = await b.submit(_request("queued"))
         await trio.sleep(1)
         assert await a.delete_session(S1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert b.approvals(S1).granted() == frozenset()
         assert b.status(S1) is None
         with pytest.raises(SessionEvicted):

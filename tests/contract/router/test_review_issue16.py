@@ -29,6 +29,7 @@ from zlink_trio.router import (
     TurnInterrupted,
     open_session_router,
 )
+from zlink_trio.testing import settle
 
 
 class _StubbornSession(FakeSession):
@@ -69,7 +70,7 @@ async def test_a_force_released_turn_cannot_write_under_the_node_s_next_lease(
     opener = _StubbornOpener(world, "a", registry)
     async with cluster(shared, world, registry, ["a"], session_opener=opener) as (a,):
         zombie = await a.submit(_request("stubborn"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         await a.release_session(S1)  # gives up after release_interrupt_timeout
         fresh = await a.submit(_request("fresh"))
         await fresh.result
@@ -110,7 +111,7 @@ async def test_a_keyed_submit_whose_hand_over_fails_frees_its_key(
         open_session_router(builder(shared, world, registry, "b", inbox=inbox_b)) as b,
     ):
         long = await a.submit(_request("long"))  # a holds the session
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         keyed = SubmitRequest(session_id=S1, agent_ref=AGENT, user_input="k", idempotency_key=KEY)
         inbox_b.down = True
         with pytest.raises(OSError):
@@ -137,7 +138,7 @@ async def test_a_queued_own_turn_whose_hand_back_fails_settles_its_caller(
         await shared.inbox.deliver(message("old"))  # no doorbell
         await trio.sleep(1)
         own = await a.submit(_request("own"))  # its pass runs "old" first (older)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert [t.text for t in world.turns] == ["warm", "old"]
         inbox_a.down = True
         await a.release_session(S1)
@@ -275,7 +276,7 @@ async def test_release_session_on_a_non_holder_gives_the_holder_s_handle_back(
         await (await a.submit(_request("one"))).result
         assert a.statistics().open_handles == 1
         await b.release_session(S1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         stats = a.statistics()
         closes = world.closes.get("a", 0)
     assert (stats.open_handles, stats.held_leases, closes) == (0, 0, 1)

@@ -19,6 +19,7 @@ from zlink_trio.router import (
     SubmitRequest,
     TurnInterrupted,
 )
+from zlink_trio.testing import settle
 
 
 def _request(text: str) -> SubmitRequest:
@@ -80,7 +81,7 @@ async def test_close_gracefully_is_bounded_by_its_timeout_for_a_stubborn_turn(
     with trio.fail_after(2000):
         async with cluster(shared, world, registry, ["a"], config=config) as (a,):
             running = await a.submit(_request("stubborn"))
-            await trio.testing.wait_all_tasks_blocked()
+            await settle()
             started = trio.current_time()
             await a.close_gracefully(2.0)
             assert trio.current_time() - started == 4.0
@@ -111,7 +112,7 @@ async def test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease(
     world.duration = lambda _t: 100.0
     async with cluster(shared, world, registry, ["a"]) as (a,):
         running = await a.submit(_request("long"))
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         for signal in yield_signals(S1, NODE_B):
             await shared.bus.publish(signal)
         with pytest.raises(TurnInterrupted):
@@ -119,6 +120,6 @@ async def test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease(
         await trio.sleep(4.9)
         assert await shared.leases.current(S1) is not None  # the close is still hanging
         await trio.sleep(0.1)
-        await trio.testing.wait_all_tasks_blocked()
+        await settle()
         assert await shared.leases.current(S1) is None
         assert isinstance(await shared.leases.try_acquire(S1, NODE_B, 30), LeaseGranted)
