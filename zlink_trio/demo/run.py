@@ -52,6 +52,7 @@ from typing import Any, TextIO
 import attrs
 import trio
 
+from .._exceptions import startup_failure
 from ..errors import ZLinkError
 from .app import Tally
 from .clients import ClientStats, ScriptedClient
@@ -177,7 +178,18 @@ class Demo:
     # --- the script --------------------------------------------------------------------------
     async def main(self) -> int:
         args = self.args
+        page = None
+        migrated = False
         try:
+            if args.web_port is not None:  # a taken port fails before anything starts
+                from .web import bind_page
+
+                page = await bind_page(args.web_port)
+            if is_postgres(args.store):  # an unreachable store too (one line, not per node)
+                from ..store.postgres import migrate_schema
+
+                await migrate_schema(args.store, self.schema)
+                migrated = True
             async with trio.open_nursery() as nursery:
                 async with trio.open_nursery() as starting:  # one after another in process
                     for node in self.nodes:
@@ -189,10 +201,10 @@ class Demo:
                 for room in self.rooms:
                     await server.spots.get_or_create(room, "room").timeout(10)
                 self.log(f"rooms {', '.join(self.rooms)} created")
-                if args.web_port is not None:
+                if page is not None:
                     from .web import serve_page
 
-                    port = await nursery.start(serve_page, self, args.web_port)
+                    port = await nursery.start(serve_page, self, page)
                     print(f"web page: http://127.0.0.1:{port}/", file=self.out, flush=True)
                 rng = random.Random(args.seed)
                 clients_done = trio.Event()
@@ -217,7 +229,10 @@ class Demo:
                 status = self._summary(histories, ticks)
                 nursery.cancel_scope.cancel()
         finally:
-            if is_postgres(args.store):
+            for listener in page or ():
+                with trio.CancelScope(shield=True):
+                    await listener.aclose()
+            if migrated:
                 from ..store.postgres import drop_schema
 
                 with trio.CancelScope(shield=True), trio.move_on_after(10):
@@ -504,8 +519,11 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     try:
         return trio.run(Demo(args, out).main)
-    except (ZLinkError, OSError) as exc:
-        print(f"zlink-trio demo: cannot run: {exc}", file=sys.stderr)
+    except (ZLinkError, OSError, BaseExceptionGroup) as exc:
+        cause = startup_failure(exc, (ZLinkError, OSError))
+        if cause is None:
+            raise
+        print(f"zlink-trio demo: cannot run: {cause}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("zlink-trio demo: interrupted", file=sys.stderr)

@@ -36,6 +36,8 @@ from typing import Any, TextIO
 
 import trio
 
+from ..errors import ZLinkError
+
 __all__ = ["add_cluster_parser", "private_postgres", "run"]
 
 ANSI = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36}
@@ -206,6 +208,9 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
     if args.private_pg:
         async with private_postgres(out) as dsn:
             return await _run_nodes(args, dsn, out)
+    from ..store.postgres import migrate_schema
+
+    await migrate_schema(args.pg_dsn, args.pg_schema)  # unreachable: one line, not one per node
     return await _run_nodes(args, args.pg_dsn, out)
 
 
@@ -217,6 +222,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     try:
         return trio.run(_main, args, out)
-    except (RuntimeError, OSError) as exc:
-        print(f"zlink-trio cluster: {exc}", file=sys.stderr)
+    except (RuntimeError, OSError, ZLinkError) as exc:
+        print(f"zlink-trio cluster: cannot run: {exc}", file=sys.stderr)
         return 1
