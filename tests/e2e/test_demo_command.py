@@ -86,6 +86,7 @@ def test_the_terminal_client_joins_chats_and_sees_the_room() -> None:
     assert client.returncode == 0, client.stderr
     out = client.stdout
     assert "* tester joined room-1 (your player on node" in out
-    assert '"player": "tester"' in out and '"room_node": "node' in out
+    assert "* type a line to chat to your room; /where" in out  # the commands, at once
+    assert re.search(r"\* you \(tester\) are on node\d; room-1 is on node\d with \d+ player", out)
     assert "[room-1] tester: hello there" in out
-    assert "'position': [1, 2]" in out
+    assert "* you are at (1, 2)" in out
