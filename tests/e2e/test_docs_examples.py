@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
+import shlex
 import signal
 import subprocess
 import sys
@@ -13,6 +15,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import trio
+
+from zlink_trio.store.postgres import drop_schema
 
 pytestmark = [pytest.mark.e2e, pytest.mark.process]
 
@@ -28,13 +33,31 @@ def write_files(doc: str, where: Path) -> list[str]:
     return names
 
 
+def sh_command(doc: str, starts: str) -> list[str]:
+    """The words of the ``sh`` block line of ``doc`` that starts with ``starts`` (with its
+    ``\\`` continuation lines)."""
+    for block in re.findall(r"```sh\n(.*?)```", (DOCS / doc).read_text(), re.S):
+        text = block.replace("\\\n", " ")
+        for line in text.splitlines():
+            if line.startswith(starts):
+                return shlex.split(line)
+    raise AssertionError(f"{doc} has no command starting {starts!r}")
+
+
+DOC_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+
+
 def env() -> dict[str, str]:
     root = str(Path(__file__).parents[2])
     return {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": root}
 
 
 def test_getting_started_first_actor(tmp_path: Path) -> None:
-    assert write_files("getting-started.md", tmp_path) == ["hello_app.py", "try_it.py"]
+    assert write_files("getting-started.md", tmp_path) == [
+        "hello_app.py",
+        "try_it.py",
+        "call_it.py",
+    ]
     assert "python try_it.py" in (DOCS / "getting-started.md").read_text()
     done = subprocess.run(
         [sys.executable, "try_it.py"], cwd=tmp_path, capture_output=True, text=True,
@@ -70,3 +93,65 @@ def test_embedding_server_health_and_sigterm(tmp_path: Path) -> None:
                 process.wait()
     assert [line["event"] for line in rest] == ["stopping", "stopped"]
     assert rest[0]["signal"] == signal.SIGTERM
+
+
+@pytest.mark.postgres
+def test_getting_started_two_nodes_call_each_other(tmp_path: Path, pg_dsn: str) -> None:
+    """Step 3 as written: the `zlink-trio cluster` command of the page hosts hello_app.py on
+    two node processes; call_it.py creates Actors until both nodes host one and one calls
+    the other; the page's `zlink-trio status` shows both nodes and the Actors. Only the DSN
+    (the test's server) and a private schema are changed."""
+    write_files("getting-started.md", tmp_path)
+    schema = f"zlink_docs_{secrets.token_hex(4)}"
+    call_it = (tmp_path / "call_it.py").read_text()
+    assert f'DSN = "{DOC_DSN}"' in call_it and "PostgresStoreConfig(dsn=DSN)" in call_it
+    (tmp_path / "call_it.py").write_text(
+        call_it.replace(DOC_DSN, pg_dsn).replace(
+            "PostgresStoreConfig(dsn=DSN)", f"PostgresStoreConfig(dsn=DSN, schema={schema!r})"
+        )
+    )
+    words = sh_command("getting-started.md", "zlink-trio cluster")
+    assert DOC_DSN in words
+    cluster = [pg_dsn if w == DOC_DSN else w for w in words[1:]] + ["--pg-schema", schema]
+    command = [sys.executable, "-m", "zlink_trio.cli", *cluster]
+    with subprocess.Popen(
+        command, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        env=env(),
+    ) as process:  # fmt: skip
+        try:
+            assert process.stdout is not None
+            ready: set[str] = set()
+            for line in process.stdout:  # bounded by the test timeout
+                if '"event": "ready"' in line:
+                    ready.add(line.split(" | ")[0])
+                if len(ready) == 2:
+                    break
+            assert ready == {"node1", "node2"}
+            called = subprocess.run(
+                [sys.executable, "call_it.py"], cwd=tmp_path, capture_output=True, text=True,
+                timeout=120, env=env(),
+            )  # fmt: skip
+            assert called.returncode == 0, called.stderr
+            placed, hello, relay = called.stdout.splitlines()
+            found = re.fullmatch(r"user0 lives on node (\w+), (user\d+) on node (\w+)", placed)
+            assert found is not None and found.group(1) != found.group(3), placed
+            assert hello.startswith("hello world (#1, from pid ")
+            assert relay.startswith(f"{found.group(2)} called user0: hello a friend (#2, from pid ")
+            status_words = sh_command("getting-started.md", "zlink-trio status")
+            status = [pg_dsn if w == DOC_DSN else w for w in status_words[1:]]
+            shown = subprocess.run(
+                [sys.executable, "-m", "zlink_trio.cli", *status, "--pg-schema", schema, "--json"],
+                capture_output=True, text=True, timeout=60, env=env(),
+            )  # fmt: skip
+            assert shown.returncode == 0, shown.stderr
+            nodes = json.loads(shown.stdout)["nodes"]
+            assert len(nodes) == 2 and all(n["actor_types"] == ["greeter"] for n in nodes)
+            hosted = {a for n in nodes for a in n["ids"]["actor"]}
+            assert {"user0", found.group(2)} <= hosted
+            process.send_signal(signal.SIGINT)
+            assert process.wait(timeout=60) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+            trio.run(drop_schema, pg_dsn, schema)

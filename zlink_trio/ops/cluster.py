@@ -107,8 +107,10 @@ async def private_postgres(out: TextIO) -> AsyncIterator[str]:
             if done.returncode != 0:
                 raise RuntimeError(f"private PostgreSQL: {command[len(as_user)]} failed: "
                                    f"{done.stderr.decode().strip()[-300:]}")  # fmt: skip
-        print(f"private PostgreSQL on 127.0.0.1:{port} (removed at exit)", file=out, flush=True)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        print(f"private PostgreSQL on 127.0.0.1:{port} ({dsn} for status and your own "
+              "programs; removed at exit)", file=out, flush=True)  # fmt: skip
+        yield dsn
     finally:
         with trio.CancelScope(shield=True):
             stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
