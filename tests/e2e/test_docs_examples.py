@@ -1,8 +1,12 @@
 """The examples of docs/getting-started.md and docs/embedding.md run as written: each
-``# file: NAME`` block is written to a fresh directory and run there as a user would."""
+``# file: NAME`` block is written to a fresh directory and run there as a user would; the
+examples of docs/api.md run in order as one session (its fragments are checked)."""
 
 from __future__ import annotations
 
+import ast
+import builtins
+import inspect
 import json
 import os
 import re
@@ -11,6 +15,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import types
 import urllib.request
 from pathlib import Path
 
@@ -155,3 +160,63 @@ def test_getting_started_two_nodes_call_each_other(tmp_path: Path, pg_dsn: str) 
                 process.kill()
                 process.wait()
             trio.run(drop_schema, pg_dsn, schema)
+
+
+API_BLOCK = re.compile(r"```python\n(.*?)```", re.S)
+FRAGMENT = re.compile(r"# fragment: (.*) (?:is|are) the caller's\.?\n")
+"""A fragment's first line: ``# fragment: server, other_server are the caller's`` names what
+it takes from a running program; a fragment is checked (it compiles, every other name it
+uses is defined by the blocks before it) but not run."""
+
+
+def free_names(tree: ast.AST) -> set[str]:
+    """Names a block reads that it never binds (imports, assignments, defs, parameters)."""
+    bound: set[str] = set()
+    read: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name):
+            (read if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+    return read - bound
+
+
+def test_every_api_md_example_runs_or_is_a_checked_fragment(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """docs/api.md's examples run in order as one session (later blocks use what earlier
+    ones defined, like a reader does; a block with a top-level ``await`` or ``async with``
+    runs in its own ``trio.run``). A fragment names what it takes from a running program on
+    its first line; every other name it uses must be defined by the blocks before it."""
+    pytest.importorskip("prometheus_client")
+    namespace: dict[str, object] = {"__name__": "api_md"}
+    ran = fragments = 0
+    for i, block in enumerate(API_BLOCK.findall((DOCS / "api.md").read_text())):
+        flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+        tree = compile(block, f"docs/api.md block {i}", "exec", ast.PyCF_ONLY_AST | flags)
+        declared = FRAGMENT.match(block)
+        unknown = free_names(tree) - set(namespace) - set(dir(builtins))
+        if declared:
+            unknown -= {name.strip() for name in declared.group(1).split(",")}
+            assert not unknown, f"block {i} uses undefined {sorted(unknown)}"
+            fragments += 1
+            continue
+        assert not unknown, f"block {i} uses undefined {sorted(unknown)}"
+        code = compile(tree, f"docs/api.md block {i}", "exec", flags)
+        if code.co_flags & inspect.CO_COROUTINE:
+
+            async def run_block(code: types.CodeType = code) -> None:
+                await eval(code, namespace)
+
+            trio.run(run_block)
+        else:
+            exec(code, namespace)
+        ran += 1
+    assert ran >= 6 and fragments <= 3, (ran, fragments)
+    assert "b'10'" in capsys.readouterr().out  # the first example's main() printed the score
