@@ -334,6 +334,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         app = None if args.app is None else load_app(args.app)
+        if app is not None and not config.meshes:
+            raise ConfigurationError(
+                "--app needs --mesh NAME: the app's Actors and Spots live in a mesh, and "
+                "every node of a cluster joins the same one (e.g. --mesh world)"
+            )
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION

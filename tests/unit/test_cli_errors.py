@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -57,6 +58,20 @@ def test_node_on_a_taken_port_names_it(taken_port: int, capsys: pytest.CaptureFi
     err = capsys.readouterr().err
     one_line(err, "zlink-trio node: cannot run: ")
     assert f"127.0.0.1:{taken_port}" in err
+
+
+def test_node_with_an_app_but_no_mesh_says_which_flag(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """(It said "Actor dispatch needs an Object Client or Server role in at least one mesh".)"""
+    app = tmp_path / "hello_app.py"
+    app.write_text(
+        "from zlink_trio import App\n\ndef make_app():\n"
+        "    app = App()\n    app.enable_actor_dispatch()\n    return app\n"
+    )
+    assert main(["node", "--app", f"{app}:make_app", "--secret-hex", SECRET]) == 2
+    err = capsys.readouterr().err
+    one_line(err, "zlink-trio node: --app needs --mesh NAME")
 
 
 def test_node_on_an_unreachable_store(capsys: pytest.CaptureFixture[str]) -> None:
