@@ -62,10 +62,10 @@ def test_bench_writes_the_whole_file_from_the_template(
     assert "# Perf\n" in text and "intro prose" in text
     assert "Produced by `zlink-trio bench` on " in text and "load average" in text
     assert "Command: `PYTHONPATH=$PWD python benchmarks/bench_fast.py` (exit 0" in text
-    assert "| ratio ours/raw: 0.80 | 0.80 |" in text
+    assert "| ratio ours/raw: 0.80 | 0.80 | fast 1 |" in text
     # the broken script is shown by {{ rest }}, without figures
     assert "Command: `PYTHONPATH=$PWD python benchmarks/bench_broken.py` (exit 3" in text
-    assert "1.5" not in text and "no figures" in text
+    assert "ratio ours/raw: 1.5" not in text and "no figures" in text  # (not "1.5": a load average)
     assert "helper.py" not in text
     outputs = (tmp_path / "performance-output.md").read_text()
     assert "raw baseline: 1000 ops/s" in outputs  # the whole output is kept
@@ -77,12 +77,12 @@ def test_bench_writes_the_whole_file_from_the_template(
     template.write_text(TEMPLATE.replace("intro prose", "edited prose"))
     assert main([*argv, "--render"]) == 0
     again = doc.read_text()
-    assert "edited prose" in again and "| ratio ours/raw: 0.80 | 0.80 |" in again
+    assert "edited prose" in again and "| ratio ours/raw: 0.80 | 0.80 | fast 1 |" in again
 
     (bench / "bench_broken.py").unlink()
     assert main(argv) == 0
     assert "bench_broken" not in doc.read_text()
-    assert "| ratio ours/raw: 0.10 | 0.10 |" in doc.read_text()
+    assert "| ratio ours/raw: 0.10 | 0.10 | fast 1 |" in doc.read_text()
 
 
 def test_a_template_that_names_no_figure_of_the_run_writes_nothing(tmp_path: Path) -> None:
@@ -141,8 +141,9 @@ def test_bench_quick_gives_each_script_its_short_settings(tmp_path: Path) -> Non
     assert "Produced by `zlink-trio bench --quick -- -x`" in text
 
 
-def figure_rows(text: str) -> list[tuple[str, str, str]]:
-    """Every figure row of a rendered document: (its command, its text, its ratio cell).
+def figure_rows(text: str) -> list[tuple[str, str, str, str]]:
+    """Every figure row of a rendered document: (its command, its text, its ratio cell, its
+    plot tag).
     A figure table is the one whose header names the ratio; its command is the last
     ``Command:`` line before it (none between: a table without one has no command)."""
     rows = []
@@ -158,8 +159,9 @@ def figure_rows(text: str) -> list[tuple[str, str, str]]:
             continue
         elif in_table and line.startswith("| "):
             cells = re.split(r"(?<!\\)\|", line)[1:-1]
-            assert len(cells) == 2, line
-            rows.append((command, cells[0].strip().replace("\\|", "|"), cells[1].strip()))
+            assert len(cells) == 3, line
+            figure, ratio, tag = (cell.strip() for cell in cells)
+            rows.append((command, figure.replace("\\|", "|"), ratio, tag))
         else:
             if in_table:
                 command = ""
@@ -176,14 +178,16 @@ def test_the_package_template_renders_a_recorded_run() -> None:
     assert "{{" not in text and "}}" not in text
     rows = figure_rows(text)
     commands = {script_command(r): r for r in run.results}
-    for command, figure, ratio in rows:
+    for command, figure, ratio, tag in rows:
         assert command in commands, command
         assert ratio == ratio_text(figure), (figure, ratio)
         assert all(float(part) >= 0 for part in ratio.split(" / "))
-        assert figure in [f.text for f in figures(commands[command])]
+        assert (figure, tag) in [(f.text, f.tag) for f in figures(commands[command])]
     printed = {(script_command(r), f.text) for r in run.results for f in figures(r)}
-    assert printed == {(command, figure) for command, figure, _ in rows}
+    assert printed == {(command, figure) for command, figure, _, _ in rows}
     assert len(printed) > 40
+    tags = [tag for *_, tag in rows]
+    assert len(set(tags)) == len(tags)  # one bar per figure, each named once
     assert "Produced by `zlink-trio bench --quick` on 2026-12-01 18:54 UTC" in text
     assert "load average (1, 5, 15 min) 2.9 4.7 6.6 at the start" in text
 
@@ -220,7 +224,7 @@ def test_a_run_without_a_script_says_so_and_a_failed_one_has_no_figures() -> Non
     )
     assert "(timed out after 900 s): no figures" in text
     assert "`bench_gone.py` did not run in this run." in text
-    assert "| ratio 0.5 | 0.5 |" in text and "0.9" not in text
+    assert "| ratio 0.5 | 0.5 | fast 1 |" in text and "ratio 0.9" not in text
     with pytest.raises(TemplateError):
         render("{{ figures bench_fast.py | absent }}", run, None, "o.md")
 
@@ -253,6 +257,20 @@ def test_figure_lines_after_a_group_line_get_its_name() -> None:
 )
 def test_the_plot_reads_the_ratio_a_line_states(line: str, value: float | None) -> None:
     assert ratio_value(line) == value
+
+
+def test_a_figure_is_named_in_the_plot_by_its_scenario_without_its_numbers() -> None:
+    run = load_run(RECORDED)
+    labels = {f.tag: f.label for r in run.results for f in figures(r)}
+    assert labels["actors 1"] == "local send raw"
+    assert labels["spots 2"] == "warm local spot request, instance() raw"
+    assert labels["relocation 1"] == "ratio p99 ours / baseline"
+    assert labels["stream 3"].startswith("websocket round trip, 64 client(s), client in a 2nd")
+    assert "route_packet" in labels["stream 3"] and "on_packet" in labels["stream 4"]
+    assert labels["stream 1"] == (
+        "websocket round trip, 1 client(s), client in a 2nd process: route_packet "
+        "relay->actor->push raw trio-websocket echo"
+    )  # the scenario's counts stay, the measured rates and times go
 
 
 def test_the_ratio_text_keeps_both_of_a_pair() -> None:

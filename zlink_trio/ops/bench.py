@@ -138,7 +138,9 @@ async def _run_one(script: Path, args: argparse.Namespace, out: TextIO) -> Resul
     )
 
 
-def _plot(run: Run, path: Path) -> bool:
+def draw_plot(run: Run, path: Path) -> bool:
+    """The run's ratios as bars on a log scale, one per figure, named by its tag (as in the
+    tables); False without matplotlib or figures."""
     try:
         import matplotlib
 
@@ -151,17 +153,18 @@ def _plot(run: Run, path: Path) -> bool:
         for f in figures(r):
             value = ratio_value(f.text)
             if value is not None and value > 0:
-                labels.append(
-                    f"{r.script.removeprefix('bench_').removesuffix('.py')}: {f.text[:40]}"
-                )
+                labels.append(f"{f.tag}: {f.label[:80]}")
                 values.append(value)
     if not values:
         return False
-    figure, axes = plt.subplots(figsize=(10, 0.35 * len(values) + 1.5))
-    axes.barh(labels, values)
+    figure, axes = plt.subplots(figsize=(13, 0.3 * len(values) + 1.5))
+    rows = list(range(len(values)))[::-1]  # by position: equal labels stay separate bars
+    axes.barh(rows, values)
+    axes.set_yticks(rows, labels, fontsize=8)
+    axes.set_ylim(-0.6, len(values) - 0.4)
     axes.set_xscale("log")  # ratios span 0.05 .. 200: equal factors, equal lengths
     axes.axvline(1.0, color="grey", linewidth=1)
-    axes.set_xlabel("ours / same-run raw baseline")
+    axes.set_xlabel("ours / same-run raw baseline (for a latency or a size, above 1 is costlier)")
     axes.set_title(f"{run.command}, {run.started} UTC")
     figure.tight_layout()
     figure.savefig(path)
@@ -219,7 +222,7 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
     results = tuple([await _run_one(script, args, out) for script in scripts])
     run = Run(_command(args), started, load_start, _load(), os.cpu_count() or 0, results)
     save_run(run, args.output.with_name(RECORD))
-    plotted = _plot(run, args.output.with_name(PLOT))
+    plotted = draw_plot(run, args.output.with_name(PLOT))
     try:
         write_documents(run, args.output, template, plotted)
     except TemplateError as error:
@@ -240,7 +243,11 @@ def _render(args: argparse.Namespace, out: TextIO) -> int:
         return 2
     try:
         run = load_run(record)
-        write_documents(run, args.output, _template(args), args.output.with_name(PLOT).exists())
+        template = _template(args)
+        plotted = (
+            draw_plot(run, args.output.with_name(PLOT)) or args.output.with_name(PLOT).exists()
+        )
+        write_documents(run, args.output, template, plotted)
     except (TemplateError, ValueError, KeyError) as error:
         print(f"zlink-trio bench --render: {error}", file=sys.stderr)
         return 2

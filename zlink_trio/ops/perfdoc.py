@@ -57,6 +57,10 @@ _NUMBER = re.compile(
 )
 """A figure line's ratio: the number(s) ending the line after ``ratio`` (``a`` or ``a / b``);
 a header line (``ratio = our p50 / raw p50``) has none."""
+_MEASURE = re.compile(
+    r"(?<![\w.])[0-9][0-9,]*(?:\.[0-9]+)?\s*(?:ops/s|/s|us|µs|ms|B)(?![\w])(?:\s*server CPU)?"
+)
+"""A measured amount inside a figure line (a rate, a time, a size)."""
 _GROUP = re.compile(r"^\[([^\]]+)\]")
 """A line opening with ``[name]`` names the group of the figure lines after it."""
 _PLACEHOLDER = re.compile(r"\{\{\s*(\w+)\s*([^}]*?)\s*\}\}")
@@ -97,6 +101,23 @@ class Figure:
     """The line as printed (with its scenario and group names)."""
     ratio: str
     """The ratio (``0.42`` or ``0.42 / 1.12``) the line ends with."""
+    index: int = 1
+    """Its place among its script's figures (from 1): with the script, its bar in the plot."""
+
+    @property
+    def tag(self) -> str:
+        """How the plot and the tables name it: ``actors 3``."""
+        return f"{self.script.removeprefix('bench_').removesuffix('.py')} {self.index}"
+
+    @property
+    def label(self) -> str:
+        """The line without its measured numbers and its ratio (for the plot)."""
+        found = _NUMBER.search(self.text)
+        text = self.text[: found.start(1)] if found else self.text
+        text = _MEASURE.sub("", text)
+        text = re.sub(r"\(\s+\)|\\?\|", " ", text)
+        short = re.sub(r"\s+", " ", re.sub(r"\bratio\b.*$", "", text)).strip(" :,")
+        return short or re.sub(r"\s+", " ", text).strip()
 
 
 def ratio_value(line: str) -> float | None:
@@ -138,11 +159,11 @@ def figures(result: Result) -> list[Figure]:
     """The figures of a script that exited 0 (one that failed gives none)."""
     if result.status != 0:
         return []
-    found = []
+    found: list[Figure] = []
     for line in ratio_lines(result.output):
         ratio = ratio_text(line)
         if ratio is not None:
-            found.append(Figure(result.script, line, ratio))
+            found.append(Figure(result.script, line, ratio, len(found) + 1))
     return found
 
 
@@ -177,10 +198,10 @@ def _figure_table(r: Result, shown: Sequence[Figure]) -> str:
     if legend:
         lines += [f"> {line}  " for line in legend] + [""]
     lines += [
-        "| figure, as the benchmark printed it | ratio to the same-run baseline |",
-        "|---|---|",
+        "| figure, as the benchmark printed it | ratio to the same-run baseline | in the plot |",
+        "|---|---|---|",
     ]
-    lines += [f"| {_cell(f.text)} | {f.ratio} |" for f in shown]
+    lines += [f"| {_cell(f.text)} | {f.ratio} | {f.tag} |" for f in shown]
     return "\n".join(lines)
 
 
