@@ -27,7 +27,7 @@ from typing import NoReturn
 
 import trio
 
-__all__ = ["raise_single_error", "single_error"]
+__all__ = ["raise_single_error", "single_error", "startup_failure"]
 
 
 def _first_leaf(group: BaseExceptionGroup[BaseException]) -> BaseException:
@@ -71,3 +71,21 @@ def raise_single_error(group: BaseExceptionGroup[BaseException]) -> NoReturn:
     finally:
         exc.__context__ = context  # raising inside the handler set it to ``group``
         del exc, context, found
+
+
+def startup_failure(
+    exc: BaseException, expected: tuple[type[Exception], ...]
+) -> BaseException | None:
+    """What a command tells its user in one line when it cannot run: ``exc`` itself when it
+    is one of the ``expected`` types (the commands pass ``ZLinkError`` and ``OSError``: an
+    unreachable store, a taken port), or the first of those inside a group whose members
+    are only such errors and ``trio.Cancelled``; None for anything else (a bug: its
+    traceback is shown)."""
+    if isinstance(exc, expected):
+        return exc
+    if not isinstance(exc, BaseExceptionGroup):
+        return None
+    found, rest = exc.split(expected)
+    if found is None or (rest is not None and rest.split(trio.Cancelled)[1] is not None):
+        return None
+    return _first_leaf(found)

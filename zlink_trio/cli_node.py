@@ -43,6 +43,7 @@ lease; every error is one ``zlink-trio node: ...`` line on standard error.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import signal
 import sys
@@ -333,9 +334,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = build_config(args)
         app = None if args.app is None else load_app(args.app)
+        if app is not None and not config.meshes:
+            raise ConfigurationError(
+                "--app needs --mesh NAME: the app's Actors and Spots live in a mesh, and "
+                "every node of a cluster joins the same one (e.g. --mesh world)"
+            )
     except ConfigurationError as exc:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
+    metrics = None
     try:
         metrics = metrics_address(args)
         return trio.run(
@@ -345,8 +352,21 @@ def run(args: argparse.Namespace) -> int:
         print(f"zlink-trio node: {exc.message}", file=sys.stderr)
         return EXIT_CONFIGURATION
     except (ZLinkError, OSError) as exc:  # e.g. the Store is unreachable, the port is taken
-        print(f"zlink-trio node: cannot run: {exc}", file=sys.stderr)
+        taken = _taken(exc, config, metrics)
+        print(f"zlink-trio node: cannot run: {exc}{taken}", file=sys.stderr)
         return EXIT_STARTUP_FAILED
+
+
+def _taken(exc: BaseException, config: ServerConfig, metrics: tuple[str, int] | None) -> str:
+    """For a taken port: which addresses this node binds (the OS error names none)."""
+    if not isinstance(exc, OSError) or exc.errno != errno.EADDRINUSE:
+        return ""
+    binds = [f"--listen {config.listen_host}:{config.listen_port}"]
+    if config.stream is not None:
+        binds.append(f"--stream-listen {config.stream.host}:{config.stream.port}")
+    if metrics is not None:
+        binds.append(f"--metrics-port {metrics[0]}:{metrics[1]}")
+    return f" (this node binds {', '.join(binds)}; port 0 takes a free one)"
 
 
 # --- the product face (issue 18): config file keys named like the flags, --app FILE.py,

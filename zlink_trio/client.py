@@ -275,8 +275,9 @@ async def open_stream_client(
     max_message_bytes: int = 2 * 1024 * 1024,
     codec: str = "cbor",
 ) -> AsyncIterator[StreamClient]:
-    """Connect to a STREAM endpoint (``ws://host:port/path``), send the Hello and wait for
-    the Welcome (at most ``hello_timeout``); the connection closes when the block exits
+    """Connect to a STREAM endpoint (``ws://host:port/path``), upgrade to a websocket (at
+    most ``hello_timeout``), send the Hello and wait for the Welcome (at most
+    ``hello_timeout`` again); the connection closes when the block exits
     (the close handshake waits at most ``close_timeout``; the socket is closed either
     way). ``codec="json"`` asks for the JSON subprotocol (text frames; ``"cbor"``, the
     default, offers no subprotocol: binary CBOR frames).
@@ -285,7 +286,8 @@ async def open_stream_client(
         ZLinkError: the server refused the session (its error frame's kind, e.g.
             InvalidOperation for a refused authentication).
         ConnectionLost: the connection closed during the handshake.
-        DeadlineExceeded: no Welcome within ``hello_timeout``.
+        DeadlineExceeded: no websocket upgrade answer, or no Welcome, within
+            ``hello_timeout``.
         ShuttingDown: the server no longer accepts sessions (it is stopping).
         OSError: the endpoint cannot be reached.
     """
@@ -303,14 +305,20 @@ async def open_stream_client(
             # a close the SERVER started (docs/decisions.md), so it is closed here.
             stream = await trio.open_tcp_stream(host, port)
             try:
-                ws = await wrap_client_stream(
-                    nursery,
-                    stream,
-                    host,
-                    resource,
-                    max_message_size=max_message_bytes,
-                    subprotocols=[JSON.subprotocol] if frame_codec is JSON else None,
-                )
+                with trio.move_on_after(hello_timeout) as upgrading:
+                    ws = await wrap_client_stream(
+                        nursery,
+                        stream,
+                        host,
+                        resource,
+                        max_message_size=max_message_bytes,
+                        subprotocols=[JSON.subprotocol] if frame_codec is JSON else None,
+                    )
+                if upgrading.cancelled_caught:  # e.g. a port that is not a STREAM endpoint
+                    raise DeadlineExceeded(
+                        f"{host}:{port} did not answer the websocket upgrade within "
+                        f"{hello_timeout:g} s (is it a STREAM endpoint?)"
+                    )
                 if frame_codec is JSON and ws.subprotocol != JSON.subprotocol:
                     raise ProtocolError("the server did not accept the JSON subprotocol")
                 welcome = await _handshake(ws, credentials, hello_timeout, frame_codec)

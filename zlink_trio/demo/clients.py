@@ -60,6 +60,8 @@ class ScriptedClient:
     """Sessions this client opened so far."""
     refused: int = 0
     """This client's chats answered by an error so far."""
+    refused_at: list[float] = attrs.field(factory=list)
+    """When each of them was refused (``trio.current_time()``)."""
     _client: StreamClient | None = None
     _reconnect: trio.Event = attrs.field(factory=trio.Event)
 
@@ -131,6 +133,7 @@ class ScriptedClient:
                 except (ZLinkError, trio.TooSlowError) as exc:
                     self.stats.failed[type(exc).__name__] += 1
                     self.refused += 1
+                    self.refused_at.append(trio.current_time())
                     if isinstance(exc, ConnectionLost):
                         scope.cancel()
                         return
@@ -140,6 +143,7 @@ class ScriptedClient:
                 else:  # the application's own refusal (e.g. "join a room first")
                     self.stats.failed[f"answered {reply.get('error', 'without a seq')!r}"] += 1
                     self.refused += 1
+                    self.refused_at.append(trio.current_time())
             else:
                 step = {"dx": self.rng.choice((-1, 1)), "dy": self.rng.choice((-1, 1))}
                 try:

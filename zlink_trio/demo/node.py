@@ -13,10 +13,13 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import sys
 
 import trio
 
+from .._exceptions import startup_failure
 from ..config import PostgresStoreConfig
+from ..errors import ZLinkError
 from ..server import open_server
 from .app import Tally, make_app
 from .cluster import node_config
@@ -50,4 +53,12 @@ if __name__ == "__main__":
     parser.add_argument("--schema", required=True)
     parser.add_argument("--secret-hex", required=True)
     parser.add_argument("--no-rooms", dest="rooms", action="store_false")
-    trio.run(main, parser.parse_args())
+    arguments = parser.parse_args()
+    try:
+        trio.run(main, arguments)
+    except (ZLinkError, OSError, BaseExceptionGroup) as exc:
+        cause = startup_failure(exc, (ZLinkError, OSError))
+        if cause is None:
+            raise
+        print(f"demo {arguments.label}: cannot run: {cause}", file=sys.stderr)
+        sys.exit(1)

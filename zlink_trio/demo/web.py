@@ -13,7 +13,7 @@ import trio
 if TYPE_CHECKING:
     from .run import Demo
 
-__all__ = ["page", "serve_page"]
+__all__ = ["bind_page", "page", "serve_page"]
 
 MAX_REQUEST: Final = 8192
 TIMEOUT: Final = 5.0
@@ -31,11 +31,24 @@ def _response(status: str, content_type: str, body: bytes) -> bytes:
     return head.encode() + body
 
 
+async def bind_page(port: int) -> list[trio.SocketListener]:
+    """The page's listeners on ``127.0.0.1:port``, bound before anything else starts (a
+    taken port is an ``OSError`` that names it)."""
+    try:
+        return await trio.open_tcp_listeners(port, host="127.0.0.1")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise OSError(f"--web-port {port}: cannot listen on 127.0.0.1:{port}: {reason}") from exc
+
+
 async def serve_page(
-    demo: Demo, port: int, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED
+    demo: Demo,
+    listeners: list[trio.SocketListener],
+    *,
+    task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Serve the page on ``127.0.0.1:port`` until cancelled; ``nursery.start`` returns the
-    bound port."""
+    """Serve the page on ``listeners`` (:func:`bind_page`) until cancelled;
+    ``nursery.start`` returns the bound port."""
     html = page()
 
     async def handle(stream: trio.SocketStream) -> None:
@@ -64,7 +77,6 @@ async def serve_page(
         finally:
             await stream.aclose()
 
-    listeners = await trio.open_tcp_listeners(port, host="127.0.0.1")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(trio.serve_listeners, handle, listeners)
         task_status.started(int(listeners[0].socket.getsockname()[1]))

@@ -13,5 +13,14 @@ probes the Location Store's round-trip latency every ``probe_interval`` seconds.
 docs/operations.md ("Metrics").
 """
 
+try:
+    import prometheus_client as _prometheus_client  # noqa: F401
+except ImportError as exc:  # a newcomer's plain install: say which extra, not a bare trace
+    raise ImportError(
+        "zlink_trio.metrics needs the metrics extra: pip install 'zlink-trio[metrics]' "
+        "(from a checkout: python -m pip install -e '.[metrics]')",
+        name=exc.name,
+    ) from exc
+
 from .collector import ServerCollector as ServerCollector, new_registry as new_registry
 from .http import MetricsEndpoint as MetricsEndpoint, serve_metrics as serve_metrics

@@ -1,54 +1,62 @@
-"""``zlink-trio bench``: run the benchmark suite and write its results into
-``docs/performance.md``.
+"""``zlink-trio bench``: run the benchmark suite and write ``docs/performance.md``.
 
 ::
 
     zlink-trio bench [--quick] [--only bench_wire.py ...] [--benchmarks benchmarks] \\
-        [--output docs/performance.md] [--timeout 900] [-- ARGS for every script]
+        [--output docs/performance.md] [--template FILE] [--timeout 900] [-- ARGS]
+    zlink-trio bench --render [--output docs/performance.md] [--template FILE]
 
 Run from a checkout (``benchmarks/`` is not part of the installed package). Each
 ``benchmarks/bench_*.py`` runs as its own process (``PYTHONPATH`` = the checkout); a line
 every 10 s says which one runs and for how long. Every benchmark prints its same-run raw
-baseline and the ratio of ours to it last; the command keeps each script's whole output and
-collects its ratio lines into a table, each row with the command that reproduces it (a
-script that failed gives no figures). ``--quick`` gives each script short settings
-(:data:`QUICK`). The results replace the region between
-``<!-- zlink-trio bench -->`` and ``<!-- /zlink-trio bench -->`` of the output file (appended
-when the file has none), so the hand-written analysis around it stays. With matplotlib (the
-``plot`` extra) the ratios are also drawn into ``performance-ratios.png`` next to it.
+baseline and the ratio of ours to it last. The whole file is generated: the template
+(``zlink_trio/ops/performance_template.md``, the prose; :mod:`zlink_trio.ops.perfdoc`) is
+rendered around the run's figures, each under the command that reproduces it (a script that
+failed gives no figures). Next to it go ``performance-output.md`` (every script's whole
+output), ``performance-run.json`` (the run, so that ``--render`` can render an edited template
+again without running anything) and, with matplotlib (the ``plot`` extra),
+``performance-ratios.png``. ``--quick`` gives each script short settings (:data:`QUICK`).
 
 Exit status 0 when every script exited 0, 1 otherwise (the file is written either way, with
-the failure shown).
+the failure shown), 2 for a usage error.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any, TextIO
 
-import attrs
 import trio
 
+from .perfdoc import (
+    Result,
+    Run,
+    TemplateError,
+    default_template,
+    figures,
+    load_run,
+    ratio_lines,
+    ratio_value,
+    render,
+    render_outputs,
+    save_run,
+    script_command,
+)
+
 __all__ = [
-    "BEGIN",
-    "END",
     "QUICK",
     "add_bench_parser",
     "ratio_lines",
     "ratio_value",
     "run",
-    "write_region",
+    "script_command",
 ]
 
-BEGIN = "<!-- zlink-trio bench -->"
-END = "<!-- /zlink-trio bench -->"
-_RATIO = re.compile(r"ratio", re.I)
 QUICK: dict[str, tuple[str, ...]] = {
     "bench_actors.py": ("--seconds", "1", "--rounds", "1", "--actors", "5000"),
     "bench_engine.py": ("--rounds", "1", "--tells", "5000", "--asks", "2000", "--lanes", "5000"),
@@ -64,9 +72,6 @@ QUICK: dict[str, tuple[str, ...]] = {
 }
 """``--quick``: each script's short settings (a script not listed gets none); the scripts
 take different options, so one set of arguments for all cannot be short for each."""
-_NUMBER = re.compile(r"\bratio\b.*?(?<![\w.])([0-9]+(?:\.[0-9]+)?)\s*(?:/\s*[0-9.]+\s*)?$", re.I)
-"""A figure line's ratio: the number ending the line after ``ratio`` (the first of an
-``a / b`` pair); a header line (``ratio = our p50 / raw p50``) has none."""
 
 
 def add_bench_parser(commands: Any) -> None:
@@ -74,43 +79,26 @@ def add_bench_parser(commands: Any) -> None:
     bench.add_argument("--benchmarks", type=Path, default=Path("benchmarks"))
     bench.add_argument("--only", action="append", metavar="SCRIPT", help="repeatable")
     bench.add_argument("--output", type=Path, default=Path("docs/performance.md"))
+    bench.add_argument(
+        "--template", type=Path, default=None,
+        help="the prose to render around the figures (default: the package's "
+        "zlink_trio/ops/performance_template.md)",
+    )  # fmt: skip
     bench.add_argument("--timeout", type=float, default=900.0, metavar="SECONDS")
     bench.add_argument(
         "--quick", action="store_true",
         help="short settings for every script (1 round of about 1 s; see QUICK)",
     )  # fmt: skip
+    bench.add_argument(
+        "--render", action="store_true",
+        help="run nothing: render the template again around the run saved in "
+        "performance-run.json next to --output",
+    )  # fmt: skip
     bench.add_argument("script_args", nargs="*", help="arguments for every script, after --")
 
 
-@attrs.frozen
-class Result:
-    script: str
-    arguments: tuple[str, ...]
-    """The script's arguments in this run (``--quick``'s, then those after ``--``)."""
-    status: int | None
-    """None: it ran past the timeout and was killed."""
-    seconds: float
-    output: str
-
-
-def ratio_value(line: str) -> float | None:
-    """The ratio a figure line states (None for a line that only explains one)."""
-    found = _NUMBER.search(line)
-    return float(found.group(1)) if found else None
-
-
-def ratio_lines(output: str) -> list[str]:
-    """The lines of a benchmark's output that state a ratio to its baseline; a line whose
-    scenario name is the line before it (that line ends with ``:``) gets the name first."""
-    lines = output.splitlines()
-    found = []
-    for i, line in enumerate(lines):
-        if not _RATIO.search(line):
-            continue
-        before = lines[i - 1].strip() if i > 0 else ""
-        name = before if before.endswith(":") and not _RATIO.search(before) else ""
-        found.append(f"{name} {line.strip()}".strip())
-    return found
+def _load() -> tuple[float, ...]:
+    return tuple(os.getloadavg()) if hasattr(os, "getloadavg") else ()
 
 
 def _arguments(script: Path, args: argparse.Namespace) -> tuple[str, ...]:
@@ -118,14 +106,10 @@ def _arguments(script: Path, args: argparse.Namespace) -> tuple[str, ...]:
     return (*quick, *args.script_args)
 
 
-def script_command(r: Result) -> str:
-    """The command that reproduces one script's figures (from the checkout's root)."""
-    return " ".join(["PYTHONPATH=$PWD python", f"benchmarks/{r.script}", *r.arguments])
-
-
 async def _run_one(script: Path, args: argparse.Namespace, out: TextIO) -> Result:
     env = {**os.environ, "PYTHONPATH": str(Path.cwd()), "PYTHONUNBUFFERED": "1"}
     started = time.monotonic()
+    load = _load()
     print(f"bench: running {script.name}", file=out, flush=True)
     status: int | None = None
     done = trio.Event()
@@ -150,58 +134,14 @@ async def _run_one(script: Path, args: argparse.Namespace, out: TextIO) -> Resul
         done.set()
     seconds = time.monotonic() - started
     text = output.decode(errors="replace")
-    return Result(script.name, _arguments(script, args), status, seconds, text)
+    return Result(
+        script.name, _arguments(script, args), status, seconds, text, load[0] if load else None
+    )
 
 
-def _region(results: list[Result], command: str, plot: str | None = None) -> str:
-    stamp = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
-    load = " ".join(f"{x:.1f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
-    lines = [
-        BEGIN,
-        "",
-        "## Latest `zlink-trio bench` run",
-        "",
-        f"Produced by `{command}` on {stamp} (load average {load}). Each line is a ratio of",
-        "ours to the raw baseline measured in the same run, as the benchmark printed it; the",
-        "command column reproduces that row. A script that failed or timed out gives no",
-        "figures (its output is kept below, for the failure).",
-        "",
-        "| benchmark | command | status | seconds | ratios (as printed) |",
-        "|---|---|---|---|---|",
-    ]
-    for r in results:
-        status = (
-            "timed out" if r.status is None else ("ok" if r.status == 0 else f"exit {r.status}")
-        )
-        ratios = "<br>".join(line.replace("|", "\\|") for line in ratio_lines(r.output)) or "-"
-        if r.status != 0:
-            ratios = "none (the run failed)"
-        lines.append(
-            f"| `{r.script}` | `{script_command(r)}` | {status} | {r.seconds:.0f} | {ratios} |"
-        )
-    lines.append("")
-    if plot is not None:
-        lines += [f"![ratios of ours to the same-run baselines]({plot})", ""]
-    for r in results:
-        lines += [f"<details><summary>{r.script} output</summary>", "", "```", r.output.rstrip(),
-                  "```", "", "</details>", ""]  # fmt: skip
-    lines.append(END)
-    return "\n".join(lines)
-
-
-def write_region(path: Path, region: str) -> None:
-    """Replace the bench region of ``path`` (or append one); the rest stays as it is."""
-    text = path.read_text() if path.exists() else "# Performance\n"
-    if BEGIN in text and END in text:
-        head, rest = text.split(BEGIN, 1)
-        tail = rest.split(END, 1)[1]
-        text = head + region + tail
-    else:
-        text = text.rstrip("\n") + "\n\n" + region + "\n"
-    path.write_text(text)
-
-
-def _plot(results: list[Result], path: Path) -> bool:
+def draw_plot(run: Run, path: Path) -> bool:
+    """The run's ratios as bars on a log scale, one per figure, named by its tag (as in the
+    tables); False without matplotlib or figures."""
     try:
         import matplotlib
 
@@ -210,25 +150,58 @@ def _plot(results: list[Result], path: Path) -> bool:
     except ImportError:
         return False
     labels, values = [], []
-    for r in results:
-        if r.status != 0:
-            continue
-        for line in ratio_lines(r.output):
-            value = ratio_value(line)
+    for r in run.results:
+        for f in figures(r):
+            value = ratio_value(f.text)
             if value is not None and value > 0:
-                labels.append(f"{r.script.removeprefix('bench_').removesuffix('.py')}: {line[:40]}")
+                labels.append(f"{f.tag}: {f.label[:80]}")
                 values.append(value)
     if not values:
         return False
-    figure, axes = plt.subplots(figsize=(10, 0.35 * len(values) + 1.5))
-    axes.barh(labels, values)
+    figure, axes = plt.subplots(figsize=(13, 0.3 * len(values) + 1.5))
+    rows = list(range(len(values)))[::-1]  # by position: equal labels stay separate bars
+    axes.barh(rows, values)
+    axes.set_yticks(rows, labels, fontsize=8)
+    axes.set_ylim(-0.6, len(values) - 0.4)
     axes.set_xscale("log")  # ratios span 0.05 .. 200: equal factors, equal lengths
     axes.axvline(1.0, color="grey", linewidth=1)
-    axes.set_xlabel("ours / same-run raw baseline")
+    axes.set_xlabel("ours / same-run raw baseline (for a latency or a size, above 1 is costlier)")
+    axes.set_title(f"{run.command}, {run.started} UTC")
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)
     return True
+
+
+PLOT = "performance-ratios.png"
+OUTPUTS = "performance-output.md"
+RECORD = "performance-run.json"
+
+
+def write_documents(run: Run, output: Path, template: str, plot: bool) -> None:
+    """Render and write the document and the output file next to it (the template is
+    rendered first, so a template error leaves the old files as they were)."""
+    text = render(template, run, PLOT if plot else None, OUTPUTS)
+    banner = (
+        "<!-- Generated by `zlink-trio bench` from zlink_trio/ops/performance_template.md "
+        "and the run in performance-run.json: edit the prose in the template, then "
+        "`zlink-trio bench --render`. -->\n"
+    )
+    output.write_text(banner + text.rstrip("\n") + "\n")
+    output.with_name(OUTPUTS).write_text(render_outputs(run))
+
+
+def _template(args: argparse.Namespace) -> str:
+    return args.template.read_text() if args.template is not None else default_template()
+
+
+def _command(args: argparse.Namespace) -> str:
+    return (
+        "zlink-trio bench"
+        + (" --quick" if args.quick else "")
+        + "".join(f" --only {s}" for s in args.only or ())
+        + (" -- " + " ".join(args.script_args) if args.script_args else "")
+    )
 
 
 async def _main(args: argparse.Namespace, out: TextIO) -> int:
@@ -244,21 +217,48 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
         print(f"zlink-trio bench: no benchmarks in {args.benchmarks} (run it from a checkout)",
               file=sys.stderr)  # fmt: skip
         return 2
-    results = [await _run_one(script, args, out) for script in scripts]
-    command = (
-        "zlink-trio bench"
-        + (" --quick" if args.quick else "")
-        + "".join(f" --only {s}" for s in args.only or ())
-        + (" -- " + " ".join(args.script_args) if args.script_args else "")
-    )
-    plotted = _plot(results, args.output.with_name("performance-ratios.png"))
-    region = _region(results, command, "performance-ratios.png" if plotted else None)
-    write_region(args.output, region)
-    print(f"bench: wrote {args.output}" + (" and performance-ratios.png" if plotted else
+    template = _template(args)
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    load_start = _load()
+    results = tuple([await _run_one(script, args, out) for script in scripts])
+    run = Run(_command(args), started, load_start, _load(), os.cpu_count() or 0, results)
+    save_run(run, args.output.with_name(RECORD))
+    plotted = draw_plot(run, args.output.with_name(PLOT))
+    try:
+        write_documents(run, args.output, template, plotted)
+    except TemplateError as error:
+        print(f"zlink-trio bench: the template does not fit this run: {error} "
+              f"(the run is saved in {args.output.with_name(RECORD)}; fix the template and "
+              "use --render)", file=sys.stderr)  # fmt: skip
+        return 2
+    print(f"bench: wrote {args.output}, {OUTPUTS}, {RECORD}" + (f" and {PLOT}" if plotted else
           " (no plot: pip install 'zlink-trio[plot]')"), file=out)  # fmt: skip
     return 0 if all(r.status == 0 for r in results) else 1
 
 
+def _render(args: argparse.Namespace, out: TextIO) -> int:
+    record = args.output.with_name(RECORD)
+    if not record.exists():
+        print(f"zlink-trio bench --render: no saved run ({record}); run zlink-trio bench first",
+              file=sys.stderr)  # fmt: skip
+        return 2
+    try:
+        run = load_run(record)
+        template = _template(args)
+        plotted = (
+            draw_plot(run, args.output.with_name(PLOT)) or args.output.with_name(PLOT).exists()
+        )
+        write_documents(run, args.output, template, plotted)
+    except (TemplateError, ValueError, KeyError) as error:
+        print(f"zlink-trio bench --render: {error}", file=sys.stderr)
+        return 2
+    print(f"bench: rendered {args.output} from {record}", file=out)
+    return 0
+
+
 def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
     """The ``bench`` command."""
-    return trio.run(_main, args, out if out is not None else sys.stdout)
+    stream = out if out is not None else sys.stdout
+    if args.render:
+        return _render(args, stream)
+    return trio.run(_main, args, stream)

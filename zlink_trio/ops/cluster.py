@@ -36,6 +36,8 @@ from typing import Any, TextIO
 
 import trio
 
+from ..errors import ZLinkError
+
 __all__ = ["add_cluster_parser", "private_postgres", "run"]
 
 ANSI = {"red": 31, "green": 32, "yellow": 33, "blue": 34, "magenta": 35, "cyan": 36}
@@ -105,8 +107,10 @@ async def private_postgres(out: TextIO) -> AsyncIterator[str]:
             if done.returncode != 0:
                 raise RuntimeError(f"private PostgreSQL: {command[len(as_user)]} failed: "
                                    f"{done.stderr.decode().strip()[-300:]}")  # fmt: skip
-        print(f"private PostgreSQL on 127.0.0.1:{port} (removed at exit)", file=out, flush=True)
-        yield f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
+        print(f"private PostgreSQL on 127.0.0.1:{port} ({dsn} for status and your own "
+              "programs; removed at exit)", file=out, flush=True)  # fmt: skip
+        yield dsn
     finally:
         with trio.CancelScope(shield=True):
             stop = [*as_user, str(bin_dir / "pg_ctl"), "-D", str(data), "-m", "fast", "-w", "stop"]
@@ -206,6 +210,9 @@ async def _main(args: argparse.Namespace, out: TextIO) -> int:
     if args.private_pg:
         async with private_postgres(out) as dsn:
             return await _run_nodes(args, dsn, out)
+    from ..store.postgres import migrate_schema
+
+    await migrate_schema(args.pg_dsn, args.pg_schema)  # unreachable: one line, not one per node
     return await _run_nodes(args, args.pg_dsn, out)
 
 
@@ -217,6 +224,6 @@ def run(args: argparse.Namespace, out: TextIO | None = None) -> int:
         return 2
     try:
         return trio.run(_main, args, out)
-    except (RuntimeError, OSError) as exc:
-        print(f"zlink-trio cluster: {exc}", file=sys.stderr)
+    except (RuntimeError, OSError, ZLinkError) as exc:
+        print(f"zlink-trio cluster: cannot run: {exc}", file=sys.stderr)
         return 1
