@@ -107,6 +107,10 @@ class StepCounter(trio.abc.Instrument):
     def __init__(self) -> None:
         self.passes = 0
         self.steps = 0
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
 
     def before_io_wait(self, timeout: float) -> None:
         self.passes += 1
@@ -215,8 +219,9 @@ async def _run_clients(
     return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["rate"])
 
 
-async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[float, float]:
-    """(scheduler passes, task steps) of this process per round trip served."""
+async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[float, float, float]:
+    """(scheduler passes, task steps, tasks spawned) of this process per round trip
+    served (the connects and binds included)."""
     counter = StepCounter()
     served = SERVED[0]
     trio.lowlevel.add_instrument(counter)
@@ -225,7 +230,7 @@ async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[flo
     finally:
         trio.lowlevel.remove_instrument(counter)
     trips = max(1, SERVED[0] - served)
-    return counter.passes / trips, counter.steps / trips
+    return counter.passes / trips, counter.steps / trips, counter.spawned / trips
 
 
 async def count_main(url: str, raw_url: str, seconds: float) -> None:
@@ -234,15 +239,16 @@ async def count_main(url: str, raw_url: str, seconds: float) -> None:
             mode: await _count(mode, u, clients, seconds)
             for mode, u in (("route", url), ("raw", raw_url), ("handler", url))
         }
-        raw_passes, raw_steps = counts["raw"]
+        raw_passes, raw_steps, _ = counts["raw"]
         for mode, what in (
             ("route", "route_packet relay->actor->push"),
             ("handler", "on_packet handler relay->actor->push"),
         ):
-            passes, steps = counts[mode]
+            passes, steps, spawned = counts[mode]
             print(
                 f"server scheduler work per round trip, {clients:2d} client(s): {what} "
-                f"{passes:5.2f} passes {steps:5.2f} task steps | raw trio-websocket echo "
+                f"{passes:5.2f} passes {steps:5.2f} task steps {spawned:5.3f} tasks spawned"
+                " | raw trio-websocket echo "
                 f"{raw_passes:5.2f} passes {raw_steps:5.2f} task steps | "
                 f"ratio raw/stream steps {raw_steps / steps:.2f}",
                 flush=True,
