@@ -20,11 +20,12 @@ client and 64 clients, each for ``--seconds``, ``--rounds`` times interleaved (s
 stream, raw, ...); the best round of each is printed, the ratio stream/raw LAST.
 Machines are shared and noisy: only the same-run ratio means anything.
 
-``--count``: instead of rates, the server's scheduler work per round trip, which does not
-depend on the machine's load: trio run-loop passes (``before_io_wait`` calls) and task
-steps (``before_task_step`` calls) of the server process, over the round trips it served,
-counted by a trio Instrument for one ``--seconds`` round of each mode (the clients in the
-second process are not counted); the ratio raw/stream last (>= 1 would mean the stream
+``--count``: instead of rates, the server's scheduler work per round trip, which depends
+far less on the machine's load: trio run-loop passes (``before_io_wait`` calls), task
+steps (``before_task_step`` calls) and tasks spawned in the server process, over the round
+trips it served in a steady-state window of one ``--seconds`` round of each mode, counted
+by a trio Instrument (the clients in the second process are not counted; the window's own
+polling task adds its few steps); the ratio raw/stream last (>= 1 would mean the stream
 path wakes no more tasks than the raw echo).
 """
 
@@ -56,6 +57,14 @@ PAYLOAD = b"x" * 64
 FRAME = encode_frame(Send(packet="move", payload=PAYLOAD))
 SERVED = [0]
 """Round trips the server completed (Actor pushes and raw echoes): CPU per round trip."""
+WATCH: list[tuple[int, trio.Event]] = []
+"""``--count``: (a SERVED value, the event set when it is reached)."""
+
+
+def served() -> None:
+    SERVED[0] += 1
+    if WATCH and SERVED[0] >= WATCH[0][0]:
+        WATCH.pop()[1].set()
 
 
 def stream_app() -> App:
@@ -68,7 +77,7 @@ def stream_app() -> App:
 
         @on_send("move")
         async def move(self, payload: bytes) -> None:
-            SERVED[0] += 1
+            served()
             await self.context.session.push("moved", payload)
 
     app.register_actor("player", Player, relocation=RecreateOnRelocation())
@@ -95,7 +104,7 @@ async def echo(request: Any) -> None:
     try:
         while True:
             message = await ws.get_message()
-            SERVED[0] += 1
+            served()
             await ws.send_message(message)
     except Exception:
         return
@@ -220,17 +229,36 @@ async def _run_clients(
 
 
 async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[float, float, float]:
-    """(scheduler passes, task steps, tasks spawned) of this process per round trip
-    served (the connects and binds included)."""
+    """(scheduler passes, task steps, tasks spawned) of this process per round trip,
+    over the steady state only: from once every client made 5 round trips on average
+    (the connects, handshakes and binds are over) for ``seconds / 3`` (well before the
+    clients stop)."""
     counter = StepCounter()
-    served = SERVED[0]
+    window: list[tuple[int, int, int, int]] = []
+
+    def snapshot() -> None:
+        window.append((counter.passes, counter.steps, counter.spawned, SERVED[0]))
+
+    async def measure() -> None:
+        reached = trio.Event()
+        WATCH.append((SERVED[0] + 5 * clients, reached))
+        await reached.wait()
+        snapshot()
+        await trio.sleep(seconds / 3)
+        snapshot()
+
     trio.lowlevel.add_instrument(counter)
     try:
-        await _run_clients(mode, url, clients, seconds, False)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(measure)
+            await _run_clients(mode, url, clients, seconds, False)
+            if len(window) < 2:
+                raise RuntimeError("the clients ended before the counting window did")
     finally:
         trio.lowlevel.remove_instrument(counter)
-    trips = max(1, SERVED[0] - served)
-    return counter.passes / trips, counter.steps / trips, counter.spawned / trips
+    (p0, s0, t0, n0), (p1, s1, t1, n1) = window
+    trips = max(1, n1 - n0)
+    return (p1 - p0) / trips, (s1 - s0) / trips, (t1 - t0) / trips
 
 
 async def count_main(url: str, raw_url: str, seconds: float) -> None:
