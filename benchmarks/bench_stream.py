@@ -1,6 +1,6 @@
 """The websocket round trip relay → Actor → push, next to a raw trio-websocket echo.
 
-Usage: python benchmarks/bench_stream.py [--seconds S] [--rounds N] [--same-process]
+Usage: python benchmarks/bench_stream.py [--seconds S] [--rounds N] [--same-process] [--count]
 
 One server process runs both endpoints in one ``trio.run``:
 
@@ -19,6 +19,14 @@ The clients run in a SECOND OS process (``--same-process``: in the server's proc
 client and 64 clients, each for ``--seconds``, ``--rounds`` times interleaved (stream, raw,
 stream, raw, ...); the best round of each is printed, the ratio stream/raw LAST.
 Machines are shared and noisy: only the same-run ratio means anything.
+
+``--count``: instead of rates, the server's scheduler work per round trip, which depends
+far less on the machine's load: trio run-loop passes (``before_io_wait`` calls), task
+steps (``before_task_step`` calls) and tasks spawned in the server process, over the round
+trips it served in a steady-state window of one ``--seconds`` round of each mode, counted
+by a trio Instrument (the clients in the second process are not counted; the window's own
+polling task adds its few steps); the ratio raw/stream last (>= 1 would mean the stream
+path wakes no more tasks than the raw echo).
 """
 
 from __future__ import annotations
@@ -49,6 +57,14 @@ PAYLOAD = b"x" * 64
 FRAME = encode_frame(Send(packet="move", payload=PAYLOAD))
 SERVED = [0]
 """Round trips the server completed (Actor pushes and raw echoes): CPU per round trip."""
+WATCH: list[tuple[int, trio.Event]] = []
+"""``--count``: (a SERVED value, the event set when it is reached)."""
+
+
+def served() -> None:
+    SERVED[0] += 1
+    if WATCH and SERVED[0] >= WATCH[0][0]:
+        WATCH.pop()[1].set()
 
 
 def stream_app() -> App:
@@ -61,7 +77,7 @@ def stream_app() -> App:
 
         @on_send("move")
         async def move(self, payload: bytes) -> None:
-            SERVED[0] += 1
+            served()
             await self.context.session.push("moved", payload)
 
     app.register_actor("player", Player, relocation=RecreateOnRelocation())
@@ -88,10 +104,28 @@ async def echo(request: Any) -> None:
     try:
         while True:
             message = await ws.get_message()
-            SERVED[0] += 1
+            served()
             await ws.send_message(message)
     except Exception:
         return
+
+
+class StepCounter(trio.abc.Instrument):
+    """Scheduler passes and task steps of this process (``--count``)."""
+
+    def __init__(self) -> None:
+        self.passes = 0
+        self.steps = 0
+        self.spawned = 0
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.spawned += 1
+
+    def before_io_wait(self, timeout: float) -> None:
+        self.passes += 1
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
 
 
 # ----- clients -----------------------------------------------------------------------------
@@ -194,7 +228,62 @@ async def _run_clients(
     return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["rate"])
 
 
-async def server_main(seconds: float, rounds: int, same_process: bool) -> None:
+async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[float, float, float]:
+    """(scheduler passes, task steps, tasks spawned) of this process per round trip,
+    over the steady state only: from once every client made 5 round trips on average
+    (the connects, handshakes and binds are over) for ``seconds / 3`` (well before the
+    clients stop)."""
+    counter = StepCounter()
+    window: list[tuple[int, int, int, int]] = []
+
+    def snapshot() -> None:
+        window.append((counter.passes, counter.steps, counter.spawned, SERVED[0]))
+
+    async def measure() -> None:
+        reached = trio.Event()
+        WATCH.append((SERVED[0] + 5 * clients, reached))
+        await reached.wait()
+        snapshot()
+        await trio.sleep(seconds / 3)
+        snapshot()
+
+    trio.lowlevel.add_instrument(counter)
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(measure)
+            await _run_clients(mode, url, clients, seconds, False)
+            if len(window) < 2:
+                raise RuntimeError("the clients ended before the counting window did")
+    finally:
+        trio.lowlevel.remove_instrument(counter)
+    (p0, s0, t0, n0), (p1, s1, t1, n1) = window
+    trips = max(1, n1 - n0)
+    return (p1 - p0) / trips, (s1 - s0) / trips, (t1 - t0) / trips
+
+
+async def count_main(url: str, raw_url: str, seconds: float) -> None:
+    for clients in (1, 64):
+        counts = {
+            mode: await _count(mode, u, clients, seconds)
+            for mode, u in (("route", url), ("raw", raw_url), ("handler", url))
+        }
+        raw_passes, raw_steps, _ = counts["raw"]
+        for mode, what in (
+            ("route", "route_packet relay->actor->push"),
+            ("handler", "on_packet handler relay->actor->push"),
+        ):
+            passes, steps, spawned = counts[mode]
+            print(
+                f"server scheduler work per round trip, {clients:2d} client(s): {what} "
+                f"{passes:5.2f} passes {steps:5.2f} task steps {spawned:5.3f} tasks spawned"
+                " | raw trio-websocket echo "
+                f"{raw_passes:5.2f} passes {raw_steps:5.2f} task steps | "
+                f"ratio raw/stream steps {raw_steps / steps:.2f}",
+                flush=True,
+            )
+
+
+async def server_main(seconds: float, rounds: int, same_process: bool, count: bool) -> None:
     config = ServerConfig(
         meshes=(MeshConfig(name="bench"),),
         cluster_secret=b"b" * 32,
@@ -204,6 +293,10 @@ async def server_main(seconds: float, rounds: int, same_process: bool) -> None:
         raw = await nursery.start(serve_websocket, echo, "127.0.0.1", 0, None)
         stream_url = server.stream.url
         raw_url = f"ws://127.0.0.1:{raw.port}/"
+        if count:
+            await count_main(stream_url, raw_url, seconds)
+            nursery.cancel_scope.cancel()
+            return
         where = "same process" if same_process else "client in a 2nd process"
         for clients in (1, 64):
             best = {"handler": 0.0, "route": 0.0, "raw": 0.0}
@@ -236,6 +329,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--same-process", action="store_true")
+    parser.add_argument("--count", action="store_true", help="scheduler work per round trip")
     parser.add_argument("--client", choices=["handler", "route", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--clients", type=int, default=1)
@@ -244,7 +338,7 @@ def main() -> None:
         rate = trio.run(client_main, args.client, args.url, args.clients, args.seconds)
         print(json.dumps({"rate": rate}))
         return
-    trio.run(server_main, args.seconds, args.rounds, args.same_process)
+    trio.run(server_main, args.seconds, args.rounds, args.same_process, args.count)
 
 
 if __name__ == "__main__":

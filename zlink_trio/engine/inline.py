@@ -24,9 +24,11 @@ from __future__ import annotations
 
 import types
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
-__all__ = ["TurnHost", "watch_first_wait"]
+import trio
+
+__all__ = ["TurnHost", "watch_first_block", "watch_first_wait"]
 
 
 class TurnHost(Protocol):
@@ -72,3 +74,49 @@ def watch_first_wait(
                 trap = coro.send(sent)
             except StopIteration:
                 return
+
+
+def _schedule_point_trap() -> object:
+    # What a bare schedule point (``cancel_shielded_checkpoint``, the first half of every
+    # ``checkpoint``) yields to trio's scheduler: the task is rescheduled at once.
+    coro = trio.lowlevel.cancel_shielded_checkpoint()  # noqa: ASYNC105 (driven by hand)
+    trap = coro.send(None)
+    coro.close()
+    return trap
+
+
+_SCHEDULE_POINT: Final = _schedule_point_trap()
+
+
+@types.coroutine
+def watch_first_block(
+    awaitable: Awaitable[None], first_block: Callable[[], object]
+) -> Generator[Any, Any, None]:
+    """Like :func:`watch_first_wait`, but ``first_block()`` is called only before the first
+    yield that really waits (parks the task until something reschedules it): a schedule
+    point (the task runs again in the next pass, as every ``checkpoint`` does) does not
+    count. For a connection's reader writing a frame itself: a send that only passes
+    schedule points costs the reading one pass; one that waits for the socket hands the
+    reading to another task."""
+    coro = awaitable.__await__()
+    watching = True
+    sent: Any = None
+    thrown: BaseException | None = None
+    while True:
+        try:
+            trap = coro.send(sent) if thrown is None else coro.throw(thrown)
+        except StopIteration:
+            return
+        if watching and trap is not _SCHEDULE_POINT:
+            watching = False
+            first_block()
+        sent, thrown = None, None
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:  # Cancelled, KeyboardInterrupt: the awaited code decides
+            thrown = exc

@@ -3,12 +3,17 @@
 ::
 
     connection task (the websocket handler)          Connection.run
-    ├─ "zlink_trio.stream.writer"    Outbound.run: control frames first, then replies/pushes
-    ├─ "zlink_trio.stream.reader"    decode; Ping → Pong at once; Send/Request → the session
-    │                                lane's application queue (never waits: a full lane
-    │                                answers CapacityExceeded)
-    ├─ "zlink_trio.stream.reply"     one per relayed request in flight to a remote owner
-    └─ "zlink_trio.stream.close"     the replacement close timer (non-blocking, 100 ms)
+    ├─ reader nursery (outlives the rest: a waiting inline Actor turn finishes in it)
+    │  └─ "zlink_trio.stream.reader" StreamReader.run: decode; Ping → Pong at once;
+    │                                Send/Request → the session lane's application queue
+    │                                (never waits: a full lane answers CapacityExceeded), or
+    │                                a route_packet frame for an idle local Actor: its turn
+    │                                runs HERE (.reader); a turn that waits hands the
+    │                                reading to a new reader task and keeps this one
+    └─ connection nursery (cancelled once the close procedure ran)
+       ├─ "zlink_trio.stream.writer" Outbound.run: control frames first, then replies/pushes
+       ├─ "zlink_trio.stream.reply"  one per relayed request in flight to a remote owner
+       └─ "zlink_trio.stream.close"  the replacement close timer (non-blocking, 100 ms)
 
 The session lane (an engine lane with the Session lane policy: the connection-closed state
 lives there) runs this session's callbacks one at a time: packet handlers (application
@@ -65,6 +70,7 @@ from ..wire.stream_codec import choose_codec
 from .actors import SessionActors
 from .binding import SessionEntry, SessionStatus
 from .outbound import Outbound
+from .reader import StreamReader
 from .session import Packet, PacketRoute, PendingRequest, Session, error_frame, reply_bytes
 from .values import Authenticated, AuthRequest
 
@@ -118,7 +124,8 @@ class Connection:
         "_close_reason",
         "_closed",
         "_lane",
-        "_reader_scope",
+        "_reader",
+        "_readers",
         "_request",
         "_subprotocol",
         "_ws",
@@ -142,8 +149,10 @@ class Connection:
         self.session_rid = secrets.token_bytes(CONNECTION_ID_BYTES)
         self.outbound = Outbound(server.stream_config.outbound_queue)
         self._closed = trio.Event()
-        self._reader_scope = trio.CancelScope()
-        """The reader's scope: a closing connection reads nothing more at once."""
+        self._reader: StreamReader | None = None
+        """The task reading the connection now (a closing connection reads nothing more
+        at once: its scope is cancelled, unless it runs an inline turn)."""
+        self._readers: trio.Nursery | None = None
         self._close_reason: tuple[CloseReason | None, str] = (None, "")
         """Why the connection closes (None: by the client or the transport)."""
         self.finished = trio.Event()
@@ -169,7 +178,9 @@ class Connection:
             return
         self._close_reason = (reason, message)
         self._closed.set()
-        self._reader_scope.cancel(reason="zlink_trio STREAM connection closing")
+        reader = self._reader
+        if reader is not None:
+            reader.stop()
 
     # --- outbound ------------------------------------------------------------------------------
     def send_app(self, frame: ServerFrame) -> bool:
@@ -203,17 +214,22 @@ class Connection:
             except ConnectionClosed:
                 return
             self._ws = ws
-            async with trio.open_nursery() as nursery:
-                self.nursery = nursery
-                nursery.start_soon(self._write, ws, name="zlink_trio.stream.writer")
-                if await self._handshake(ws):
-                    nursery.start_soon(self._read, ws, name="zlink_trio.stream.reader")
-                    await self._closed.wait()
-                else:
-                    self._closed.set()
-                with trio.CancelScope(shield=True):
-                    await self._teardown(ws)
-                nursery.cancel_scope.cancel(reason="zlink_trio STREAM connection closed")
+            async with trio.open_nursery() as readers:
+                # (Waited for after the rest: an inline Actor turn that waits finishes
+                # here even when the connection closed meanwhile. See .reader.)
+                self._readers = readers
+                async with trio.open_nursery() as nursery:
+                    self.nursery = nursery
+                    nursery.start_soon(self._write, ws, name="zlink_trio.stream.writer")
+                    if await self._handshake(ws):
+                        self._start_reader()
+                        await self._closed.wait()
+                    else:
+                        self._closed.set()
+                    with trio.CancelScope(shield=True):
+                        await self._teardown(ws)
+                    nursery.cancel_scope.cancel(reason="zlink_trio STREAM connection closed")
+                    self.outbound.abort()
         finally:
             server.forget(self)
             self.finished.set()
@@ -313,26 +329,27 @@ class Connection:
         await self.server.start_session(self, session)
 
     # --- reader ------------------------------------------------------------------------------
-    async def _read(self, ws: WebSocketConnection) -> None:
+    def _start_reader(self) -> None:
+        """A new reader task: it reads the connection from now on (.reader)."""
+        readers, ws = self._readers, self._ws
+        assert readers is not None and ws is not None
+        reader = self._reader = StreamReader(self)
+        readers.start_soon(reader.run, ws, name="zlink_trio.stream.reader")
+
+    def reader_released(self, reader: StreamReader) -> None:
+        """``reader``'s inline turn waits: another task reads on (unless closing)."""
+        if self._reader is reader:
+            self._reader = None
+            if not self._closed.is_set():
+                self._start_reader()
+
+    async def read_frames(self, ws: WebSocketConnection, reader: StreamReader) -> None:
+        """Read and dispatch frames until the connection closes, or until an inline turn
+        ``reader`` ran waited (``reader.released``: another reader took over)."""
         lane = self._lane
         assert lane is not None
         server = self.server
         default_timeout = server.config.default_request_timeout
-        try:
-            with self._reader_scope:
-                await self._read_frames(ws, lane, default_timeout)
-        except ConnectionClosed:
-            pass
-        finally:
-            self.close(None)
-
-    async def _read_frames(
-        self,
-        ws: WebSocketConnection,
-        lane: Lane[SessionLane, _Inbound | _Lifecycle],
-        default_timeout: float,
-    ) -> None:
-        server = self.server
         packets = server.callbacks.packets
         routes = any(type(h) is PacketRoute for h in packets.values())
         while True:
@@ -363,17 +380,51 @@ class Connection:
                 continue
             if (
                 routes
-                and type(packets.get(frame.packet)) is PacketRoute
+                and type(route := packets.get(frame.packet)) is PacketRoute
                 and lane.idle
-                and server.route_now(self, packets[frame.packet], frame, pending)  # type: ignore[arg-type]
+                and await self._route_now(ws, reader, route, frame, pending)
             ):
-                continue  # relayed at once (nothing of this session was queued)
+                # Relayed at once (nothing of this session was queued), its turn perhaps
+                # run here: if that turn waited, another reader reads on.
+                if reader.released or self._closed.is_set():
+                    return
+                continue
             try:
                 lane.submit_nowait(_Inbound(frame, pending))
             except CapacityExceeded:
                 self._reject(pending, CapacityExceeded("the session's queue is full"))
             except ZLinkError as exc:  # connection closed, shutting down
                 self._reject(pending, exc)
+
+    async def _route_now(
+        self,
+        ws: WebSocketConnection,
+        reader: StreamReader,
+        route: PacketRoute,
+        frame: Send | Request,
+        pending: PendingRequest | None,
+    ) -> bool:
+        """``StreamServer.route_now`` with the outbound queue corked: what an inline
+        turn pushes or replies is written by this reader itself if the writer is idle
+        (.outbound: direct write), one task wake-up fewer."""
+        outbound = self.outbound
+        outbound.cork()
+        reader.corked = True
+        try:
+            routed = await self.server.route_now(self, route, frame, pending, reader)
+        except BaseException:
+            reader.uncork()
+            raise
+        if reader.corked:  # (not uncorked by a turn that waited)
+            reader.corked = False
+            if outbound.writable_here:
+                try:
+                    await outbound.write_here(ws, reader.release)
+                except ConnectionClosed:
+                    self.close(None)
+            else:
+                outbound.uncork()
+        return routed
 
     def _reject(self, pending: PendingRequest | None, error: ZLinkError) -> None:
         if pending is None:

@@ -4,21 +4,38 @@ Control frames (pongs, error frames, the closing notice) are written before appl
 frames (replies, pushes): keep-alive is never queued behind application work (spec 02
 §5). Producers never wait: a frame is queued or refused at once, so a client that does not
 read can stall nothing but itself — when a queue is full the connection is closed as a slow
-consumer (the caller decides; :meth:`Outbound.put` says so). The writer is the one task that
-writes to the websocket.
+consumer (the caller decides; :meth:`Outbound.put` says so). The writer task writes to
+the websocket, with one exception:
+
+Direct write (a connection's reader, :meth:`Outbound.write_here`): while the reader
+dispatches a frame it *corks* the queue (what is queued meanwhile does not wake the writer);
+if the writer was idle and frames were queued (an inline Actor turn's push or reply), the
+reader then writes them itself, in queue order (control first), instead of handing them to
+the writer — one task wake fewer per round trip. The writer stays parked meanwhile, so one
+task writes at a time and the order is the writer's. If a send has to wait for the socket
+(the client reads slowly), the reader hands its reading over before it waits (``on_block``),
+so keep-alive and control work go on while it finishes that send; the writer then takes
+over. A direct write is shielded from the reader's cancellation (a frame is never cut in
+the middle); :meth:`Outbound.abort` cancels it when the connection's tasks stop.
 """
 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from typing import Final, Protocol, final
 
 import trio
+
+from ..engine.inline import watch_first_block
 
 __all__ = ["Outbound", "Sink"]
 
 _CONTROL_SLACK: Final = 64
 """Control frames a connection may hold beyond its application bound (pongs, errors)."""
+
+_DIRECT_FRAMES: Final = 16
+"""At most this many frames per direct write; the writer writes the rest."""
 
 
 class Sink(Protocol):
@@ -29,7 +46,17 @@ class Sink(Protocol):
 class Outbound:
     """Queued frames of one connection (already encoded)."""
 
-    __slots__ = ("_app", "_bound", "_closed", "_control", "_drained", "_task", "written")
+    __slots__ = (
+        "_app",
+        "_bound",
+        "_closed",
+        "_control",
+        "_corked",
+        "_direct",
+        "_drained",
+        "_task",
+        "written",
+    )
 
     def __init__(self, bound: int) -> None:
         self._bound = bound
@@ -38,6 +65,10 @@ class Outbound:
         self._task: trio.lowlevel.Task | None = None
         self._closed = False
         self._drained: trio.Event | None = None
+        self._corked = 0
+        """Corks in place (a reader dispatching, a direct write): no writer wake-up."""
+        self._direct: trio.CancelScope | None = None
+        """The scope of the direct write in progress."""
         self.written = 0
         """Frames written so far."""
 
@@ -77,7 +108,63 @@ class Outbound:
             self._drained = trio.Event()
         await self._drained.wait()
 
+    # --- direct write ---------------------------------------------------------------------
+    def cork(self) -> None:
+        """Frames queued from now on do not wake the writer until :meth:`uncork` (or a
+        direct write) hands them on."""
+        self._corked += 1
+
+    def uncork(self) -> None:
+        self._corked -= 1
+        if not self._corked and (self._control or self._app or self._closed):
+            self._wake()
+
+    @property
+    def writable_here(self) -> bool:
+        """Whether the corking caller (the only cork) may write what is queued itself:
+        frames wait and the writer is idle (parked, writing nothing)."""
+        return self._corked == 1 and self._task is not None and bool(self._control or self._app)
+
+    async def write_here(self, sink: Sink, on_block: Callable[[], object]) -> None:
+        """Write what is queued (up to :data:`_DIRECT_FRAMES`, control first) in the
+        calling task, which holds the only cork (:attr:`writable_here`); uncorks at the end
+        (the writer then writes the rest). ``on_block()`` is called before a send first
+        waits for the socket; after that send no other frame is written here."""
+        control, app = self._control, self._app
+        blocked = False
+
+        def block() -> None:
+            nonlocal blocked
+            blocked = True
+            on_block()
+
+        try:
+            with trio.CancelScope(shield=True) as scope:
+                self._direct = scope
+                for _ in range(_DIRECT_FRAMES):
+                    if control:
+                        frame = control.popleft()
+                    elif app:
+                        frame = app.popleft()
+                    else:
+                        break
+                    await watch_first_block(sink.send_message(frame), block)
+                    self.written += 1
+                    if blocked:
+                        break
+        finally:
+            self._direct = None
+            self.uncork()
+
+    def abort(self) -> None:
+        """The connection's tasks stop: cancel a direct write in progress."""
+        direct = self._direct
+        if direct is not None:
+            direct.cancel(reason="zlink_trio STREAM connection closed")
+
     def _wake(self) -> None:
+        if self._corked:
+            return
         task, self._task = self._task, None
         if task is not None:
             trio.lowlevel.reschedule(task)

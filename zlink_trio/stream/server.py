@@ -28,6 +28,7 @@ from trio_websocket import WebSocketRequest, WebSocketServer, serve_websocket
 from .._exceptions import raise_single_error
 from ..actors.hosted import Deliver
 from ..config import ServerConfig, StreamConfig
+from ..engine.inline import TurnHost
 from ..errors import (
     CapacityExceeded,
     InvalidOperation,
@@ -538,17 +539,20 @@ class StreamServer:
         data = value if type(value) is bytes else self._encoded(value)
         await relay_remote(conn, binding, kind, name, data, pending, tail, deadline)
 
-    def route_now(
+    async def route_now(
         self,
         conn: Connection,
         route: PacketRoute,
         frame: Send | Request,
         pending: PendingRequest | None,
+        reader: TurnHost,
     ) -> bool:
         """The reader's fast path of an ``App.route_packet`` packet while the session lane
         is idle: relay it to the identity's bound Actor hosted HERE without a session
         turn (True), or leave it to the lane (False: not bound, sealed, remote, a full
-        queue — the turn then relays it, or answers the error)."""
+        queue — the turn then relays it, or answers the error). An idle Actor lane runs
+        the turn in the reader's task (``Lane.run_here``, ``reader`` its host: .reader);
+        otherwise the item joins the Actor's queue. Never waits but for that turn."""
         runtime = self.actor_runtime
         session = conn.session
         if runtime is None or session is None:
@@ -577,11 +581,14 @@ class StreamServer:
         kind = _SEND if pending is None else _REQUEST
         deadline = _NEVER if pending is None else pending.deadline
         item = Deliver(kind, route.target or frame.packet, frame.payload, pending, deadline)
+        conn.entry.sequence += 1
+        if await lane.run_here(item, reader):
+            return True
         try:
             lane.submit_nowait(item)
         except ZLinkError:
+            conn.entry.sequence -= 1  # (nothing ran between: run_here did nothing)
             return False
-        conn.entry.sequence += 1
         return True
 
     def _encoded(self, value: bytes | TypedPayload) -> bytes:

@@ -6,7 +6,7 @@ import trio
 import trio.testing
 
 from zlink_trio.engine import ActorDeliveryLane, SpotLane, open_engine
-from zlink_trio.engine.inline import watch_first_wait
+from zlink_trio.engine.inline import watch_first_block, watch_first_wait
 
 
 class Host:
@@ -211,3 +211,54 @@ async def test_watch_first_wait_delegates_sends_throws_and_results() -> None:
 
     await watch_first_wait(quick(), lambda: calls.append("never"))
     assert calls[-1] == "quick"
+
+
+async def test_watch_first_block_ignores_schedule_points_and_reports_the_first_real_wait() -> None:
+    """Schedule points (``checkpoint``, ``cancel_shielded_checkpoint``) are not a wait:
+    ``first_block`` runs once, just before the first yield that parks the task, and what
+    the scheduler sends back still reaches the awaited code."""
+    calls: list[str] = []
+    event = trio.Event()
+
+    async def body() -> None:
+        await trio.lowlevel.checkpoint()
+        await trio.lowlevel.cancel_shielded_checkpoint()
+        calls.append("before the wait")
+        await event.wait()
+        calls.append("woken")
+        await event.wait()  # set: no wait at all
+        await trio.lowlevel.checkpoint()
+
+    async def watched() -> None:
+        await watch_first_block(body(), lambda: calls.append("blocked"))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watched)
+        await trio.testing.wait_all_tasks_blocked()
+        assert calls == ["before the wait", "blocked"]
+        event.set()
+    assert calls == ["before the wait", "blocked", "woken"]
+
+    quick: list[str] = []
+
+    async def only_schedule_points() -> None:
+        for _ in range(3):
+            await trio.lowlevel.checkpoint()
+
+    await watch_first_block(only_schedule_points(), lambda: quick.append("blocked"))
+    assert quick == []
+
+
+async def test_watch_first_block_passes_a_cancellation_to_the_awaited_code() -> None:
+    seen: list[str] = []
+
+    async def body() -> None:
+        try:
+            await trio.sleep_forever()
+        except trio.Cancelled:
+            seen.append("cancelled")
+            raise
+
+    with trio.move_on_after(1) as scope:
+        await watch_first_block(body(), lambda: seen.append("blocked"))
+    assert scope.cancelled_caught and seen == ["blocked", "cancelled"]

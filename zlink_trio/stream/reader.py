@@ -1,0 +1,96 @@
+"""The reader task of a STREAM connection, and the host of the inline Actor turns it runs.
+
+A ``route_packet`` frame for a bound Actor hosted here whose lane is idle (nothing queued,
+no turn running, no other lane waiting for a runner) runs as that Actor's next turn IN this
+task (:meth:`Lane.run_here <zlink_trio.engine.Lane.run_here>`): no hand-off to an engine
+runner, no scheduler pass to start the turn and none after it. The reader is then the
+turn's :class:`~zlink_trio.engine.TurnHost`:
+
+* a turn that completes without waiting (the common case: its pushes and replies are
+  queued for the writer, never awaited) simply returns, and the reader reads on;
+* a turn that waits hands the reading over: :meth:`turn_suspended` starts a new reader at
+  once (keep-alive and control frames are never held behind the Actor's work, spec 02 §5),
+  and this task only finishes the turn (``released``), then ends;
+* closing the connection never cancels a reader that runs a turn (the turn belongs to the
+  Actor, not to the connection): it finishes, and whatever it pushes or replies to the
+  closed connection is dropped; only the engine halting cancels it (:meth:`cancel_turn`,
+  as a runner's scope would be);
+* the readers are tasks of the connection's reader nursery, which outlives the rest of the
+  connection (writer, reply tasks, timers): the connection task ends once the last turn
+  its readers were running ended.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, final
+
+import trio
+from trio_websocket import ConnectionClosed, WebSocketConnection
+
+if TYPE_CHECKING:
+    from .connection import Connection
+
+__all__ = ["StreamReader"]
+
+
+@final
+class StreamReader:
+    """One reader task of a connection (see the module docstring)."""
+
+    __slots__ = ("conn", "corked", "in_turn", "released", "scope")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.scope = trio.CancelScope()
+        self.in_turn = False
+        """Running an inline turn now (closing the connection does not cancel it)."""
+        self.released = False
+        """A turn it ran waited (or a frame it wrote): another reader reads from then on."""
+        self.corked = False
+        """It holds a cork of the connection's outbound queue (.outbound: direct write)."""
+
+    async def run(self, ws: WebSocketConnection) -> None:
+        conn = self.conn
+        while True:
+            with self.scope, contextlib.suppress(ConnectionClosed):  # (the client closed it)
+                await conn.read_frames(ws, self)
+            if self.released:
+                return  # its turn ended; the reader that took over reads on
+            if self.scope.cancelled_caught and not conn.closed:
+                # The engine halted an inline turn while the connection lives on: read on
+                # (what arrives now is refused as the engine refuses it).
+                self.scope = trio.CancelScope()
+                continue
+            conn.close(None)  # the client or the transport closed it (no-op if closing)
+            return
+
+    def stop(self) -> None:
+        """The connection closes: stop reading at once, unless running a turn (which
+        finishes; the reader then sees the close and ends)."""
+        if not self.in_turn:
+            self.scope.cancel(reason="zlink_trio STREAM connection closing")
+
+    # --- TurnHost ---------------------------------------------------------------------------
+    def enter_turn(self) -> None:
+        self.in_turn = True
+
+    def turn_suspended(self) -> None:
+        self.uncork()  # (what the turn queues from now on goes to the writer)
+        self.release()
+
+    def release(self) -> None:
+        """Hand the reading to a new reader (this task is about to wait)."""
+        self.released = True
+        self.conn.reader_released(self)
+
+    def uncork(self) -> None:
+        if self.corked:
+            self.corked = False
+            self.conn.outbound.uncork()
+
+    def exit_turn(self) -> None:
+        self.in_turn = False
+
+    def cancel_turn(self) -> None:
+        self.scope.cancel(reason="zlink_trio engine halted")
