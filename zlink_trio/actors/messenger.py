@@ -125,7 +125,7 @@ class ActorTarget:
         # route (one template per route, kept while the route is among the last ones).
         templates = self._templates
         memo = templates.get(id(route))
-        if memo is None or memo[0] is not route or memo[1] != key:
+        if memo is None or memo[0] is not route or (memo[1] is not key and memo[1] != key):
             me = self._node.identity
             template = ActorSendTemplate(
                 source_rid=me.node_rid,

@@ -25,7 +25,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorId, MeshName, OperationId, StableType
+from ..ids import ActorId, MeshName, NodeGeneration, NodeRid, OperationId, StableType
 from ..mesh.api import (
     LinkLost,
     PeerAddress,
@@ -323,9 +323,10 @@ class ActorRuntime:
         self.bindings.register()
 
     # --- inbound ------------------------------------------------------------------------
-    def _for_me(self, rid: object, generation: object) -> bool:
+    def _for_me(self, rid: NodeRid, generation: NodeGeneration) -> bool:
         me = self._node.identity
-        return rid == me.node_rid and generation == me.node_generation
+        # (The ids' values: one comparison each, without the generated ``__eq__`` calls.)
+        return rid.value == me.node_rid.value and generation.value == me.node_generation.value
 
     async def _on_actor_send(self, peer: PeerIdentity, record: ActorSend) -> None:
         message_id = record.operation_id

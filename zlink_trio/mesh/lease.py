@@ -181,8 +181,8 @@ class LeaseKeeper:
     def check(self) -> bool:
         """True while held and before the local deadline; expires the lease (once) when
         the deadline passed although the renewer task has not noticed yet."""
-        held = self.state
-        if not isinstance(held, LeaseHeld):
+        held = self._state  # (not the property: this runs once per call)
+        if type(held) is not LeaseHeld:
             return False
         if trio.current_time() < held.local_deadline:
             return True

@@ -138,7 +138,7 @@ class ReplyRegistry:
         pending = self._waiting.get(correlation)
         if pending is None:
             return DropReason.UNKNOWN_CORRELATION
-        if pending._peer.node_rid != sender.node_rid:
+        if pending._peer is not sender and pending._peer.node_rid != sender.node_rid:
             return DropReason.REPLY_WRONG_PEER
         del self._waiting[correlation]
         pending._deliver(reply)

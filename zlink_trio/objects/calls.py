@@ -17,7 +17,7 @@ from typing import Any, Final, Generic, Self, TypeVar
 import trio
 
 from ..errors import InvalidArgument, InvalidOperation
-from ..routing.deadline import call_deadline, yield_to_caller
+from ..routing.deadline import call_deadline, caller_deadline, yield_to_caller
 from ..wire.payloads import PayloadRegistry, TypedPayload
 
 __all__ = ["FluentCall", "call_deadline", "check_timeout", "message_payload", "yield_to_caller"]
@@ -87,7 +87,7 @@ class FluentCall(Generic[R]):
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
         own = trio.current_time() + self._timeout
-        callers = trio.current_effective_deadline()
+        callers = caller_deadline()
         if callers <= own:
             return yield_to_caller(self._run(callers), callers)
         return self._run(own)

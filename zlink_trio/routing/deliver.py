@@ -81,7 +81,7 @@ from ..mesh.api import (
 from ..observe import FlowEvent, FlowTrace
 from ..wire.enums import MessageKind
 from ..wire.payloads import PayloadCodec, TypedPayload, reply_value
-from .deadline import yield_to_caller, yield_to_caller_scope
+from .deadline import caller_deadline, yield_to_caller, yield_to_caller_scope
 from .route_cache import Route, RouteCache
 
 __all__ = [
@@ -262,7 +262,11 @@ class Delivery(Generic[K]):
 
     def _is_local(self, route: Route) -> bool:
         me = self._node.identity
-        return route.node_rid == me.node_rid and route.node_generation == me.node_generation
+        # (The ids' values: one comparison each, without the generated ``__eq__`` calls.)
+        return (
+            route.node_rid.value == me.node_rid.value
+            and route.node_generation.value == me.node_generation.value
+        )
 
     def _wire_payload(self, payload: Payload) -> bytes:
         """The bytes a typed payload travels as: encoded now, and checked against the
@@ -328,7 +332,8 @@ class Delivery(Generic[K]):
             await trio.lowlevel.checkpoint()
             raise refused
         route = self._cache.get(key, self._store.recovery_epoch)
-        if route is not None and self._is_local(route):
+        local = route is not None and self._is_local(route)
+        if local and route is not None:
             lane = self._ready_lane(key)
             if lane is not None and lane.idle:
                 await trio.lowlevel.checkpoint_if_cancelled()
@@ -358,12 +363,13 @@ class Delivery(Generic[K]):
                     if reply is None and type(result) is not TypedPayload:
                         return result
                     return reply_value(result, reply)
-        callers = trio.current_effective_deadline()
+        callers = caller_deadline()
         if callers <= deadline:
             return await yield_to_caller(
-                self._routed_request(key, packet, payload, callers, reply, route), callers
+                self._routed_request(key, packet, payload, callers, reply, route, local),
+                callers,
             )
-        return await self._routed_request(key, packet, payload, deadline, reply, route)
+        return await self._routed_request(key, packet, payload, deadline, reply, route, local)
 
     async def _routed_request(
         self,
@@ -373,11 +379,13 @@ class Delivery(Generic[K]):
         deadline: float,
         reply: PayloadCodec[Any] | None,
         route: Route | None,
+        local: bool,
     ) -> Any:
         """:meth:`request` once admission was checked and the cache consulted
-        (``route``: the cached route, None on a miss); ``deadline`` is final."""
+        (``route``: the cached route, None on a miss; ``local``: it names this node
+        lifecycle); ``deadline`` is final."""
         if route is not None:
-            if self._is_local(route):
+            if local:
                 lane = self._ready_lane(key)
                 if lane is not None:
                     await trio.lowlevel.checkpoint_if_cancelled()
