@@ -53,6 +53,7 @@ from ..store.api import (
     Applied,
     AuthorityRow,
     AuthorityState,
+    Conflict,
     LocationStore,
     ObjectKey,
     OperationKey,
@@ -230,6 +231,7 @@ class CreateSource(Generic[IdT, ResultT]):
         object_key = self._kind.key(object_id)
         kind = self._kind.kind
         reserved: AuthorityRow | None = None
+        fresh = False  # ``reserved`` is what our own reserve CAS just returned (Applied)
         unsure = False  # a reserve may have committed without our learning it
         # This scope covers resolve and reservation only: the durable operation that
         # follows owns the same deadline itself (nested cancel scopes with one deadline
@@ -244,8 +246,33 @@ class CreateSource(Generic[IdT, ResultT]):
                         return self._retained(retained.result, object_key)
                 backoff = self._config.create_backoff_initial
                 stuck: int | None = None  # the version of a Creating row seen last round
+                # An exclusive create of a fresh operation without a creation request
+                # reserves before it reads: the reservation CAS answers with the current
+                # row when there is one (then handled as the read would be), so a create
+                # that wins costs no read. Anything else goes the read-first way.
+                probe = exclusive and not explicit and request is None
                 while reserved is None:
-                    row = await self._authority.read(object_id)
+                    row: AuthorityRow | None
+                    if probe:
+                        probe = False
+                        unsure = True
+                        probed = await self._probe(
+                            key, object_id, object_key, stable_type, mesh, deadline, placement
+                        )
+                        if isinstance(probed, Conflict):
+                            unsure = False
+                            if probed.current is None:
+                                continue  # gone meanwhile: read as usual
+                            row = probed.current
+                        elif probed is None:
+                            continue  # refused, unknown or not placeable: read as usual
+                        else:
+                            unsure = False
+                            fresh = True
+                            reserved = probed
+                            break
+                    else:
+                        row = await self._authority.read(object_id)
                     if row is not None and row.operation == key:
                         if row.state is AuthorityState.CREATING:
                             # Our own reservation, made by a reserve whose outcome was
@@ -306,11 +333,13 @@ class CreateSource(Generic[IdT, ResultT]):
                     # Missing: compete for the reservation (None: lost the race, the node
                     # moved, or the outcome is unknown: read again).
                     unsure = True
-                    reserved = await self._reserve(
+                    got = await self._reserve(
                         key, object_key, stable_type, mesh, request, deadline, placement
                     )
-                    if reserved is not None:
+                    if isinstance(got, AuthorityRow):
+                        reserved = got
                         unsure = False
+                        fresh = True
         finally:
             if reserved is None and unsure:
                 # Cancelled, timed out or failed right after a reserve whose outcome we
@@ -331,7 +360,9 @@ class CreateSource(Generic[IdT, ResultT]):
                     if retained is not None:
                         reply = self._recorded(retained.result, object_key)
             if reply is None:
-                reply = await self._drive(key, object_id, reserved, deadline, placement)
+                reply = await self._drive(
+                    key, object_id, reserved, deadline, placement, fresh=fresh
+                )
         finally:
             if reply is None:
                 # No terminal (deadline, the caller's cancellation, a transport failure,
@@ -345,6 +376,35 @@ class CreateSource(Generic[IdT, ResultT]):
             reply = self._checked(reply, reserved.key)
         return self._result(reply)
 
+    async def _probe(
+        self,
+        key: OperationKey,
+        object_id: IdT,
+        object_key: ObjectKey,
+        stable_type: StableType,
+        mesh: MeshName,
+        deadline: float,
+        placement: _Placement,
+    ) -> AuthorityRow | Conflict | None:
+        """A reservation made before any read: the reserved row (Applied), the Conflict
+        (its current row: what a read would have shown, taught to the route cache the
+        same way), or None when it was refused, its outcome is unknown, or no node could
+        be chosen (the caller then reads and goes on as usual; any error the read-first
+        way would raise is raised from there, after the row was seen)."""
+        authority = self._authority
+        epoch = self._store.recovery_epoch
+        read_at = trio.current_time()
+        try:
+            result = await self._reserve(
+                key, object_key, stable_type, mesh, None, deadline, placement, probe=True
+            )
+        except (NotFound, CapacityExceeded) as exc:
+            logger.debug("probing reservation of %r not placed (%r); reading", object_key, exc)
+            return None
+        if isinstance(result, Conflict):
+            authority.observe(object_id, result.current, epoch, read_at)
+        return result
+
     async def _reserve(
         self,
         key: OperationKey,
@@ -354,7 +414,12 @@ class CreateSource(Generic[IdT, ResultT]):
         request: bytes | None,
         deadline: float,
         placement: _Placement,
-    ) -> AuthorityRow | None:
+        *,
+        probe: bool = False,
+    ) -> AuthorityRow | Conflict | None:
+        """The reserved row (Applied); None when the reservation was refused (after a
+        backoff, unless ``probe``) or its outcome is unknown; a lost CAS is None too,
+        or its Conflict when ``probe``."""
         store = self._store
         nodes = await store.list_nodes(mesh)
         kind = self._kind.kind
@@ -414,7 +479,8 @@ class CreateSource(Generic[IdT, ResultT]):
             )
         except (OwnerLeaseExpired, CapacityExceeded) as exc:
             logger.debug("reservation on %s refused (%r); choosing again", descriptor.node_rid, exc)
-            await trio.sleep(self._config.create_backoff_initial)
+            if not probe:
+                await trio.sleep(self._config.create_backoff_initial)
             return None
         except StoreOutcomeUnknown as exc:
             # It may have committed: the caller's next read finds our reservation (its
@@ -426,7 +492,7 @@ class CreateSource(Generic[IdT, ResultT]):
         if isinstance(result, Applied):
             self.creates += 1
             return result.row
-        return None
+        return result if probe else None
 
     async def _settle_unsure(
         self, object_id: IdT, object_key: ObjectKey, key: OperationKey
@@ -485,9 +551,16 @@ class CreateSource(Generic[IdT, ResultT]):
         row: AuthorityRow,
         deadline: float,
         placement: _Placement,
+        *,
+        fresh: bool,
     ) -> TerminalReply:
         """Send the create to the reserved target and wait for its terminal (replaying it
-        under the same OperationId on transient transport failures)."""
+        under the same OperationId on transient transport failures).
+
+        ``fresh``: ``row`` is what this operation's own reserve CAS just returned. A
+        local target is then handed that row as its fence (no replay can reach a local
+        attempt: the target skips the reads that guard against one, see
+        :meth:`~.create_target.CreateTarget.handle`)."""
         me = self._node.identity
         fence = ReservationFence(
             expected_store_version=row.store_version,
@@ -509,7 +582,7 @@ class CreateSource(Generic[IdT, ResultT]):
         )
         if row.owner.node_rid == me.node_rid:
             sink = LocalSink()
-            self._target.handle(order, sink)
+            self._target.handle(order, sink, reserved=row if fresh else None)
             with trio.move_on_at(deadline):
                 return await sink.wait()
             raise DeadlineExceeded("create did not finish before its deadline")

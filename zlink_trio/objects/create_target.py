@@ -158,9 +158,26 @@ class CreateTarget(Generic[IdT]):
     def in_flight(self) -> int:
         return len(self._inflight)
 
-    def handle(self, order: CreateOrder[IdT], sink: TerminalSink) -> None:
+    def handle(
+        self,
+        order: CreateOrder[IdT],
+        sink: TerminalSink,
+        *,
+        reserved: AuthorityRow | None = None,
+    ) -> None:
         """Start (or join) the attempt of ``order``'s operation; the terminal goes to
-        ``sink``. Never blocks: the attempt runs in the owning runtime's nursery."""
+        ``sink``. Never blocks: the attempt runs in the owning runtime's nursery.
+
+        ``reserved``: a source on this node hands over the row its own reserve CAS just
+        returned (Applied) for ``order``. That row is the Store's answer, not a fence
+        copied from the wire, and the delivery cannot be a replay (replays travel only
+        over the mesh; a local source drives its new reservation once): the attempt
+        checks the fence against it instead of reading the row again, and skips the
+        terminal-record read that exists to answer replays (an explicit OperationId's
+        terminal was read by the source after that reservation; an attempt of the
+        operation in flight is joined here, one that ended with its abort still pending
+        is answered from the held reply). The Ready commit stays a CAS on exactly that
+        row's version: a row that moved on meanwhile is never published."""
         key = order.operation
         attempt = self._inflight.get(key)
         if attempt is not None:
@@ -168,12 +185,14 @@ class CreateTarget(Generic[IdT]):
             return
         self._inflight[key] = _Attempt(order, sink)
         deadline = trio.current_time() + order.timeout_ms / 1000
-        self._nursery.start_soon(self._run, order, deadline, name=self._task_name)
+        self._nursery.start_soon(self._run, order, deadline, reserved, name=self._task_name)
 
-    async def _run(self, order: CreateOrder[IdT], deadline: float) -> None:
+    async def _run(
+        self, order: CreateOrder[IdT], deadline: float, reserved: AuthorityRow | None
+    ) -> None:
         key = order.operation
         try:
-            reply = await self._attempt(order, deadline)
+            reply = await self._attempt(order, deadline, reserved)
         except Exception as exc:
             # Ending the attempt itself failed (not a Store outage: a bug, or a Store
             # refusing the abort): still one terminal, never a crashed runtime; the row
@@ -204,11 +223,13 @@ class CreateTarget(Generic[IdT]):
         for sink in attempt.sinks:
             await sink.deliver(reply)
 
-    async def _attempt(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
+    async def _attempt(
+        self, order: CreateOrder[IdT], deadline: float, reserved: AuthorityRow | None
+    ) -> TerminalReply:
         """The terminal of ``order``'s attempt; its reservation is ended (committed, or
         given back) before it is returned."""
         try:
-            return await self._fenced(order, deadline)
+            return await self._fenced(order, deadline, reserved)
         except ZLinkError as exc:
             reply = failure(exc)
         except Exception as exc:
@@ -221,11 +242,12 @@ class CreateTarget(Generic[IdT]):
         await self._end_fenced(order, reply)
         return reply
 
-    async def _fenced(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
-        store = self._store
+    async def _fenced(
+        self, order: CreateOrder[IdT], deadline: float, reserved: AuthorityRow | None
+    ) -> TerminalReply:
         key = order.operation
         fence = order.fence
-        retained = await store.read_terminal(key)
+        retained = None if reserved is not None else await self._store.read_terminal(key)
         if retained is not None:
             # The operation ended before (a replay, or a re-submission that reserved
             # again): its one terminal is the answer, and the reservation this delivery
@@ -245,7 +267,7 @@ class CreateTarget(Generic[IdT]):
             if not self._reclaimer.holds(order.key, fence.expected_store_version):
                 await self._give_back(order)
             return held
-        row = await self._authority.read(order.object_id)
+        row = reserved if reserved is not None else await self._authority.read(order.object_id)
         me = self._node.identity
         if (
             row is None
