@@ -127,7 +127,7 @@ class _TextId:
     def parse(cls, value: object) -> Self:
         if isinstance(value, cls):
             return value
-        return cls(check_text_id(value, cls._WHAT))
+        return cls._trusted(check_text_id(value, cls._WHAT))  # checked once, not twice
 
     def __str__(self) -> str:
         return self.value

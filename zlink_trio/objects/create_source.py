@@ -231,6 +231,8 @@ class CreateSource(Generic[IdT, ResultT]):
         object_key = self._kind.key(object_id)
         kind = self._kind.kind
         reserved: AuthorityRow | None = None
+        reply: TerminalReply | None = None
+        local = False  # a fresh local reservation, driven under the resolve scope
         fresh = False  # ``reserved`` is what our own reserve CAS just returned (Applied)
         unsure = False  # a reserve may have committed without our learning it
         # This scope covers resolve and reservation only: the durable operation that
@@ -340,34 +342,50 @@ class CreateSource(Generic[IdT, ResultT]):
                         reserved = got
                         unsure = False
                         fresh = True
+                if (
+                    reserved is not None
+                    and fresh
+                    and not explicit
+                    and reserved.owner.node_rid == me.node_rid
+                ):
+                    # A fresh reservation on this node: its attempt runs under this same
+                    # deadline scope (one scope for the whole create, not two).
+                    local = True
+                    reply = await self._drive_here(key, object_id, reserved, deadline)
         finally:
-            if reserved is None and unsure:
-                # Cancelled, timed out or failed right after a reserve whose outcome we
-                # never learned: if it committed, give it back now (never orphan it).
-                await self._settle_unsure(object_id, object_key, key)
-        if reserved is None:
+            if reserved is None:
+                if unsure:
+                    # Cancelled, timed out or failed right after a reserve whose outcome
+                    # we never learned: if it committed, give it back now (never orphan).
+                    await self._settle_unsure(object_id, object_key, key)
+            elif local and reply is None:
+                # As below: no terminal, give the reservation back unless committed.
+                await self._give_back(reserved.key, reserved.store_version)
+        if reserved is None or (local and reply is None):
             raise DeadlineExceeded(
                 f"create of {object_key.object_id!r} did not finish before its deadline"
             )
-        reply: TerminalReply | None = None
-        try:
-            if explicit:
-                # The operation may have ended between our first check and this
-                # reservation (a re-submission overlapping an earlier one): its terminal
-                # is the answer, and this reservation is given back below.
-                with trio.move_on_at(deadline):
-                    retained = await self._store.read_terminal(key)
-                    if retained is not None:
-                        reply = self._recorded(retained.result, object_key)
-            if reply is None:
-                reply = await self._drive(
-                    key, object_id, reserved, deadline, placement, fresh=fresh
-                )
-        finally:
-            if reply is None:
-                # No terminal (deadline, the caller's cancellation, a transport failure,
-                # anything): give the reservation back unless the target committed it.
-                await self._give_back(reserved.key, reserved.store_version)
+        if not local:
+            try:
+                if explicit:
+                    # The operation may have ended between our first check and this
+                    # reservation (a re-submission overlapping an earlier one): its
+                    # terminal is the answer, and this reservation is given back below.
+                    with trio.move_on_at(deadline):
+                        retained = await self._store.read_terminal(key)
+                        if retained is not None:
+                            reply = self._recorded(retained.result, object_key)
+                if reply is None:
+                    reply = await self._drive(
+                        key, object_id, reserved, deadline, placement, fresh=fresh
+                    )
+            finally:
+                if reply is None:
+                    # No terminal (deadline, the caller's cancellation, a transport
+                    # failure, anything): give the reservation back unless the target
+                    # committed it.
+                    await self._give_back(reserved.key, reserved.store_version)
+        assert reply is not None
         if not _about(reply, reserved):
             # A terminal, but not of this reservation: the operation's terminal recorded
             # for an earlier one (a replay that raced its give-back, or a fence the target
@@ -544,6 +562,39 @@ class CreateSource(Generic[IdT, ResultT]):
             raise _TargetUnreachable(peer.node_rid.value, state)
         # Admitted, or the deadline passed: run_durable gives the typed ending.
 
+    def _order(
+        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+    ) -> CreateOrder[IdT]:
+        """The creation attempt on the reservation ``row`` (its fence) as a target runs it."""
+        owner = row.owner
+        fence = ReservationFence(
+            expected_store_version=row.store_version,
+            object_generation=row.object_generation,
+            authority_owner_generation=row.owner_generation,
+            target_rid=owner.node_rid,
+            target_generation=owner.node_generation,
+            target_owner_lease_generation=owner.lease_generation,
+            pending_capacity_delta=1,
+        )
+        return CreateOrder(
+            operation=key,
+            object_id=object_id,
+            key=row.key,
+            stable_type=row.stable_type,
+            fence=fence,
+            timeout_ms=remaining_ms(deadline),
+        )
+
+    async def _drive_here(
+        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+    ) -> TerminalReply:
+        """Hand this node's target the fresh reservation ``row`` (the Store's own answer
+        to our reserve CAS: its fence) and wait for the terminal. The caller's scope
+        bounds the wait by ``deadline``."""
+        sink = LocalSink()
+        self._target.handle(self._order(key, object_id, row, deadline), sink, reserved=row)
+        return await sink.wait()
+
     async def _drive(
         self,
         key: OperationKey,
@@ -562,24 +613,7 @@ class CreateSource(Generic[IdT, ResultT]):
         attempt: the target skips the reads that guard against one, see
         :meth:`~.create_target.CreateTarget.handle`)."""
         me = self._node.identity
-        fence = ReservationFence(
-            expected_store_version=row.store_version,
-            object_generation=row.object_generation,
-            authority_owner_generation=row.owner_generation,
-            target_rid=row.owner.node_rid,
-            target_generation=row.owner.node_generation,
-            target_owner_lease_generation=row.owner.lease_generation,
-            pending_capacity_delta=1,
-        )
-
-        order = CreateOrder(
-            operation=key,
-            object_id=object_id,
-            key=row.key,
-            stable_type=row.stable_type,
-            fence=fence,
-            timeout_ms=remaining_ms(deadline),
-        )
+        order = self._order(key, object_id, row, deadline)
         if row.owner.node_rid == me.node_rid:
             sink = LocalSink()
             self._target.handle(order, sink, reserved=row if fresh else None)
