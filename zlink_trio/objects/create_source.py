@@ -589,10 +589,12 @@ class CreateSource(Generic[IdT, ResultT]):
         self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
     ) -> TerminalReply:
         """Hand this node's target the fresh reservation ``row`` (the Store's own answer
-        to our reserve CAS: its fence) and wait for the terminal. The caller's scope
+        to our reserve CAS: its fence) of an operation whose id never left this call (no
+        explicit OperationId: ``private``) and wait for the terminal. The caller's scope
         bounds the wait by ``deadline``."""
         sink = LocalSink()
-        self._target.handle(self._order(key, object_id, row, deadline), sink, reserved=row)
+        order = self._order(key, object_id, row, deadline)
+        self._target.handle(order, sink, reserved=row, private=True)
         return await sink.wait()
 
     async def _drive(
