@@ -127,8 +127,13 @@ class CreateSource(Generic[IdT, ResultT]):
         authority: Authority[IdT],
         reclaimer: Reclaimer,
         flow: FlowTrace,
+        reserve_first: bool = False,
     ) -> None:
         self._kind = kind
+        self._reserve_first = reserve_first
+        """An exclusive create of a fresh operation without a request reserves before it
+        reads (see :meth:`_probe`). Off for Spots: a Spot create whose issued id is taken
+        must make no reservation call at all (S06-03)."""
         self._flow = flow
         self._noun = noun(kind.kind)
         self._config = config
@@ -252,7 +257,7 @@ class CreateSource(Generic[IdT, ResultT]):
                 # reserves before it reads: the reservation CAS answers with the current
                 # row when there is one (then handled as the read would be), so a create
                 # that wins costs no read. Anything else goes the read-first way.
-                probe = exclusive and not explicit and request is None
+                probe = self._reserve_first and exclusive and not explicit and request is None
                 while reserved is None:
                     row: AuthorityRow | None
                     if probe:
