@@ -240,9 +240,10 @@ class CreateSource(Generic[IdT, ResultT]):
         local = False  # a fresh local reservation, driven under the resolve scope
         fresh = False  # ``reserved`` is what our own reserve CAS just returned (Applied)
         unsure = False  # a reserve may have committed without our learning it
-        # This scope covers resolve and reservation only: the durable operation that
-        # follows owns the same deadline itself (nested cancel scopes with one deadline
-        # would let the outer one swallow the inner one's typed ending).
+        # This scope covers resolve and reservation (and the wait for a fresh local
+        # reservation's terminal, which has no typed ending of its own): the durable
+        # operation that follows owns the same deadline itself (nested cancel scopes with
+        # one deadline would let the outer one swallow the inner one's typed ending).
         try:
             with trio.move_on_at(deadline):
                 if explicit:
