@@ -14,6 +14,7 @@ anything touches the Location Store.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import secrets
 import uuid
@@ -127,7 +128,7 @@ class _TextId:
     def parse(cls, value: object) -> Self:
         if isinstance(value, cls):
             return value
-        return cls(check_text_id(value, cls._WHAT))
+        return cls._trusted(check_text_id(value, cls._WHAT))  # checked once, not twice
 
     def __str__(self) -> str:
         return self.value
@@ -326,7 +327,10 @@ class OperationId:
 
     @classmethod
     def new(cls) -> Self:
-        return cls(secrets.randbelow(U128_MAX) + 1)
+        value = 0
+        while not value:  # uniform over 1..U128_MAX (0 comes up once in 2**128)
+            value = int.from_bytes(os.urandom(16), "big")
+        return cls._trusted(value)
 
     def to_bytes(self) -> bytes:
         return self.value.to_bytes(16, "big")

@@ -222,7 +222,8 @@ class _ActorStaging:
         )
 
     async def stage(self, deadline: float) -> Decision:
-        _event, decision = await self._entry.approve(self._build, deadline)
+        # CreateTarget.run_reserved calls this inside its scope ending at ``deadline``.
+        _event, decision = await self._entry.approve(self._build, deadline, caller_bounded=True)
         if isinstance(decision, Approve):
             return Commit(decision.reply)
         return Refuse(decision.reply)

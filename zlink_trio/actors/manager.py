@@ -95,7 +95,8 @@ class ActorManager:
     def _create_call(
         self, actor_id: str | ActorId, stable_type: str | StableType, *, exclusive: bool
     ) -> CreateCall:
-        return CreateCall(
+        # The class itself, not the subscripted alias (whose call goes through typing).
+        return create_call.CreateCall(
             self._run_create,
             ActorId.parse(actor_id),
             self._stable_type(stable_type),

@@ -212,6 +212,7 @@ class ActorRuntime:
             authority=authority,
             reclaimer=self.reclaimer,
             flow=flow,
+            reserve_first=True,
         )
         self.destroyer: Destroyer[ActorId, HostedActor] = Destroyer(
             kind=ActorDestroyKind(self.host, authority, self.bindings),

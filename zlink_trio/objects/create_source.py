@@ -53,6 +53,7 @@ from ..store.api import (
     Applied,
     AuthorityRow,
     AuthorityState,
+    Conflict,
     LocationStore,
     ObjectKey,
     OperationKey,
@@ -126,8 +127,13 @@ class CreateSource(Generic[IdT, ResultT]):
         authority: Authority[IdT],
         reclaimer: Reclaimer,
         flow: FlowTrace,
+        reserve_first: bool = False,
     ) -> None:
         self._kind = kind
+        self._reserve_first = reserve_first
+        """An exclusive create of a fresh operation without a request reserves before it
+        reads (see :meth:`_probe`). Off for Spots: a Spot create whose issued id is taken
+        must make no reservation call at all (S06-03)."""
         self._flow = flow
         self._noun = noun(kind.kind)
         self._config = config
@@ -230,10 +236,14 @@ class CreateSource(Generic[IdT, ResultT]):
         object_key = self._kind.key(object_id)
         kind = self._kind.kind
         reserved: AuthorityRow | None = None
+        reply: TerminalReply | None = None
+        local = False  # a fresh local reservation, driven under the resolve scope
+        fresh = False  # ``reserved`` is what our own reserve CAS just returned (Applied)
         unsure = False  # a reserve may have committed without our learning it
-        # This scope covers resolve and reservation only: the durable operation that
-        # follows owns the same deadline itself (nested cancel scopes with one deadline
-        # would let the outer one swallow the inner one's typed ending).
+        # This scope covers resolve and reservation (and the wait for a fresh local
+        # reservation's terminal, which has no typed ending of its own): the durable
+        # operation that follows owns the same deadline itself (nested cancel scopes with
+        # one deadline would let the outer one swallow the inner one's typed ending).
         try:
             with trio.move_on_at(deadline):
                 if explicit:
@@ -244,8 +254,33 @@ class CreateSource(Generic[IdT, ResultT]):
                         return self._retained(retained.result, object_key)
                 backoff = self._config.create_backoff_initial
                 stuck: int | None = None  # the version of a Creating row seen last round
+                # An exclusive create of a fresh operation without a creation request
+                # reserves before it reads: the reservation CAS answers with the current
+                # row when there is one (then handled as the read would be), so a create
+                # that wins costs no read. Anything else goes the read-first way.
+                probe = self._reserve_first and exclusive and not explicit and request is None
                 while reserved is None:
-                    row = await self._authority.read(object_id)
+                    row: AuthorityRow | None
+                    if probe:
+                        probe = False
+                        unsure = True
+                        probed = await self._probe(
+                            key, object_id, object_key, stable_type, mesh, deadline, placement
+                        )
+                        if isinstance(probed, Conflict):
+                            unsure = False
+                            if probed.current is None:
+                                continue  # gone meanwhile: read as usual
+                            row = probed.current
+                        elif probed is None:
+                            continue  # refused, unknown or not placeable: read as usual
+                        else:
+                            unsure = False
+                            fresh = True
+                            reserved = probed
+                            break
+                    else:
+                        row = await self._authority.read(object_id)
                     if row is not None and row.operation == key:
                         if row.state is AuthorityState.CREATING:
                             # Our own reservation, made by a reserve whose outcome was
@@ -306,37 +341,57 @@ class CreateSource(Generic[IdT, ResultT]):
                     # Missing: compete for the reservation (None: lost the race, the node
                     # moved, or the outcome is unknown: read again).
                     unsure = True
-                    reserved = await self._reserve(
+                    got = await self._reserve(
                         key, object_key, stable_type, mesh, request, deadline, placement
                     )
-                    if reserved is not None:
+                    if isinstance(got, AuthorityRow):
+                        reserved = got
                         unsure = False
+                        fresh = True
+                if (
+                    reserved is not None
+                    and fresh
+                    and not explicit
+                    and reserved.owner.node_rid == me.node_rid
+                ):
+                    # A fresh reservation on this node: its attempt runs under this same
+                    # deadline scope (one scope for the whole create, not two).
+                    local = True
+                    reply = await self._drive_here(key, object_id, reserved, deadline)
         finally:
-            if reserved is None and unsure:
-                # Cancelled, timed out or failed right after a reserve whose outcome we
-                # never learned: if it committed, give it back now (never orphan it).
-                await self._settle_unsure(object_id, object_key, key)
-        if reserved is None:
+            if reserved is None:
+                if unsure:
+                    # Cancelled, timed out or failed right after a reserve whose outcome
+                    # we never learned: if it committed, give it back now (never orphan).
+                    await self._settle_unsure(object_id, object_key, key)
+            elif local and reply is None:
+                # As below: no terminal, give the reservation back unless committed.
+                await self._give_back(reserved.key, reserved.store_version)
+        if reserved is None or (local and reply is None):
             raise DeadlineExceeded(
                 f"create of {object_key.object_id!r} did not finish before its deadline"
             )
-        reply: TerminalReply | None = None
-        try:
-            if explicit:
-                # The operation may have ended between our first check and this
-                # reservation (a re-submission overlapping an earlier one): its terminal
-                # is the answer, and this reservation is given back below.
-                with trio.move_on_at(deadline):
-                    retained = await self._store.read_terminal(key)
-                    if retained is not None:
-                        reply = self._recorded(retained.result, object_key)
-            if reply is None:
-                reply = await self._drive(key, object_id, reserved, deadline, placement)
-        finally:
-            if reply is None:
-                # No terminal (deadline, the caller's cancellation, a transport failure,
-                # anything): give the reservation back unless the target committed it.
-                await self._give_back(reserved.key, reserved.store_version)
+        if not local:
+            try:
+                if explicit:
+                    # The operation may have ended between our first check and this
+                    # reservation (a re-submission overlapping an earlier one): its
+                    # terminal is the answer, and this reservation is given back below.
+                    with trio.move_on_at(deadline):
+                        retained = await self._store.read_terminal(key)
+                        if retained is not None:
+                            reply = self._recorded(retained.result, object_key)
+                if reply is None:
+                    reply = await self._drive(
+                        key, object_id, reserved, deadline, placement, fresh=fresh
+                    )
+            finally:
+                if reply is None:
+                    # No terminal (deadline, the caller's cancellation, a transport
+                    # failure, anything): give the reservation back unless the target
+                    # committed it.
+                    await self._give_back(reserved.key, reserved.store_version)
+        assert reply is not None
         if not _about(reply, reserved):
             # A terminal, but not of this reservation: the operation's terminal recorded
             # for an earlier one (a replay that raced its give-back, or a fence the target
@@ -344,6 +399,35 @@ class CreateSource(Generic[IdT, ResultT]):
             await self._give_back(reserved.key, reserved.store_version)
             reply = self._checked(reply, reserved.key)
         return self._result(reply)
+
+    async def _probe(
+        self,
+        key: OperationKey,
+        object_id: IdT,
+        object_key: ObjectKey,
+        stable_type: StableType,
+        mesh: MeshName,
+        deadline: float,
+        placement: _Placement,
+    ) -> AuthorityRow | Conflict | None:
+        """A reservation made before any read: the reserved row (Applied), the Conflict
+        (its current row: what a read would have shown, taught to the route cache the
+        same way), or None when it was refused, its outcome is unknown, or no node could
+        be chosen (the caller then reads and goes on as usual; any error the read-first
+        way would raise is raised from there, after the row was seen)."""
+        authority = self._authority
+        epoch = self._store.recovery_epoch
+        read_at = trio.current_time()
+        try:
+            result = await self._reserve(
+                key, object_key, stable_type, mesh, None, deadline, placement, probe=True
+            )
+        except (NotFound, CapacityExceeded) as exc:
+            logger.debug("probing reservation of %r not placed (%r); reading", object_key, exc)
+            return None
+        if isinstance(result, Conflict):
+            authority.observe(object_id, result.current, epoch, read_at)
+        return result
 
     async def _reserve(
         self,
@@ -354,7 +438,12 @@ class CreateSource(Generic[IdT, ResultT]):
         request: bytes | None,
         deadline: float,
         placement: _Placement,
-    ) -> AuthorityRow | None:
+        *,
+        probe: bool = False,
+    ) -> AuthorityRow | Conflict | None:
+        """The reserved row (Applied); None when the reservation was refused (after a
+        backoff, unless ``probe``) or its outcome is unknown; a lost CAS is None too,
+        or its Conflict when ``probe``."""
         store = self._store
         nodes = await store.list_nodes(mesh)
         kind = self._kind.kind
@@ -414,7 +503,8 @@ class CreateSource(Generic[IdT, ResultT]):
             )
         except (OwnerLeaseExpired, CapacityExceeded) as exc:
             logger.debug("reservation on %s refused (%r); choosing again", descriptor.node_rid, exc)
-            await trio.sleep(self._config.create_backoff_initial)
+            if not probe:
+                await trio.sleep(self._config.create_backoff_initial)
             return None
         except StoreOutcomeUnknown as exc:
             # It may have committed: the caller's next read finds our reservation (its
@@ -426,7 +516,7 @@ class CreateSource(Generic[IdT, ResultT]):
         if isinstance(result, Applied):
             self.creates += 1
             return result.row
-        return None
+        return result if probe else None
 
     async def _settle_unsure(
         self, object_id: IdT, object_key: ObjectKey, key: OperationKey
@@ -478,28 +568,21 @@ class CreateSource(Generic[IdT, ResultT]):
             raise _TargetUnreachable(peer.node_rid.value, state)
         # Admitted, or the deadline passed: run_durable gives the typed ending.
 
-    async def _drive(
-        self,
-        key: OperationKey,
-        object_id: IdT,
-        row: AuthorityRow,
-        deadline: float,
-        placement: _Placement,
-    ) -> TerminalReply:
-        """Send the create to the reserved target and wait for its terminal (replaying it
-        under the same OperationId on transient transport failures)."""
-        me = self._node.identity
+    def _order(
+        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+    ) -> CreateOrder[IdT]:
+        """The creation attempt on the reservation ``row`` (its fence) as a target runs it."""
+        owner = row.owner
         fence = ReservationFence(
             expected_store_version=row.store_version,
             object_generation=row.object_generation,
             authority_owner_generation=row.owner_generation,
-            target_rid=row.owner.node_rid,
-            target_generation=row.owner.node_generation,
-            target_owner_lease_generation=row.owner.lease_generation,
+            target_rid=owner.node_rid,
+            target_generation=owner.node_generation,
+            target_owner_lease_generation=owner.lease_generation,
             pending_capacity_delta=1,
         )
-
-        order = CreateOrder(
+        return CreateOrder(
             operation=key,
             object_id=object_id,
             key=row.key,
@@ -507,9 +590,41 @@ class CreateSource(Generic[IdT, ResultT]):
             fence=fence,
             timeout_ms=remaining_ms(deadline),
         )
+
+    async def _drive_here(
+        self, key: OperationKey, object_id: IdT, row: AuthorityRow, deadline: float
+    ) -> TerminalReply:
+        """Hand this node's target the fresh reservation ``row`` (the Store's own answer
+        to our reserve CAS: its fence) of an operation whose id never left this call (no
+        explicit OperationId: ``private``) and wait for the terminal. The caller's scope
+        bounds the wait by ``deadline``."""
+        sink = LocalSink()
+        order = self._order(key, object_id, row, deadline)
+        self._target.handle(order, sink, reserved=row, private=True)
+        return await sink.wait()
+
+    async def _drive(
+        self,
+        key: OperationKey,
+        object_id: IdT,
+        row: AuthorityRow,
+        deadline: float,
+        placement: _Placement,
+        *,
+        fresh: bool,
+    ) -> TerminalReply:
+        """Send the create to the reserved target and wait for its terminal (replaying it
+        under the same OperationId on transient transport failures).
+
+        ``fresh``: ``row`` is what this operation's own reserve CAS just returned. A
+        local target is then handed that row as its fence (no replay can reach a local
+        attempt: the target skips the reads that guard against one, see
+        :meth:`~.create_target.CreateTarget.handle`)."""
+        me = self._node.identity
+        order = self._order(key, object_id, row, deadline)
         if row.owner.node_rid == me.node_rid:
             sink = LocalSink()
-            self._target.handle(order, sink)
+            self._target.handle(order, sink, reserved=row if fresh else None)
             with trio.move_on_at(deadline):
                 return await sink.wait()
             raise DeadlineExceeded("create did not finish before its deadline")

@@ -158,9 +158,33 @@ class CreateTarget(Generic[IdT]):
     def in_flight(self) -> int:
         return len(self._inflight)
 
-    def handle(self, order: CreateOrder[IdT], sink: TerminalSink) -> None:
+    def handle(
+        self,
+        order: CreateOrder[IdT],
+        sink: TerminalSink,
+        *,
+        reserved: AuthorityRow | None = None,
+        private: bool = False,
+    ) -> None:
         """Start (or join) the attempt of ``order``'s operation; the terminal goes to
-        ``sink``. Never blocks: the attempt runs in the owning runtime's nursery."""
+        ``sink``. Never blocks: the attempt runs in the owning runtime's nursery.
+
+        ``reserved``: a source on this node hands over the row its own reserve CAS just
+        returned (Applied) for ``order``. That row is the Store's answer, not a fence
+        copied from the wire, and the delivery cannot be a replay (replays travel only
+        over the mesh; a local source drives its new reservation once): the attempt
+        checks the fence against it instead of reading the row again, and skips the
+        terminal-record read that exists to answer replays (an explicit OperationId's
+        terminal was read by the source after that reservation; an attempt of the
+        operation in flight is joined here, one that ended with its abort still pending
+        is answered from the held reply). The Ready commit stays a CAS on exactly that
+        row's version: a row that moved on meanwhile is never published.
+
+        ``private``: the operation's id was made for this one call by a source on this
+        node and never left it (no explicit OperationId): nobody can ever ask for its
+        terminal (no replay, no re-submission), so a Created without an application
+        reply is committed without a terminal record (a refusal or failure still records
+        one)."""
         key = order.operation
         attempt = self._inflight.get(key)
         if attempt is not None:
@@ -168,12 +192,20 @@ class CreateTarget(Generic[IdT]):
             return
         self._inflight[key] = _Attempt(order, sink)
         deadline = trio.current_time() + order.timeout_ms / 1000
-        self._nursery.start_soon(self._run, order, deadline, name=self._task_name)
+        self._nursery.start_soon(
+            self._run, order, deadline, reserved, private, name=self._task_name
+        )
 
-    async def _run(self, order: CreateOrder[IdT], deadline: float) -> None:
+    async def _run(
+        self,
+        order: CreateOrder[IdT],
+        deadline: float,
+        reserved: AuthorityRow | None,
+        private: bool,
+    ) -> None:
         key = order.operation
         try:
-            reply = await self._attempt(order, deadline)
+            reply = await self._attempt(order, deadline, reserved, private)
         except Exception as exc:
             # Ending the attempt itself failed (not a Store outage: a bug, or a Store
             # refusing the abort): still one terminal, never a crashed runtime; the row
@@ -204,11 +236,17 @@ class CreateTarget(Generic[IdT]):
         for sink in attempt.sinks:
             await sink.deliver(reply)
 
-    async def _attempt(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
+    async def _attempt(
+        self,
+        order: CreateOrder[IdT],
+        deadline: float,
+        reserved: AuthorityRow | None,
+        private: bool,
+    ) -> TerminalReply:
         """The terminal of ``order``'s attempt; its reservation is ended (committed, or
         given back) before it is returned."""
         try:
-            return await self._fenced(order, deadline)
+            return await self._fenced(order, deadline, reserved, private)
         except ZLinkError as exc:
             reply = failure(exc)
         except Exception as exc:
@@ -221,11 +259,16 @@ class CreateTarget(Generic[IdT]):
         await self._end_fenced(order, reply)
         return reply
 
-    async def _fenced(self, order: CreateOrder[IdT], deadline: float) -> TerminalReply:
-        store = self._store
+    async def _fenced(
+        self,
+        order: CreateOrder[IdT],
+        deadline: float,
+        reserved: AuthorityRow | None,
+        private: bool,
+    ) -> TerminalReply:
         key = order.operation
         fence = order.fence
-        retained = await store.read_terminal(key)
+        retained = None if reserved is not None else await self._store.read_terminal(key)
         if retained is not None:
             # The operation ended before (a replay, or a re-submission that reserved
             # again): its one terminal is the answer, and the reservation this delivery
@@ -245,7 +288,7 @@ class CreateTarget(Generic[IdT]):
             if not self._reclaimer.holds(order.key, fence.expected_store_version):
                 await self._give_back(order)
             return held
-        row = await self._authority.read(order.object_id)
+        row = reserved if reserved is not None else await self._authority.read(order.object_id)
         me = self._node.identity
         if (
             row is None
@@ -269,7 +312,7 @@ class CreateTarget(Generic[IdT]):
                 # operation names a reservation that is not ours to end.)
                 await self._end_fenced(order, refused)
             return refused
-        return await self.run_reserved(order, row, deadline)
+        return await self.run_reserved(order, row, deadline, private=private)
 
     async def _give_back(
         self, order: CreateOrder[Any], key: ObjectKey | None = None, version: int | None = None
@@ -317,10 +360,16 @@ class CreateTarget(Generic[IdT]):
             )
 
     async def run_reserved(
-        self, order: CreateOrder[IdT], row: AuthorityRow, deadline: float
+        self,
+        order: CreateOrder[IdT],
+        row: AuthorityRow,
+        deadline: float,
+        *,
+        private: bool = False,
     ) -> TerminalReply:
         """Steps 3–6 for ``row``, a Creating reservation of this lifecycle made by
-        ``order``'s operation: the terminal (already recorded with the commit or abort)."""
+        ``order``'s operation: the terminal (already recorded with the commit or abort;
+        see :meth:`handle` for ``private``)."""
         store = self._store
         key = order.operation
         object_key = row.key
@@ -408,10 +457,12 @@ class CreateTarget(Generic[IdT]):
             if not isinstance(decision, Commit):
                 return await abort(Unavailable("rejected"), CreateState.REJECTED, decision.reply)
             created = ok(_create_tail(CreateState.CREATED, row, decision.reply))
-            try:
-                created_record = TerminalRecord(key, encode_terminal(created, object_key))
-            except ProtocolError as exc:  # the application's reply cannot be encoded
-                return await abort(exc, CreateState.FAILED)
+            created_record: TerminalRecord | None = None
+            if not private or decision.reply is not None:
+                try:
+                    created_record = TerminalRecord(key, encode_terminal(created, object_key))
+                except ProtocolError as exc:  # the application's reply cannot be encoded
+                    return await abort(exc, CreateState.FAILED)
             committed = await self._commit(
                 object_key, order.object_id, row, created_record, retain_for
             )
@@ -432,7 +483,7 @@ class CreateTarget(Generic[IdT]):
         key: ObjectKey,
         object_id: IdT,
         row: AuthorityRow,
-        terminal: TerminalRecord,
+        terminal: TerminalRecord | None,
         retain_for: float,
     ) -> AuthorityRow | None:
         """Ready commit; an unknown outcome is settled by re-reading the row."""

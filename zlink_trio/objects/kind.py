@@ -118,7 +118,8 @@ class Staging(Protocol):
 
     async def stage(self, deadline: float) -> Decision:
         """Build the object and ask whether it may exist (one lifecycle turn). Raising a
-        ZLinkError or any exception fails the attempt (reservation given back)."""
+        ZLinkError or any exception fails the attempt (reservation given back). Called
+        inside a cancel scope of the target's that ends at ``deadline``."""
         ...
 
     def publish(self, committed: AuthorityRow) -> None:

@@ -70,6 +70,8 @@ def choose_node(
     ]
     if not free:
         raise CapacityExceeded(f"no capacity left for {name} type {stable_type.value!r}")
+    if len(free) == 1:
+        return free[0]
     weights = [n.descriptor.placement_weight for n in free]
     return (rng or random).choices(free, weights=weights, k=1)[0]
 

@@ -57,11 +57,13 @@ class _Approval:
     lane) it is its own turn host (``engine.inline.TurnHost``): the engine's halt
     cancels its turn's scope, as a runner's scope would be."""
 
-    __slots__ = ("deadline", "halted", "result", "scope", "step")
+    __slots__ = ("bounded", "deadline", "halted", "result", "scope", "step")
 
     def __init__(self, step: StagingStep, deadline: float) -> None:
         self.step = step
         self.deadline = deadline
+        self.bounded = False
+        """Runs inline in a caller whose own cancel scope ends at ``deadline``."""
         self.result: OneShot[tuple[ActorCreateEvent, CreateDecision]] = OneShot()
         self.scope: trio.CancelScope | None = None
         self.halted = False
@@ -129,7 +131,7 @@ class EntrySpot:
         )
 
     async def approve(
-        self, step: StagingStep, deadline: float
+        self, step: StagingStep, deadline: float, *, caller_bounded: bool = False
     ) -> tuple[ActorCreateEvent, CreateDecision]:
         """Run ``step`` (the factory) and OnCreateActor in one lifecycle turn of this Spot,
         bounded by the creation's ``deadline`` (trio time).
@@ -137,8 +139,12 @@ class EntrySpot:
         Exceptions from either propagate to the caller (the creation attempt fails); a turn
         that reaches the deadline is cancelled and fails with DeadlineExceeded, so a slow
         OnCreateActor never holds the Entry Spot past the attempt it serves, and an attempt
-        whose deadline passed while it was queued runs no factory at all."""
+        whose deadline passed while it was queued runs no factory at all.
+
+        ``caller_bounded``: the caller runs inside a cancel scope of its own that ends at
+        ``deadline`` (an inline turn then needs no deadline of its own)."""
         item = _Approval(step, deadline)
+        item.bounded = caller_bounded
         # An idle Entry Spot runs the turn in this task (no runner hand-off, no scheduler
         # pass to start it and none to hand its result back): same order and fairness,
         # since nothing else is queued for it and no other lane waits for a runner.
@@ -146,6 +152,7 @@ class EntrySpot:
             if item.result.done:  # the turn ended in this task: no wait, no extra pass
                 return item.result.get_nowait()
         else:
+            item.bounded = False  # a runner's turn: no caller scope around it
             await self._lane.submit(item, lifecycle=True)
         return await item.result.wait()
 
@@ -211,7 +218,7 @@ class EntrySpot:
         # does): a plain scope then serves the engine's halt alone, without a deadline.
         item.scope = (
             trio.CancelScope()
-            if trio.current_effective_deadline() <= item.deadline
+            if item.bounded or trio.current_effective_deadline() <= item.deadline
             else trio.move_on_at(item.deadline)
         )
         with item.scope:

@@ -152,7 +152,7 @@ def _check_replay_cursor(_inst: object, _attr: object, value: int) -> None:
     check_replay_cursor(value)
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class ObjectKey:
     namespace: Namespace
     object_id: str = attrs.field(validator=_check_object_id)
@@ -168,6 +168,7 @@ class ObjectKey:
         key = _OBJECT_NEW(cls)
         _KEY_NAMESPACE(key, namespace)
         _KEY_OBJECT_ID(key, object_id)
+        _KEY_HASH(key, None)  # what the generated __init__ sets: computed on first use
         return key
 
     @classmethod
@@ -178,6 +179,7 @@ class ObjectKey:
 _OBJECT_NEW: Final = object.__new__
 _KEY_NAMESPACE: Final = ObjectKey.__dict__["namespace"].__set__
 _KEY_OBJECT_ID: Final = ObjectKey.__dict__["object_id"].__set__
+_KEY_HASH: Final = ObjectKey.__dict__["_attrs_cached_hash"].__set__
 
 
 @attrs.frozen(slots=True)
@@ -205,7 +207,7 @@ class ContentRef:
         return len(data) == self.size and hashlib.sha256(data).digest() == self.sha256
 
 
-@attrs.frozen(slots=True)
+@attrs.frozen(slots=True, cache_hash=True)
 class OperationKey:
     """Identity of one durable operation: (source NodeRid, lifecycle generation, OperationId)."""
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar, final
+from typing import TYPE_CHECKING, Any, Final, Generic, TypeVar, final
 
 import attrs
 import trio
@@ -96,6 +96,10 @@ class _Node:
 class _Usage:
     active: int = 0
     pending: int = 0
+
+
+_NO_USAGE: Final = _Usage()
+"""What a node without active or pending objects uses (read only: never adjusted)."""
 
 
 @attrs.frozen
@@ -217,12 +221,14 @@ class MemoryLocationStore:
         return node
 
     def _require_room(self, rid: NodeRid, node: _Node) -> None:
-        usage = self._usage.get(rid, _Usage())
+        usage = self._usage.get(rid, _NO_USAGE)
         if usage.active + usage.pending >= node.capacity:
             raise CapacityExceeded(f"node {rid} is at capacity {node.capacity}")
 
     def _adjust(self, rid: NodeRid, *, active: int = 0, pending: int = 0) -> None:
-        usage = self._usage.setdefault(rid, _Usage())
+        usage = self._usage.get(rid)
+        if usage is None:
+            usage = self._usage[rid] = _Usage()
         usage.active += active
         usage.pending += pending
         if usage.active == 0 and usage.pending == 0:
@@ -638,7 +644,7 @@ class MemoryLocationStore:
         now = self._now()
         records: list[NodeRecord] = []
         for rid, node in self._nodes.items():
-            usage = self._usage.get(rid, _Usage())
+            usage = self._usage.get(rid, _NO_USAGE)
             records.extend(
                 NodeRecord(
                     descriptor=descriptor,
