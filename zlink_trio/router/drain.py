@@ -62,7 +62,9 @@ class Drain(Turns, Forwarding, Renewal):
             await self._drain_pass(session_id, gate, None)
 
     async def _drain_pass(self, session_id: SessionId, gate: Pass, first: Own | None) -> None:
-        queue: list[Work] = [first] if first is not None else []
+        queue = gate.queue  # on the gate: a close that abandons this pass hands it back
+        if first is not None:
+            queue.append(first)
         held = self._leases[session_id]
         gate.draining = True
         try:
@@ -96,9 +98,7 @@ class Drain(Turns, Forwarding, Renewal):
             queue.extend(gate.joined)
             gate.joined.clear()
             if not self._crashed:  # a crashed node hands nothing over and closes nothing
-                for work in queue:  # stopped early: hand what is left to the next holder
-                    with self._cleanup():
-                        await self._requeue(work)
+                await self._hand_queue_back(gate)  # stopped early: to the next holder
                 with trio.CancelScope(shield=True):  # each step is bounded
                     await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
@@ -121,6 +121,18 @@ class Drain(Turns, Forwarding, Renewal):
             with self._cleanup():
                 if await self._pending(session_id):
                     await self._ring(session_id, Priority.LATER)
+
+    async def _hand_queue_back(self, gate: Pass) -> None:
+        """Hand what a stopped pass still queues to the next holder, one item at a time
+        (taken off the queue first, so the pass and a close that abandoned it never hand
+        the same item back twice)."""
+        gate.queue.extend(gate.joined)
+        gate.joined.clear()
+        gate.queue.sort(key=lambda w: (w.priority, w.delivered_at))
+        while gate.queue:
+            work = gate.queue.pop(0)
+            with self._cleanup():
+                await self._requeue(work)
 
     async def _requeue(self, work: Work) -> None:
         if isinstance(work, Own) and self._state is not RouterState.ACCEPTING:

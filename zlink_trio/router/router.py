@@ -303,6 +303,9 @@ class SessionRouter(Signals, HolderLoss):
                 len(stubborn),
                 timeout,
             )
+        for _, gate in stubborn:  # what an abandoned pass still queues goes back now, while
+            if gate.draining:  # the lease is held (not after the pass's turn ends)
+                await self._hand_queue_back(gate)
         async with trio.open_nursery() as closing:
             for sid in self._cache.sessions():
                 closing.start_soon(self._close_handle, sid)

@@ -120,6 +120,8 @@ class Pass:
         inbox and the bus to reach the very pass it would be collected by."""
         self.joined: list[Own] = []
         """Own submits that joined during the current collect; merged after it."""
+        self.queue: list[Work] = []
+        """A drain pass's work not yet run (what its collects returned, its own submit)."""
         self.draining = False
         """A drain pass (not a release's, delete's or clean-up's gate, nor a claim before
         its pass): it reads the inbox under the lease, so a close does not give the lease

@@ -71,9 +71,12 @@ class _LoggedLeases:
 
 
 class _LoggedBus:
-    def __init__(self, target: Any, log: list[str]) -> None:
+    """The shared bus, logging doorbells; a TURN_RESULT takes ``result_delay`` to publish."""
+
+    def __init__(self, target: Any, log: list[str], result_delay: float = 0.0) -> None:
         self._target = target
         self._log = log
+        self._result_delay = result_delay
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._target, name)
@@ -81,6 +84,8 @@ class _LoggedBus:
     async def publish(self, signal: SessionSignal) -> None:
         if signal.kind is SignalKind.MESSAGE_ENQUEUED:
             self._log.append(f"rung by {signal.origin.value}")
+        if signal.kind is SignalKind.TURN_RESULT and self._result_delay:
+            await trio.sleep(self._result_delay)
         await self._target.publish(signal)
 
 
@@ -183,3 +188,37 @@ async def test_r10_84_a_failed_hand_back_is_answered_and_frees_the_key(
             answer = await retried.result
         assert answer is not None
     assert [(t.node, t.text) for t in world.turns] == [("a", "a-turn"), ("b", "from-b")]
+
+
+async def test_r10_84_what_an_interrupted_pass_still_queued_goes_back_before_the_lease(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-84 (§6.3 C): ``aclose()`` interrupts a collected turn (SYSTEM_SHUTDOWN) while the
+    same collect's next message waits in the pass's queue: that message goes back to the
+    inbox before the lease is given back (by the pass, or by the close when it abandons
+    the pass in its turn) and is rung for after, and the next holder runs it. (A TURN_RESULT
+    takes 0.1 s to publish here: the interrupted turn's end steps outlast the close's.)"""
+    log: list[str] = []
+    world.duration = lambda text: 100.0 if text == "x1" else 1.0
+    logged = attrs.evolve(
+        shared,
+        inbox=_GatedInbox(shared.inbox, log),
+        leases=_LoggedLeases(shared.leases, log),
+        bus=_LoggedBus(shared.bus, log, result_delay=0.1),
+    )
+    async with cluster(logged, world, registry, ["a", "b"]) as (a, _b):
+        first = await a.submit(SubmitRequest(session_id=S1, agent_ref=AGENT, user_input="a-turn"))
+        await trio.sleep(0.5)
+        await shared.inbox.deliver(message("x1"))  # one collect after a-turn takes both
+        await shared.inbox.deliver(message("x2"))
+        await first.result
+        await trio.sleep(1)  # x1 runs (100 s), x2 waits in a's queue
+        assert [t.text for t in world.turns] == ["a-turn", "x1"]
+        await a.aclose()
+        assert log == ["deliver x2", "lease released", "rung by a"]
+        await trio.sleep(2)  # rung after the lease went back: b runs x2
+    assert [(t.node, t.text, t.interrupted) for t in world.turns] == [
+        ("a", "a-turn", False),
+        ("a", "x1", True),
+        ("b", "x2", False),
+    ]
