@@ -69,6 +69,26 @@ class Closing(RouterCore):
                     await self._close(session_id, gate.evicted)
             self._end_gate(session_id, gate)
 
+    async def _await_passes_between_turns(self) -> None:
+        """A closing router's seal (§6.3 C, docs/decisions.md): the leases are given back
+        only once no drain pass is in the router's own steps — a collect in flight, a
+        turn's end, handing back what it took. Those are never cancelled (a collect
+        removes what it returns: cancelling it could lose messages), only waited for, at
+        most ``release_interrupt_timeout``. Only a pass inside the application (a turn that
+        ignores SYSTEM_SHUTDOWN) is abandoned."""
+        with trio.move_on_after(self._config.release_interrupt_timeout) as bounded:
+            while between := [
+                gate for gate in self._passes.values() if gate.draining and gate.running is None
+            ]:
+                await between[0].done.wait()
+        if bounded.cancelled_caught:
+            log.warning(
+                "closing %s: a pass stayed inside a collect or a hand-back for %s s; "
+                "giving its lease back anyway",
+                self.node_id,
+                self._config.release_interrupt_timeout,
+            )
+
     async def _stop_pass(self, session_id: SessionId) -> None:
         gate = self._passes.get(session_id)
         if gate is None:

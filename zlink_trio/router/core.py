@@ -120,6 +120,10 @@ class RouterCore:
         self._hub = SessionEventHub()
         self._remote_events = RemoteEventQueue()
         self._dropped_events = 0
+        self._rings_after_close: dict[SessionId, Priority] = {}
+        """Sessions a closing pass handed messages back to while this node still held their
+        lease (the most urgent priority handed back): rung once the close has given the
+        leases back, so the peer that hears the doorbell can claim (§6.3 C)."""
 
     def _accepting(self) -> bool:
         """Read afresh after every await: a close may have run meanwhile."""

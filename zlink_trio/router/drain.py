@@ -9,9 +9,10 @@ import trio
 
 from .core import RouterState
 from .errors import RouterShuttingDown, SessionEvicted
-from .events import InterruptReason
+from .events import FailureCode, InterruptReason, TurnFailed
 from .forwarding import Forwarding
-from .ids import InboundMessageId, SessionId
+from .idempotency import HolderAcquired
+from .ids import InboundMessageId, ReserverId, SessionId, TurnId
 from .inbox import InboundMessage
 from .lease import HeldLease
 from .renewal import Renewal
@@ -61,8 +62,11 @@ class Drain(Turns, Forwarding, Renewal):
             await self._drain_pass(session_id, gate, None)
 
     async def _drain_pass(self, session_id: SessionId, gate: Pass, first: Own | None) -> None:
-        queue: list[Work] = [first] if first is not None else []
+        queue = gate.queue  # on the gate: a close that abandons this pass hands it back
+        if first is not None:
+            queue.append(first)
         held = self._leases[session_id]
+        gate.draining = True
         try:
             while not gate.stopped(held):
                 gate.rung = False
@@ -94,9 +98,7 @@ class Drain(Turns, Forwarding, Renewal):
             queue.extend(gate.joined)
             gate.joined.clear()
             if not self._crashed:  # a crashed node hands nothing over and closes nothing
-                for work in queue:  # stopped early: hand what is left to the next holder
-                    with self._cleanup():
-                        await self._requeue(work)
+                await self._hand_queue_back(gate)  # stopped early: to the next holder
                 with trio.CancelScope(shield=True):  # each step is bounded
                     await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
@@ -120,18 +122,82 @@ class Drain(Turns, Forwarding, Renewal):
                 if await self._pending(session_id):
                     await self._ring(session_id, Priority.LATER)
 
+    async def _hand_queue_back(self, gate: Pass) -> None:
+        """Hand what a stopped pass still queues to the next holder, one item at a time
+        (taken off the queue first, so the pass and a close that abandoned it never hand
+        the same item back twice)."""
+        gate.queue.extend(gate.joined)
+        gate.joined.clear()
+        gate.queue.sort(key=lambda w: (w.priority, w.delivered_at))
+        while gate.queue:
+            work = gate.queue.pop(0)
+            with self._cleanup():
+                await self._requeue(work)
+
     async def _requeue(self, work: Work) -> None:
         if isinstance(work, Own) and self._state is not RouterState.ACCEPTING:
             await self._drop_own(work)
             return
+        if isinstance(work, Collected):
+            await self._hand_back(work.message)
+            return
         try:
-            if isinstance(work, Collected):
-                await self._inbox.deliver(work.message)
-                await self._ring(work.message.session_id, work.message.priority)
-            else:
-                await self._forward_own(work)
+            await self._forward_own(work)
         except Exception:
             log.warning("could not hand a queued turn over", exc_info=True)
+
+    async def _hand_back(self, message: InboundMessage) -> None:
+        """A message this pass took from the inbox and will not run goes back, its envelope
+        unchanged (its deliveredAt keeps its place in priority-then-FIFO order), then the
+        doorbell rings. On a closing router that still holds the session's lease the ring
+        waits until the close has given the leases back (a peer hearing it earlier would find
+        the session held and stand down). A hand-back that fails is answered (§6.3 C)."""
+        sid = message.session_id
+        try:
+            await self._inbox.deliver(message)
+        except Exception as exc:
+            log.warning("could not hand message %s back", message.message_id, exc_info=True)
+            await self._answer_unhanded(message, exc)
+            return
+        if self._state is RouterState.DRAINING and sid in self._leases:
+            known = self._rings_after_close.get(sid, message.priority)
+            self._rings_after_close[sid] = min(message.priority, known)
+            return
+        await self._ring(sid, message.priority)
+
+    async def _answer_unhanded(self, message: InboundMessage, exc: Exception) -> None:
+        """A collected message that could neither run here nor go back to the inbox: it
+        will not run, so its callers hear it now — SessionEvicted, "did not run, retry" (as
+        for an own submit whose hand-over failed) — and its reservation is taken over and
+        reset, so a retry under its key runs instead of attaching to a holderless entry
+        until the forward TTL. A takeover the store rejects (the key is someone else's)
+        leaves the key alone; the answer then goes to this message's own caller only."""
+        turn_id = TurnId.for_message(message.message_id)
+        outcome = TurnFailed(
+            FailureCode.SESSION_EVICTED,
+            f"{message.session_id} was given up before message {message.message_id.value} "
+            f"ran and handing it back failed ({exc!r}); it did not run, retry",
+        )
+        finished: bool | None = False
+        key = message.idempotency_key
+        if key is not None:
+            reserver = ReserverId.new(self.node_id)
+            with self._cleanup():
+                try:
+                    taken = await self._idempotency.acquire_holder(key, reserver)
+                    if isinstance(taken, HolderAcquired):
+                        finished = await self._idempotency.compare_and_reset(key, reserver)
+                except Exception:
+                    log.warning("could not free key %s of an unhanded message", key)
+                    finished = None
+        with self._cleanup():
+            await self._announce(
+                message.session_id,
+                turn_id,
+                outcome,
+                message_id=message.message_id,
+                key=self._announced_key(message, finished),
+            )
 
     async def _drop_own(self, own: Own) -> None:
         """A closing router's own submit whose turn never started is not handed to another

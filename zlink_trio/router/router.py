@@ -274,9 +274,12 @@ class SessionRouter(Signals, HolderLoss):
     async def close_gracefully(self, timeout: float) -> None:  # noqa: ASYNC109 (spec API)
         """Stop accepting (§6.3 C), wait up to ``timeout`` for running passes, interrupt the
         rest with SYSTEM_SHUTDOWN and wait for them at most another ``timeout`` (a turn that
-        ignores its interrupt is abandoned, its caller failed), close every handle, give the
-        leases back (failures swallowed), fail the waiting forwards, complete the
-        subscribers. Never touches the AgentRuntime."""
+        ignores its interrupt is abandoned, its caller failed); then wait (at most
+        ``release_interrupt_timeout``) for every pass still in the router's own steps — a
+        collect in flight, a turn's end, handing back what it took — so what a pass took
+        from the inbox is back there before its lease goes; close every handle, give the
+        leases back (failures swallowed), ring for what was handed back, fail the waiting
+        forwards, complete the subscribers. Never touches the AgentRuntime."""
         if self._state is not RouterState.ACCEPTING:
             await self._closed.wait()
             return
@@ -291,6 +294,7 @@ class SessionRouter(Signals, HolderLoss):
         with trio.move_on_after(timeout):
             for gate in list(self._passes.values()):
                 await gate.done.wait()
+        await self._await_passes_between_turns()
         stubborn = list(self._passes.items())
         if stubborn:
             log.warning(
@@ -299,6 +303,9 @@ class SessionRouter(Signals, HolderLoss):
                 len(stubborn),
                 timeout,
             )
+        for _, gate in stubborn:  # what an abandoned pass still queues goes back now, while
+            if gate.draining:  # the lease is held (not after the pass's turn ends)
+                await self._hand_queue_back(gate)
         async with trio.open_nursery() as closing:
             for sid in self._cache.sessions():
                 closing.start_soon(self._close_handle, sid)
@@ -308,6 +315,10 @@ class SessionRouter(Signals, HolderLoss):
         async with trio.open_nursery() as returning:
             for sid in list(self._leases):
                 returning.start_soon(self._return_lease, sid)
+        rings, self._rings_after_close = self._rings_after_close, {}
+        for sid, priority in rings.items():  # what the passes handed back, now unheld
+            with self._cleanup():
+                await self._ring(sid, priority)
         shutdown = TurnInterrupted(InterruptReason.SYSTEM_SHUTDOWN.value)
         for future in list(self._local_futures):
             if future in self._started:  # abandoned mid-turn

@@ -120,6 +120,12 @@ class Pass:
         inbox and the bus to reach the very pass it would be collected by."""
         self.joined: list[Own] = []
         """Own submits that joined during the current collect; merged after it."""
+        self.queue: list[Work] = []
+        """A drain pass's work not yet run (what its collects returned, its own submit)."""
+        self.draining = False
+        """A drain pass (not a release's, delete's or clean-up's gate, nor a claim before
+        its pass): it reads the inbox under the lease, so a close does not give the lease
+        back while it is in the router's own steps (§6.3 C, docs/decisions.md)."""
         self.done = trio.Event()
         self.inject_lock = trio.Lock()
         """Held while NOW messages are injected into the running turn (one injector at a

@@ -185,6 +185,7 @@ ROUTER_PG_CASES: dict[str, frozenset[str]] = {
             "test_r10_141_open_options_only_on_a_miss_submit_options_every_turn",
             "test_r10_26_interrupt_without_turn_id_is_session_scoped",
             "test_r10_31_closing_touches_only_node_local_resources",
+            "test_r10_84_the_next_holder_collects_orphans_before_its_turn",
             "test_r10_90_hand_off_instead_of_not_holder",
             "test_r10_91_a_submit_from_inside_its_own_session_s_turn_is_refused",
         }
@@ -233,8 +234,11 @@ here)."""
 
 ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     "test_r10_router_close_mid_collect": {
-        "test_r10_84_a_closed_router_collects_nothing_after_close": (
-            "pins an open issue (strict xfail), reproduced deterministically in memory"
+        "test_r10_84_a_close_waits_for_the_collect_in_flight_and_hands_back_first": (
+            "gates a collect to hold a race of PostgreSQL's still, deterministically in memory"
+        ),
+        "test_r10_84_a_failed_hand_back_is_answered_and_frees_the_key": (
+            "gates a collect to hold a race of PostgreSQL's still, deterministically in memory"
         ),
     },
     "test_r10_event_relay": {
@@ -352,12 +356,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": "waits 110 s of (virtual) time",
     },
     "test_r10_router_turns": {
-        "test_r10_84_the_next_holder_collects_orphans_before_its_turn": (
-            "flaky on PostgreSQL (1 of 3 runs): aclose() abandons a's pass inside its"
-            " post-turn collect (a statement in flight there), which then takes the orphan"
-            " delivered after close and rings b; open issue, pinned by"
-            " test_r10_router_close_mid_collect.py"
-        ),
         "test_r10_02_an_interrupted_turn_commits_no_partial_state": "waits 12 s of (virtual) time",
         "test_r10_127_next_and_later_run_in_the_same_pass": "waits 12 s of (virtual) time",
         "test_r10_23_a_blocked_publish_does_not_delay_renewals": "waits 35 s of (virtual) time",
