@@ -177,11 +177,16 @@ class BindingIdentity:
         )
 
     def matches_tail(self, tail: SessionTail) -> bool:
+        # (``is`` first: the same value object needs no attrs ``__eq__`` call.)
+        rid, owner_generation = tail.session_owner_rid, tail.session_owner_generation
         return (
             tail.binding_generation == self.binding_generation
             and tail.session_rid == self.session_rid
-            and tail.session_owner_rid == self.owner_rid
-            and tail.session_owner_generation == self.owner_generation
+            and (rid is self.owner_rid or rid == self.owner_rid)
+            and (
+                owner_generation is self.owner_generation
+                or owner_generation == self.owner_generation
+            )
         )
 
 
@@ -663,9 +668,9 @@ class ActorBindings:
         hosted = self._host.get(actor_id)
         if (
             binding is None
-            or binding.generation != generation
+            or (binding.generation is not generation and binding.generation != generation)
             or hosted is None
-            or hosted.generation != generation
+            or (hosted.generation is not generation and hosted.generation != generation)
         ):
             raise SessionNotBound(f"actor {actor_id.value!r} has no bound session")
         return binding, hosted

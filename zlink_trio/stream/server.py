@@ -534,7 +534,11 @@ class StreamServer:
             return False
         route_to = binding.route
         me = self.node.identity
-        if route_to.node_rid != me.node_rid or route_to.node_generation != me.node_generation:
+        rid, node_generation = route_to.node_rid, route_to.node_generation
+        # (``is`` first: the same value object, no attrs ``__eq__``/``__ne__`` call.)
+        if (rid is not me.node_rid and rid != me.node_rid) or (
+            node_generation is not me.node_generation and node_generation != me.node_generation
+        ):
             return False
         lane = runtime.host.ready_lane(actor_id)
         if lane is None:
