@@ -544,14 +544,10 @@ class StreamServer:
         if lane is None:
             return False
         owner = self.aggregate.owner
-        tail = SessionTail(
-            session_owner_rid=owner.node_rid,
-            session_owner_generation=owner.node_generation,
-            session_rid=conn.session_rid,
-            binding_generation=binding.generation,
-            session_sequence=conn.entry.sequence + 1,
-        )
-        if runtime.bindings.check_relay(actor_id, tail) is not None:
+        # (check_relay of the tail a relay would carry, without building it per frame)
+        if not runtime.bindings.relay_current(
+            actor_id, owner.node_rid, owner.node_generation, conn.session_rid, binding.generation
+        ):
             return False
         kind = _SEND if pending is None else _REQUEST
         deadline = _NEVER if pending is None else pending.deadline
