@@ -32,7 +32,9 @@ path wakes no more tasks than the raw echo).
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import sys
 import time
 from typing import Any
@@ -228,6 +230,11 @@ async def _run_clients(
     return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["rate"])
 
 
+PROFILE: list[cProfile.Profile] = []
+"""``--profile``: the profiler of the current counting window (Python calls per round trip)."""
+PROFILE_DUMP: list[str] = []
+
+
 async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[float, float, float]:
     """(scheduler passes, task steps, tasks spawned) of this process per round trip,
     over the steady state only: from once every client made 5 round trips on average
@@ -238,6 +245,11 @@ async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[flo
 
     def snapshot() -> None:
         window.append((counter.passes, counter.steps, counter.spawned, SERVED[0]))
+        if PROFILE:
+            if len(window) == 1:
+                PROFILE[0].enable()
+            else:
+                PROFILE[0].disable()
 
     async def measure() -> None:
         reached = trio.Event()
@@ -258,6 +270,16 @@ async def _count(mode: str, url: str, clients: int, seconds: float) -> tuple[flo
         trio.lowlevel.remove_instrument(counter)
     (p0, s0, t0, n0), (p1, s1, t1, n1) = window
     trips = max(1, n1 - n0)
+    if PROFILE:
+        stats = pstats.Stats(PROFILE[0])
+        calls = sum(entry[1] for entry in stats.stats.values())  # type: ignore[attr-defined]
+        print(
+            f"python calls per round trip, {clients:2d} client(s), {mode}: {calls / trips:7.1f}",
+            flush=True,
+        )
+        if PROFILE_DUMP and PROFILE_DUMP[0]:
+            stats.dump_stats(f"{PROFILE_DUMP[0]}-{mode}-{clients}.prof")
+        PROFILE[0] = cProfile.Profile()
     return (p1 - p0) / trips, (s1 - s0) / trips, (t1 - t0) / trips
 
 
@@ -330,6 +352,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--same-process", action="store_true")
     parser.add_argument("--count", action="store_true", help="scheduler work per round trip")
+    parser.add_argument(
+        "--profile",
+        action="store_true",
+        help="with --count: the server's Python calls per round trip (cProfile)",
+    )
+    parser.add_argument("--profile-dump", help="with --profile: write FILE-mode-clients.prof")
     parser.add_argument("--client", choices=["handler", "route", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--clients", type=int, default=1)
@@ -338,6 +366,9 @@ def main() -> None:
         rate = trio.run(client_main, args.client, args.url, args.clients, args.seconds)
         print(json.dumps({"rate": rate}))
         return
+    if args.profile:
+        PROFILE.append(cProfile.Profile())
+        PROFILE_DUMP.append(args.profile_dump or "")
     trio.run(server_main, args.seconds, args.rounds, args.same_process, args.count)
 
 

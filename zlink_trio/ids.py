@@ -69,6 +69,15 @@ def check_text_id(value: object, what: str) -> str:
 
     Accepts ``str`` or UTF-8 ``bytes``. The value is never normalized or case-folded.
     """
+    if type(value) is str and value.isascii():
+        # The common case, one call: an ASCII text's UTF-8 length is its length (and it
+        # holds no surrogate); the same limits as below.
+        n = len(value)
+        if n == 0:
+            raise InvalidId(f"{what}: empty")
+        if n > MAX_ID_BYTES:
+            raise InvalidId(f"{what}: {n} bytes, the limit is {MAX_ID_BYTES}")
+        return value
     if isinstance(value, bytes | bytearray | memoryview):
         try:
             value = bytes(value).decode("utf-8", errors="strict")

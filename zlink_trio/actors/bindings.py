@@ -180,11 +180,30 @@ class BindingIdentity:
         )
 
     def matches_tail(self, tail: SessionTail) -> bool:
+        return self.matches(
+            tail.session_owner_rid,
+            tail.session_owner_generation,
+            tail.session_rid,
+            tail.binding_generation,
+        )
+
+    def matches(
+        self,
+        owner_rid: NodeRid,
+        owner_generation: NodeGeneration,
+        session_rid: bytes,
+        binding_generation: int,
+    ) -> bool:
+        """:meth:`matches_tail` of a tail's four identity fields (no tail to build)."""
+        # (``is`` first: the same value object needs no attrs ``__eq__`` call.)
         return (
-            tail.binding_generation == self.binding_generation
-            and tail.session_rid == self.session_rid
-            and tail.session_owner_rid == self.owner_rid
-            and tail.session_owner_generation == self.owner_generation
+            binding_generation == self.binding_generation
+            and session_rid == self.session_rid
+            and (owner_rid is self.owner_rid or owner_rid == self.owner_rid)
+            and (
+                owner_generation is self.owner_generation
+                or owner_generation == self.owner_generation
+            )
         )
 
 
@@ -655,6 +674,21 @@ class ActorBindings:
             "is not current (replaced or ended)"
         )
 
+    def relay_current(
+        self,
+        actor_id: ActorId,
+        owner_rid: NodeRid,
+        owner_generation: NodeGeneration,
+        session_rid: bytes,
+        binding_generation: int,
+    ) -> bool:
+        """Whether :meth:`check_relay` of a tail with these identity fields would be None
+        (the session owner's local fast path: no SessionTail built per frame)."""
+        binding = self._bindings.get(actor_id)
+        return binding is not None and binding.identity.matches(
+            owner_rid, owner_generation, session_rid, binding_generation
+        )
+
     # --- push and close (the Actor's bound-session capability) -------------------------------
     async def push(
         self, actor_id: ActorId, generation: ObjectGeneration, packet: str, payload: object
@@ -722,9 +756,9 @@ class ActorBindings:
         hosted = self._host.get(actor_id)
         if (
             binding is None
-            or binding.generation != generation
+            or (binding.generation is not generation and binding.generation != generation)
             or hosted is None
-            or hosted.generation != generation
+            or (hosted.generation is not generation and hosted.generation != generation)
         ):
             raise SessionNotBound(f"actor {actor_id.value!r} has no bound session")
         return binding, hosted

@@ -70,7 +70,8 @@ class BoundSession:
                     f"got {type(payload).__name__}"
                 )
             value = TypedPayload(codec, payload)
-        await port.push(context.actor_id, context.object_generation, name, value)
+        # (the slots, not the properties: no two Python calls per push)
+        await port.push(context._actor_id, context._generation, name, value)
 
     async def close(self) -> None:
         """Ask for the physical connection of the current binding to close (one-way).

@@ -91,13 +91,13 @@ _SCHEDULE_POINT: Final = _schedule_point_trap()
 @types.coroutine
 def watch_first_block(
     awaitable: Awaitable[None], first_block: Callable[[], object]
-) -> Generator[Any, Any, None]:
+) -> Generator[Any, Any, bool]:
     """Like :func:`watch_first_wait`, but ``first_block()`` is called only before the first
     yield that really waits (parks the task until something reschedules it): a schedule
     point (the task runs again in the next pass, as every ``checkpoint`` does) does not
     count. For a connection's reader writing a frame itself: a send that only passes
     schedule points costs the reading one pass; one that waits for the socket hands the
-    reading to another task."""
+    reading to another task. Returns whether it was called (the awaited code waited)."""
     coro = awaitable.__await__()
     watching = True
     sent: Any = None
@@ -106,7 +106,7 @@ def watch_first_block(
         try:
             trap = coro.send(sent) if thrown is None else coro.throw(thrown)
         except StopIteration:
-            return
+            return not watching
         if watching and trap is not _SCHEDULE_POINT:
             watching = False
             first_block()

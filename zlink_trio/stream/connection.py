@@ -361,17 +361,18 @@ class Connection:
                 self.send_error(0, exc)
                 self.close(CloseReason.PROTOCOL_ERROR, str(exc)[:120])
                 return
-            if isinstance(frame, Ping):
+            # (A decoded frame is exactly its class: the wire builds no subclass.)
+            if type(frame) is Ping:
                 self.send_control(Pong(nonce=frame.nonce))
                 continue
-            if isinstance(frame, Hello):
+            if type(frame) is Hello:
                 error = ProtocolError("a second Hello")
                 server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", error)
                 self.send_error(0, error)
                 self.close(CloseReason.PROTOCOL_ERROR, "a second Hello")
                 return
             pending: PendingRequest | None = None
-            if isinstance(frame, Request):
+            if type(frame) is Request:
                 timeout = frame.timeout_ms
                 seconds = default_timeout if timeout is None else timeout / 1000
                 pending = PendingRequest(self, frame.correlation, trio.current_time() + seconds)
@@ -418,10 +419,14 @@ class Connection:
         if reader.corked:  # (not uncorked by a turn that waited)
             reader.corked = False
             if outbound.writable_here:
+                # (StreamReader.write_here, inlined: one coroutine frame fewer per resume)
+                reader.writing = True
                 try:
-                    await outbound.write_here(ws, reader.release)
+                    await outbound.write_here(ws, reader.release, reader.scope)
                 except ConnectionClosed:
                     self.close(None)
+                finally:
+                    reader.write_ended()
             else:
                 outbound.uncork()
         return routed

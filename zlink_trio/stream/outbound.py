@@ -125,33 +125,40 @@ class Outbound:
         frames wait and the writer is idle (parked, writing nothing)."""
         return self._corked == 1 and self._task is not None and bool(self._control or self._app)
 
-    async def write_here(self, sink: Sink, on_block: Callable[[], object]) -> None:
+    async def write_here(
+        self,
+        sink: Sink,
+        on_block: Callable[[], object],
+        scope: trio.CancelScope | None = None,
+    ) -> None:
         """Write what is queued (up to :data:`_DIRECT_FRAMES`, control first) in the
         calling task, which holds the only cork (:attr:`writable_here`); uncorks at the end
         (the writer then writes the rest). ``on_block()`` is called before a send first
-        waits for the socket; after that send no other frame is written here."""
+        waits for the socket; after that send no other frame is written here.
+
+        ``scope``: the caller's own innermost cancel scope, which nothing but
+        :meth:`abort` cancels while this runs (the connection's reader defers its own
+        stop until the write ended: :class:`~.reader.StreamReader`) — no scope of its own
+        to enter and leave per write. None: the write runs in a shielded scope of its own.
+        """
+        if scope is None:
+            with trio.CancelScope(shield=True) as shielded:
+                await self.write_here(sink, on_block, shielded)
+            return
         control, app = self._control, self._app
-        blocked = False
-
-        def block() -> None:
-            nonlocal blocked
-            blocked = True
-            on_block()
-
+        self._direct = scope
         try:
-            with trio.CancelScope(shield=True) as scope:
-                self._direct = scope
-                for _ in range(_DIRECT_FRAMES):
-                    if control:
-                        frame = control.popleft()
-                    elif app:
-                        frame = app.popleft()
-                    else:
-                        break
-                    await watch_first_block(sink.send_message(frame), block)
-                    self.written += 1
-                    if blocked:
-                        break
+            for _ in range(_DIRECT_FRAMES):
+                if control:
+                    frame = control.popleft()
+                elif app:
+                    frame = app.popleft()
+                else:
+                    break
+                blocked = await watch_first_block(sink.send_message(frame), on_block)
+                self.written += 1
+                if blocked:
+                    break
         finally:
             self._direct = None
             self.uncork()

@@ -38,7 +38,7 @@ __all__ = ["StreamReader"]
 class StreamReader:
     """One reader task of a connection (see the module docstring)."""
 
-    __slots__ = ("conn", "corked", "in_turn", "released", "scope")
+    __slots__ = ("conn", "corked", "in_turn", "released", "scope", "stop_deferred", "writing")
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
@@ -49,6 +49,10 @@ class StreamReader:
         """A turn it ran waited (or a frame it wrote): another reader reads from then on."""
         self.corked = False
         """It holds a cork of the connection's outbound queue (.outbound: direct write)."""
+        self.writing = False
+        """Writing queued frames itself (:meth:`write_here`): a stop waits for its end."""
+        self.stop_deferred = False
+        """:meth:`stop` came while :attr:`writing`: it takes effect once the write ended."""
 
     async def run(self, ws: WebSocketConnection) -> None:
         conn = self.conn
@@ -68,8 +72,30 @@ class StreamReader:
     def stop(self) -> None:
         """The connection closes: stop reading at once, unless running a turn (which
         finishes; the reader then sees the close and ends)."""
-        if not self.in_turn:
+        if self.writing:
+            self.stop_deferred = True  # (never half a frame on the wire)
+        elif not self.in_turn:
             self.scope.cancel(reason="zlink_trio STREAM connection closing")
+
+    async def write_here(self, ws: WebSocketConnection) -> None:
+        """Write what the connection queued while this reader corked it (the writer is
+        idle: .outbound direct write), in this reader's own scope: a stop of the reader
+        meanwhile is deferred to the end of the write (a frame is never cut in the
+        middle), only :meth:`Outbound.abort <.outbound.Outbound.abort>` cancels it. No
+        cancel scope is entered per write. (``Connection._route_now`` inlines this.)"""
+        self.writing = True
+        try:
+            await self.conn.outbound.write_here(ws, self.release, self.scope)
+        finally:
+            self.write_ended()
+
+    def write_ended(self) -> None:
+        """The end of a :meth:`write_here`: a stop that came meanwhile takes effect."""
+        self.writing = False
+        if self.stop_deferred:
+            self.stop_deferred = False
+            if not self.in_turn:
+                self.scope.cancel(reason="zlink_trio STREAM connection closing")
 
     # --- TurnHost ---------------------------------------------------------------------------
     def enter_turn(self) -> None:

@@ -563,20 +563,20 @@ class StreamServer:
             return False
         route_to = binding.route
         me = self.node.identity
-        if route_to.node_rid != me.node_rid or route_to.node_generation != me.node_generation:
+        rid, node_generation = route_to.node_rid, route_to.node_generation
+        # (``is`` first: the same value object, no attrs ``__eq__``/``__ne__`` call.)
+        if (rid is not me.node_rid and rid != me.node_rid) or (
+            node_generation is not me.node_generation and node_generation != me.node_generation
+        ):
             return False
         lane = runtime.host.ready_lane(actor_id)
         if lane is None:
             return False
         owner = self.aggregate.owner
-        tail = SessionTail(
-            session_owner_rid=owner.node_rid,
-            session_owner_generation=owner.node_generation,
-            session_rid=conn.session_rid,
-            binding_generation=binding.generation,
-            session_sequence=conn.entry.sequence + 1,
-        )
-        if runtime.bindings.check_relay(actor_id, tail) is not None:
+        # (check_relay of the tail a relay would carry, without building it per frame)
+        if not runtime.bindings.relay_current(
+            actor_id, owner.node_rid, owner.node_generation, conn.session_rid, binding.generation
+        ):
             return False
         kind = _SEND if pending is None else _REQUEST
         deadline = _NEVER if pending is None else pending.deadline

@@ -14,7 +14,7 @@ cbor2: the STREAM server and the Python client import these functions.
 from __future__ import annotations
 
 import enum
-from typing import Any, ClassVar, Final, TypeAlias
+from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
 import cbor2
@@ -78,6 +78,7 @@ __all__ = [
     "UnboundReason",
     "Welcome",
     "decode_client_frame",
+    "decode_client_message",
     "decode_server_frame",
     "encode_frame",
 ]
@@ -151,6 +152,7 @@ class CloseReason(enum.IntEnum):
 # --- client → server -------------------------------------------------------------------
 
 
+@final
 @attrs.frozen(slots=True, kw_only=True)
 class Hello:
     """The first frame of a connection: the protocol version and the credentials the
@@ -161,6 +163,7 @@ class Hello:
     credentials: bytes = attrs.field(metadata=wire(_CREDENTIALS))
 
 
+@final
 @attrs.frozen(slots=True, kw_only=True)
 class Send:
     """A one-way packet to the server's packet handler ``packet``."""
@@ -170,6 +173,7 @@ class Send:
     payload: bytes = attrs.field(metadata=wire(_PAYLOAD))
 
 
+@final
 @attrs.frozen(slots=True, kw_only=True)
 class Request:
     """A packet that is answered exactly once: a :class:`Reply` or an :class:`ErrorFrame`
@@ -183,6 +187,7 @@ class Request:
     timeout_ms: int | None = attrs.field(default=None, metadata=wire(nullable(U32)))
 
 
+@final
 @attrs.frozen(slots=True, kw_only=True)
 class Ping:
     """Keep-alive: answered by a :class:`Pong` with the same nonce, never queued behind
@@ -346,6 +351,14 @@ def encode_frame(frame: StreamFrame) -> bytes:
 def decode_client_frame(data: bytes | bytearray | memoryview) -> ClientFrame:
     """Decode a frame a client sent (kinds 1..9). Raises ProtocolError otherwise."""
     return _decode(data, _CLIENT, "client")  # type: ignore[no-any-return]
+
+
+def decode_client_message(message: bytes | str) -> ClientFrame:
+    """:func:`decode_client_frame` of one websocket message (the CBOR codec's decoder, one
+    call per frame): a text message is a ProtocolError."""
+    if type(message) is not bytes:
+        raise ProtocolError("frames are websocket binary messages")
+    return _decode(message, _CLIENT, "client")  # type: ignore[no-any-return]
 
 
 def decode_server_frame(data: bytes | bytearray | memoryview) -> ServerFrame:

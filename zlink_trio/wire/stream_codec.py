@@ -33,7 +33,7 @@ from .stream import (
     StreamFrame,
     _Entry,
     _where,
-    decode_client_frame,
+    decode_client_message,
     decode_server_frame,
     encode_frame,
 )
@@ -149,7 +149,7 @@ CBOR: Final = FrameCodec(
     subprotocol=SUBPROTOCOL_CBOR,
     text=False,
     encode=encode_frame,
-    decode_client=_decode_cbor(decode_client_frame),
+    decode_client=decode_client_message,
     decode_server=_decode_cbor(decode_server_frame),
 )
 JSON: Final = FrameCodec(
