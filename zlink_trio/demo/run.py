@@ -515,7 +515,7 @@ class Demo:
 
     def _moves_rooms(self) -> bool:
         """Whether this run can move a room (two nodes at least host rooms)."""
-        return sum(n.host_rooms for n in self.nodes) >= 2
+        return sum(bool(n.host_rooms) for n in self.nodes) >= 2
 
     def _summary(self, histories: dict[str, list[dict[str, Any]]], ticks: dict[str, int]) -> int:
         from rich.table import Table
