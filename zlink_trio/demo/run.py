@@ -598,7 +598,7 @@ class Demo:
             console.print(RELOCATION_NOTE)
         elif self.processes:
             console.print("relocation: not shown with one process per node (the demo moves "
-                          "Actors from inside their owner's process only)")  # fmt: skip
+                          "players and rooms from inside their owner's process only)")  # fmt: skip
         else:
             moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
             for column in ("moved", "from", "to", "relocate() took", "committed",
