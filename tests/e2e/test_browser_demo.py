@@ -1,7 +1,8 @@
 """The demo's browser client in headless Chromium (selenium + the system chromedriver):
 the page joins a room over the JSON subprotocol, shows the room's players, which node
 hosts the session, the player and the room, chats, notices its player's live move (and
-chats again after it), and notices the rebind when its node stops; the demo then finishes with its invariants holding. A screenshot is saved
+chats again after it) and its room's live move (the room's node changes, its chat and
+players stay), and notices the rebind when its node stops; the demo then finishes with its invariants holding. A screenshot is saved
 (``ZLINK_E2E_ARTIFACTS``, default ``<tmp>/browser-demo.png``).
 
 Skipped, with the reason, only when Chromium, chromedriver or selenium is missing outside
@@ -80,6 +81,7 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
     assert "demo: all invariants hold" in out, out
     if RELOCATES:
         assert "web-tester: relocated live node" in out, out
+        assert "room-1: relocated live node" in out, out
     else:
         assert "relocation: not shown" in out, out
 
@@ -123,13 +125,19 @@ def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path
         # the moved player kept its room: its next chat is accepted and pushed back
         box.send_keys("after the move", Keys.ENTER)
         wait.until(lambda d: "web-tester: after the move" in text("chat"))
+        # ... then its room (the only one: the busiest) moves live to the other room node
+        wait.until(lambda d: "room room-1 moved: node" in text("notices"))
+        assert text("room-node") != "-" and int(text("member-count") or 0) >= 2
+        box.send_keys("after the room moved", Keys.ENTER)
+        wait.until(lambda d: "web-tester: after the room moved" in text("chat"))
     # node3 stops: the page's session ends and it rebinds on another node
     wait.until(lambda d: text("session-node") not in ("node3", "-"))
     wait.until(lambda d: int(text("member-count") or 0) >= 2)
     notices = text("notices")
     assert "session on node3" in notices and notices.count("session on") >= 2, notices
-    if RELOCATES:  # the screenshot shows the move's notice next to the rebind
+    if RELOCATES:  # the screenshot shows the moves' notices next to the rebind
         assert "your player moved: node" in notices, notices
+        assert "room room-1 moved: node" in notices, notices
     assert "chat refused" not in notices, notices
     shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / "browser-demo.png"
     shot.parent.mkdir(parents=True, exist_ok=True)

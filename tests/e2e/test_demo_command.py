@@ -1,6 +1,7 @@
 """`zlink-trio demo` (the README's main command) runs to its summary with every invariant
 holding: three nodes, scripted STREAM clients, a disconnect and rebind, a node stopped and
-restarted; lost = 0 and duplicated = 0; exit status 0."""
+restarted, a bound player and a busy room relocated live mid-traffic; lost = 0 and
+duplicated = 0; exit status 0."""
 
 from __future__ import annotations
 
@@ -39,6 +40,15 @@ def test_the_demo_runs_to_a_passing_summary() -> None:
         assert "OK   a moved player's chats were not refused" in out
         moves = re.findall(r"│ player-1 │ node\d │ node\d │ .+? │ True\s+│ \d+\s+│ (\d+)\s+│", out)
         assert moves and all(refused == "0" for refused in moves), out
+        # the busiest room moves too, between the two room-hosting nodes: its members,
+        # history (lost = 0 reads it) and ticks move with it; none of its chats refused
+        assert "room-1: relocated live node" in out, out
+        rooms = re.findall(
+            r"│ room-1\s+│ node(\d) │ node(\d) │ .+? │ True\s+│ -\s+│ (\d+)\s+│", out
+        )
+        assert len(rooms) == 2 and all(r[0] != r[1] and r[2] == "0" for r in rooms), out
+        assert "OK   a moved room's chats were not refused" in out
+        assert int(counts["room moves (restores: live and by drain)"]) >= 2
     else:  # honest about what this build cannot show
         assert "relocation: not shown" in out
 

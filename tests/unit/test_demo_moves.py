@@ -43,3 +43,19 @@ def test_a_refusal_between_the_move_and_the_next_stop_counts() -> None:
     demo.disruptions.append(13.6)
     client.refused_at += [6.5, 25.0]  # one after each move, before any later stop
     assert refused_column(demo) == [1, 1]
+
+
+def test_a_moved_rooms_row_counts_its_clients_refusals_until_the_next_stop() -> None:
+    """A room's move counts the refusals of the clients chatting in that room (not of
+    another room's), from the move to the next disruption; it has no sessions count."""
+    demo, client = demo_with_one_client()
+    other = ScriptedClient(
+        index=2, room="room-2", stats=ClientStats(), log=demo.log, pick_url=lambda i: None,
+        rng=random.Random(2), name="player-2",
+    )  # fmt: skip
+    demo.clients.append(other)
+    demo.relocations.append(("room-1", "node1", "node2", 0.001, True, 0, 6.0))
+    demo.disruptions.append(13.6)
+    client.refused_at += [5.0, 7.0, 14.0]  # before, during (counted), after the stop
+    other.refused_at.append(7.0)  # room-2's client: not this move's
+    assert demo._relocation_rows() == [("room-1", "node1", "node2", 0.001, True, None, 1)]

@@ -4,10 +4,16 @@
   at authentication; a live relocation carries its room: ``PreserveStateWith``): ``join`` a room, ``chat``, ``move``, ``where`` (which node hosts the
   player and its room right now); ``deliver`` (one-way, from another player) pushes a chat
   line to the bound session.
-* **room** (User Spot, SpotWide): members, positions, the chat history (each line once,
-  with its sender's message id), a timer ticking twice a second.
+* **room** (User Spot, SpotWide; the players are not framework members of it: the room
+  tracks them in its own state): members, positions, the chat history (each line once,
+  with its sender's message id), a timer ticking twice a second (registered by its
+  factory: on a relocation target the framework's restored timer replaces it). A live
+  relocation carries members, history and ticks (``PreserveStateWith``): a moved room
+  keeps every chat it accepted.
 * **lobby** (Instance Spot, id ``lobby``): cold-activated by the first player's first
-  ``visit``; counts visits per room.
+  ``visit``; counts visits per room. A live relocation (a clean stop drains it to a live
+  node) carries its counts (``PreserveStateWith``): its factory runs again on the target,
+  then the restore, counted in :attr:`Tally.lobby_moves`.
 
 A client's packets ``join``, ``chat``, ``move`` and ``where`` are relayed to its bound
 player (``App.route_packet``). Every handler notes what it did in the process-wide
@@ -23,7 +29,7 @@ from typing import Any
 import attrs
 
 from ..actors.handlers import on_request, on_send, on_timer
-from ..actors.policy import PreserveStateWith, RecreateOnRelocation
+from ..actors.policy import PreserveStateWith
 from ..app import App
 from ..spots.execution import SpotWide
 from ..spots.spot_kind import SpotKind
@@ -47,6 +53,12 @@ class Tally:
     """Handler turns by node (players, rooms, lobby)."""
     ticks: Counter[str] = attrs.field(factory=Counter)
     lobby_activations: int = 0
+    """Lobby instances built (its factory runs: a cold activation, or a move's target)."""
+    lobby_moves: int = 0
+    """Lobby instances restored by a live relocation (cold activations are
+    ``lobby_activations - lobby_moves``)."""
+    room_moves: int = 0
+    """Room instances restored by a live relocation."""
 
 
 def _load(payload: bytes) -> Any:
@@ -186,6 +198,20 @@ def make_app(node: str = "node", tally: Tally | None = None, *, host_rooms: bool
         async def restore(self, player: Player, payload: bytes) -> None:
             player.room = _load(payload)["room"]
 
+    class RoomState:
+        """A room's state across a live relocation: members, history, ticks (a room
+        re-created without them would lose every chat it accepted)."""
+
+        async def capture(self, room: Room) -> bytes:
+            return _dump({"members": room.members, "history": room.history, "ticks": room.ticks})
+
+        async def restore(self, room: Room, payload: bytes) -> None:
+            state = _load(payload)
+            room.members = {p: list(pos) for p, pos in state["members"].items()}
+            room.history = state["history"]
+            room.ticks = state["ticks"]
+            tally_.room_moves += 1
+
     class Lobby:
         def __init__(self, context: Any) -> None:
             self.context = context
@@ -201,12 +227,26 @@ def make_app(node: str = "node", tally: Tally | None = None, *, host_rooms: bool
         async def counts(self, payload: bytes) -> bytes:
             return _dump(dict(self.visits))
 
+    class LobbyState:
+        """The lobby's visit counts across a live relocation."""
+
+        async def capture(self, lobby: Lobby) -> bytes:
+            return _dump(dict(lobby.visits))
+
+        async def restore(self, lobby: Lobby, payload: bytes) -> None:
+            lobby.visits = Counter(_load(payload))
+            tally_.lobby_moves += 1
+
     app = App()
     app.enable_actor_dispatch()
     app.register_actor("player", Player, relocation=PreserveStateWith(PlayerState()))
     if host_rooms:
-        app.register_spot("room", Room, execution=SpotWide(), relocation=RecreateOnRelocation())
-        app.register_spot(LOBBY, Lobby, kind=SpotKind.INSTANCE, relocation=RecreateOnRelocation())
+        app.register_spot(
+            "room", Room, execution=SpotWide(), relocation=PreserveStateWith(RoomState())
+        )
+        app.register_spot(
+            LOBBY, Lobby, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(LobbyState())
+        )
 
     @app.authenticate
     async def authenticate(request: Any) -> Authenticated | None:

@@ -155,6 +155,8 @@ class ProcessNode:
                         self.tally.pushed[self.label] += event["pushed"]
                         self.tally.turns[self.label] += event["turns"]
                         self.tally.lobby_activations += event["lobby_activations"]
+                        self.tally.lobby_moves += event["lobby_moves"]
+                        self.tally.room_moves += event["room_moves"]
         finally:
             self.url = None
             with trio.CancelScope(shield=True):

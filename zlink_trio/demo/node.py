@@ -41,6 +41,8 @@ async def main(args: argparse.Namespace) -> None:
         "pushed": sum(tally.pushed.values()),
         "turns": sum(tally.turns.values()),
         "lobby_activations": tally.lobby_activations,
+        "lobby_moves": tally.lobby_moves,
+        "room_moves": tally.room_moves,
     }
     print(json.dumps({"event": "tally", **counts}), flush=True)
     print(json.dumps({"event": "stopped"}), flush=True)

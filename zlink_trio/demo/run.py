@@ -24,18 +24,25 @@ What it does, in order (times are fractions of ``--duration``):
 
 Invariants (exit status 1 if any fails): every chat the server accepted is in its room's
 history (lost = 0), no chat is in a history twice (duplicated = 0), at least one chat was
-accepted, every room ticked, the lobby was activated exactly once, and no chat of a moved
-player was refused after its move (until the script's next node stop or disconnect: a chat
+accepted, every room ticked, the lobby was cold-activated exactly once (its moves' restores
+are not activations), the live relocations committed, and no chat of a moved player (or
+of a moved room's clients) was refused after its move (until the script's next node stop or disconnect: a chat
 in flight on a session whose node stops is that stop's refusal, not the move's). A chat
 refused while a node stopped (the client saw an error) is counted as refused, never re-sent.
 
 Relocation: at 20 % and 80 % (in process, when the build's ``Server`` has ``relocate``)
-player-1 and every browser player (``web-*``) are moved live to another node mid-traffic;
-the summary lists each move (how long ``relocate()`` took, whether the target committed,
-and what the moved player's client saw since: new sessions, refused chats until the next
-node stop or disconnect -- none may be refused: a moved player keeps its room, ``PreserveStateWith``). Rooms are not
-moved: they are Spots, and this build relocates Actors only. Without ``relocate`` the
-summary says that relocation is not shown.
+player-1 and every browser player (``web-*``) are moved live to another node mid-traffic,
+then the busiest room (the one most scripted clients chat in) is moved live to the other
+room-hosting node while its clients keep chatting; the summary lists each move (how long
+``relocate()`` took, whether the target committed, and what the moved player's client saw
+since: new sessions, refused chats until the next node stop or disconnect; for the room,
+its clients' refused chats over the same window) -- none may be refused: a moved player
+keeps its room and a moved room its members, history and ticks (``PreserveStateWith``;
+its timer is the restored one, never registered twice). Every chat the moved room had
+accepted is still in its history (lost = 0). A clean stop also moves the lobby and the
+rooms to a live node (drain by relocation): the lobby's factory runs again there, then its
+restore; "cold-activated exactly once" counts instances built minus restores. Without
+``relocate`` the summary says that relocation is not shown.
 """
 
 from __future__ import annotations
@@ -64,9 +71,6 @@ __all__ = ["add_demo_parser", "run"]
 RELOCATION_NOTE = (
     "relocation: not shown: this build has no server.relocate, so the demo does not move "
     "rooms or players between live nodes"
-)
-SPOT_RELOCATION_NOTE = (
-    "rooms are not relocated: this build relocates Actors only (no Spot relocation)"
 )
 
 
@@ -123,8 +127,10 @@ class Demo:
         self.clients: list[ScriptedClient] = []
         self.done = trio.Event()
         self.relocations: list[tuple[str, str, str, float, bool, int, float]] = []
-        """(actor, from node, to node, seconds until relocate returned, committed, its
-        client's session count when it moved, when it moved)."""
+        """(actor or room, from node, to node, seconds until relocate returned, committed,
+        its client's session count when it moved (0 for a room), when it moved)."""
+        self.room_nodes: dict[str, str] = {}
+        """Which node hosts each room now (in process: from its creation and its moves)."""
         self.disruptions: list[float] = []
         """When the script stopped a node or disconnected a client (``trio.current_time()``):
         a chat refused after one of them is that event's, not an earlier move's."""
@@ -177,7 +183,14 @@ class Demo:
             f"  handled {sum(self.tally.handled.values())}  pushed {sum(self.tally.pushed.values())}"
             f"  received {sum(s.received.values())}  moves {s.moves}  rebinds {s.rebinds}"
         )
-        return Group(table, counters, *self.events[-6:])
+        rooms = "rooms: " + ", ".join(
+            f"{room} on {self.room_nodes.get(room, '?')}" for room in self.rooms
+        )
+        moved = [f"{r[0]} {r[1]}->{r[2]} {r[3] * 1000:.0f} ms" for r in self.relocations[-4:]]
+        lines = [rooms] if self.room_nodes else []
+        if moved:
+            lines.append("live relocations: " + ", ".join(moved))
+        return Group(table, counters, *lines, *self.events[-6:])
 
     # --- the script --------------------------------------------------------------------------
     async def main(self) -> int:
@@ -208,7 +221,10 @@ class Demo:
                     starting.cancel_scope.cancel()
                 server = await self._driver(nursery)
                 for room in self.rooms:
-                    await server.spots.get_or_create(room, "room").timeout(10)
+                    created = await server.spots.get_or_create(room, "room").timeout(10)
+                    label = self._label_of(created.spot.node_rid)
+                    if label is not None:
+                        self.room_nodes[room] = label
                 self.log(f"rooms {', '.join(self.rooms)} created")
                 if page is not None:
                     from .web import serve_page
@@ -283,6 +299,7 @@ class Demo:
             if self.clients and can_relocate() and not self.processes:
                 await at(0.2)
                 await self._relocate_players()
+                await self._relocate_room()
             if self.clients:
                 await at(0.3)
                 mover = self.clients[0]
@@ -317,6 +334,7 @@ class Demo:
             if self.clients and can_relocate() and not self.processes:
                 await at(0.8)
                 await self._relocate_players()
+                await self._relocate_room()
             await at(1.0)
             side.cancel_scope.cancel()
         if self.live:
@@ -366,20 +384,78 @@ class Demo:
                 f" ({getattr(result, 'relayed', 0)} messages relayed)"
             )
 
+    def _label_of(self, node_rid: Any) -> str | None:
+        return next(
+            (n.label for n in self.nodes
+             if n.server is not None and n.server.identity.node_rid == node_rid),
+            None,
+        )  # fmt: skip
+
+    def _busiest_room(self) -> str:
+        """The room most scripted clients chat in (the first on a tie)."""
+        members = Counter(c.room for c in self.clients)
+        return max(self.rooms, key=lambda room: (members[room], -self.rooms.index(room)))
+
+    async def _relocate_room(self) -> None:
+        """Move the busiest room live to another room-hosting node mid-traffic (its
+        clients keep chatting: what reaches it meanwhile is held and relayed; its members,
+        history and ticks move with it, ``PreserveStateWith``; its timer is the restored
+        one)."""
+        from ..ids import SpotId
+        from ..store.api import ObjectKey
+
+        room = self._busiest_room()
+        row = await self.store.read(ObjectKey.spot(room))
+        by_rid = {n.server.identity.node_rid: n for n in self.nodes if n.server is not None}
+        if row is None or row.owner.node_rid not in by_rid:
+            return
+        source = by_rid[row.owner.node_rid]
+        targets = [n for n in by_rid.values() if n is not source and n.host_rooms]
+        if not targets:
+            return
+        target = targets[0]
+        started = trio.current_time()
+        try:
+            result = await source.server.relocate(SpotId(room), to=target.server.identity.node_rid)
+        except ZLinkError as exc:
+            self.relocation_errors.append(f"{room}: {type(exc).__name__}: {exc}")
+            self.log(f"{room}: relocation {source.label} -> {target.label} refused: {exc}")
+            return
+        pause = trio.current_time() - started
+        committed = bool(getattr(result, "committed", True))
+        self.relocations.append((room, source.label, target.label, pause, committed, 0, started))
+        if committed:
+            self.room_nodes[room] = target.label
+        self.log(
+            f"{room}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
+            f" ({getattr(result, 'relayed', 0)} messages relayed; members, history and ticks"
+            " kept)"
+        )
+
     def _relocation_rows(
         self,
     ) -> list[tuple[str, str, str, float, bool, int | None, int | None]]:
         """Each move with what its player's scripted client saw since (new sessions, refused
-        chats; None for a player without one, e.g. a browser's)."""
+        chats; None for a player without one, e.g. a browser's), or for a room what its
+        scripted clients saw since (refused chats; no sessions count)."""
         rows: list[tuple[str, str, str, float, bool, int | None, int | None]] = []
-        for actor, source, target, pause, committed, sessions, moved in self.relocations:
-            owner = self._client_of(actor)
-            since = None if owner is None else owner.sessions - sessions
+        for what, source, target, pause, committed, sessions, moved in self.relocations:
             until = min((d for d in self.disruptions if d > moved), default=float("inf"))
+            if what in self.rooms:
+                refused = sum(
+                    moved <= at < until
+                    for c in self.clients
+                    if c.room == what
+                    for at in c.refused_at
+                )
+                rows.append((what, source, target, pause, committed, None, refused))
+                continue
+            owner = self._client_of(what)
+            since = None if owner is None else owner.sessions - sessions
             refused_since = (
                 None if owner is None else sum(moved <= at < until for at in owner.refused_at)
             )
-            rows.append((actor, source, target, pause, committed, since, refused_since))
+            rows.append((what, source, target, pause, committed, since, refused_since))
         return rows
 
     def _client_of(self, actor: str) -> ScriptedClient | None:
@@ -437,6 +513,10 @@ class Demo:
         with clients to move)."""
         return can_relocate() and not self.processes and len(self.clients) >= 2
 
+    def _moves_rooms(self) -> bool:
+        """Whether this run can move a room (two nodes at least host rooms)."""
+        return sum(bool(n.host_rooms) for n in self.nodes) >= 2
+
     def _summary(self, histories: dict[str, list[dict[str, Any]]], ticks: dict[str, int]) -> int:
         from rich.table import Table
 
@@ -447,22 +527,30 @@ class Demo:
         handled = sum(self.tally.handled.values())
         unanswered = s.sent - len(s.accepted) - sum(s.failed.values())
         rows = self._relocation_rows()
-        moved_refused = sum(r[6] or 0 for r in rows)
+        moved_refused = sum(r[6] or 0 for r in rows if r[0] not in self.rooms)
+        room_refused = sum(r[6] or 0 for r in rows if r[0] in self.rooms)
+        cold = self.tally.lobby_activations - self.tally.lobby_moves
         checks = {
             "lost = 0 (every accepted chat is in its room's history)": lost == 0,
             "duplicated = 0 (no chat in a history twice)": duplicated == 0,
             "chats were accepted": len(s.accepted) > 0,
             "every room's timer ticked": all(t > 0 for t in ticks.values()) or not self.clients,
-            "the lobby was cold-activated exactly once": self.tally.lobby_activations == 1
+            "the lobby was cold-activated exactly once (instances built - moves' restores)": cold
+            == 1
             or not self.clients,
         }
         if self.relocations or self._relocates():  # no OK for a move this run does not make
-            checks["the live relocations committed"] = bool(self.relocations) and all(
-                r[4] for r in self.relocations
+            checks["the live relocations committed (players and a room)"] = (
+                (any(r[0] in self.rooms for r in self.relocations) or not self._moves_rooms())
+                and any(r[0] not in self.rooms for r in self.relocations)
+                and all(r[4] for r in self.relocations)
             )
             checks[
                 "a moved player's chats were not refused (from its move to the next node stop or disconnect)"
             ] = moved_refused == 0
+            checks[
+                "a moved room's chats were not refused (its clients', from its move to the next node stop or disconnect)"
+            ] = room_refused == 0
         console = self._console()
         summary = Table(title="summary", title_justify="left")
         summary.add_column("what")
@@ -482,7 +570,9 @@ class Demo:
             ("sessions", s.connects),
             ("rebinds", s.rebinds),
             ("room ticks", sum(ticks.values())),
-            ("lobby activations", self.tally.lobby_activations),
+            ("lobby activations", cold),
+            ("lobby moves (restores on a move target)", self.tally.lobby_moves),
+            ("room moves (restores: live and by drain)", self.tally.room_moves),
         ):
             summary.add_row(what, str(value))
         console.print(summary)
@@ -508,10 +598,10 @@ class Demo:
             console.print(RELOCATION_NOTE)
         elif self.processes:
             console.print("relocation: not shown with one process per node (the demo moves "
-                          "Actors from inside their owner's process only)")  # fmt: skip
+                          "players and rooms from inside their owner's process only)")  # fmt: skip
         else:
             moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
-            for column in ("actor", "from", "to", "relocate() took", "committed",
+            for column in ("moved", "from", "to", "relocate() took", "committed",
                            "its client since: new sessions", "refused chats (until a stop)"):  # fmt: skip
                 moves.add_column(column)
             for actor, source, target, pause, committed, since, refused_since in rows:
@@ -523,7 +613,6 @@ class Demo:
             console.print(moves)
             for error in self.relocation_errors:
                 console.print(f"relocation refused: {error}")
-            console.print(SPOT_RELOCATION_NOTE)
         for what, ok in checks.items():
             console.print(f"{'[green]OK[/green]  ' if ok else '[red]FAIL[/red]'} {what}")
         broken = [what for what, ok in checks.items() if not ok]

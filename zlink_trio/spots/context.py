@@ -85,7 +85,9 @@ class SpotContext:
         """The Spot's framework timers: ``once`` / ``every`` / ``cancel`` from its own
         turns (handlers, timer handlers, its factory and lifecycle callbacks); each tick
         runs its ``@on_timer(name)`` handler as a turn of the Spot's application queue.
-        Registered while the Spot is staging, they fire from its publication on."""
+        Registered while the Spot is staging, they fire from its publication on. On a
+        relocation target the timers the Spot had at the source are restored: what its
+        factory registers there again is replaced by them (never held twice)."""
         return Timers(self._hosted)
 
     @property

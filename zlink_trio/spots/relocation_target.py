@@ -12,7 +12,8 @@ Instance Spots. The order is the Actor target's (:mod:`zlink_trio.actors.relocat
   ObjectGeneration; its factory in a lifecycle turn, the adapter's restore for
   PreserveStateWith), its timers (restored suspended: the application never registers
   them again) and its members, and keeps it HIDDEN from the resolver and from dispatch;
-  a repeat gets the same answer and builds nothing.
+  a repeat gets the same answer and builds nothing. What the factory registered with
+  ``context.timers`` during that turn is replaced by the restored timers (closed).
 * after the relay-ready reply: the cutover (123), or after ``cutover_fallback`` without
   it the ``cutover_timeout`` warning and the fallback; then the target-only owner CAS with
   the source fence (AuthorityOwnerGeneration + 1, ObjectGeneration unchanged, the mark
@@ -302,6 +303,14 @@ class SpotRelocationTarget:
 
         await hosted.run_lifecycle_work(build)
         self.restores += 1
+        # The timers are the source's (spec 06 §8: restored, never registered again). A
+        # factory that registers its timers (legal: it runs in a lifecycle turn) did so
+        # again just now, into a table of its own: the restored one replaces it, closed
+        # (else it would stay in the timer service, firing into a backlog forever).
+        built = hosted.timers
+        if built is not None:
+            built.close()
+            hosted.timers = None
         if envelope.timers is not None and self._timers is not None:
             hosted.timers = self._timers.restore(hosted, envelope.timers, suspended=True)
         for name, blob in envelope.participants:
