@@ -18,9 +18,9 @@ import trio
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "stream"))
 
-from stream_kit import MESH, SECRET, Record, stream_app, stream_cluster  # noqa: E402
+from stream_kit import MESH, SECRET, Record, stream_app, stream_cluster
 
-from zlink_trio import (  # noqa: E402
+from zlink_trio import (
     App,
     MeshConfig,
     ObjectRole,
@@ -31,10 +31,10 @@ from zlink_trio import (  # noqa: E402
     on_request,
     on_send,
 )
-from zlink_trio.config import StreamConfig  # noqa: E402
-from zlink_trio.ids import ActorRef, SpotRef  # noqa: E402
-from zlink_trio.store.api import LocationStore, ObjectKey  # noqa: E402
-from zlink_trio.testing import Cluster, FaultPlan, WireTap  # noqa: E402
+from zlink_trio.config import StreamConfig
+from zlink_trio.ids import ActorRef, SpotRef
+from zlink_trio.store.api import LocationStore, ObjectKey
+from zlink_trio.testing import Cluster, FaultPlan, WireTap
 
 LONG: Final = 30.0
 SESSION_NODE: Final = 2
@@ -92,9 +92,7 @@ def _adapter(log: HallLog, node: int) -> Any:
     return Adapter()
 
 
-def wide_app(
-    rec: Record, log: HallLog, node: int, *, host: bool, players: bool = True
-) -> App:
+def wide_app(rec: Record, log: HallLog, node: int, *, host: bool, players: bool = True) -> App:
     """Node ``node``'s application: the stream kit's (``players``: with the Actor type)
     plus, on a hosting node, the SpotWide User Spot type "hall"."""
     app = stream_app(rec, node, host=host and players)
