@@ -213,7 +213,7 @@ class SpotRelocator:
         if wide and self.members is None:
             raise NotConfigured(
                 f"spot {spot_id.value!r} is a SpotWide User Spot with members: they move with "
-                "it, and this node runs no Actor dispatch"
+                "it in one aggregate commit, and this node runs no Actor dispatch"
             )
         mesh = hosted.context.mesh_name
         generation, lease = await self._target_generation(mesh, to)
