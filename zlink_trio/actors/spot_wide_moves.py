@@ -123,11 +123,12 @@ class MemberMoves:
         kind = error if isinstance(error, ZLinkError) else Unavailable("the move was cancelled")
         with trio.CancelScope(shield=True):
             for member in self._members:
-                # Every member is told (its target attempt is grouped with the Spot's
-                # and waits for it); one never sealed has nothing to reopen.
-                await relocator.abort(
-                    member.hosted, member.unit, member.sealed, kind, reopen=member.started
-                )
+                # Every member that got as far as its seal reopens and its target is told
+                # (its attempt there is grouped with the Spot's and waits for it).
+                if member.started:
+                    await relocator.abort(
+                        member.hosted, member.unit, member.sealed, kind, reopen=True
+                    )
         self._release()
 
     async def complete(self) -> bool:

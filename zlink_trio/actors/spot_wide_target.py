@@ -36,6 +36,17 @@ class SpotWideMembersTarget:
         return self._target.attempts.get(relocation_id)
 
     def accepted(self, relocation_ids: Sequence[OperationId], source: object) -> str | None:
+        why = self._why_not(relocation_ids, source)
+        if why is not None:
+            # The Spot's restore fails: no member attempt may outlive it and commit alone
+            # (an ungrouped one would, by its cutover fallback).
+            for relocation_id in relocation_ids:
+                attempt = self._attempt(relocation_id)
+                if attempt is not None and attempt.held.source == source:
+                    attempt.cancel.cancel(reason="its SpotWide Spot's restore failed")
+        return why
+
+    def _why_not(self, relocation_ids: Sequence[OperationId], source: object) -> str | None:
         for relocation_id in relocation_ids:
             attempt = self._attempt(relocation_id)
             if attempt is None or attempt.held.source != source:
