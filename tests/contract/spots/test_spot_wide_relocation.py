@@ -217,3 +217,64 @@ async def test_s06_18_a_member_type_missing_on_the_target_leaves_all_on_the_sour
         assert {h[0] for h in wide.rec.handled_by("a")} == {0}
         assert await caller.actors.request("b", "whoami", b"").timeout(LONG) == spot.encode()
         assert wide.log.restored == []
+
+
+async def test_s06_18_the_spots_restore_failing_after_its_members_were_restored_leaves_all(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-18 (failure before the aggregate's relay-ready; A04-07): the target restores
+    both members (each ACCEPTED there) and then the Spot's Restore raises: ``relocate``
+    fails; the target discards the Spot's attempt AND both member attempts (none commits
+    alone: node 1 counts 0 commits, 2 Actor and 1 Spot discards); no member row changed,
+    the Spot row has its owner and generation and no mark; the
+    bound websocket session stays connected and the member's pushes still arrive from
+    node 0; a later move (the Restore fixed) takes all of them."""
+    async with wide_cluster(store) as wide:
+        hall = await hall_on(wide, 0, "hall")
+        spot = hall.spot_id.value
+        await member_of(wide, hall, "a", store)
+        await member_of(wide, hall, "b", store)
+        before = await _rows(store, spot, ["a", "b"])
+        target = wide.server(1)
+        wide.log.fail_restore.add(1)
+        async with connect(wide.session_node, "user") as client:
+            await bind(client, "a")
+            assert isinstance(await client.receive(), Bound)
+            with pytest.raises(ZLinkError):
+                await wide.server(0).relocate(hall, to=target.identity.node_rid)
+
+            def counts() -> tuple[int, int, int, int]:
+                actors, spots = target.statistics().actors, target.statistics().spots
+                assert actors is not None and spots is not None
+                return (
+                    actors.relocation.committed,
+                    actors.relocation.discarded,
+                    spots.relocation.committed,
+                    spots.relocation.discarded,
+                )
+
+            with trio.fail_after(LONG):  # (the target's attempts end after the abort)
+                while True:
+                    if counts() == (0, 2, 0, 1):
+                        break
+                    await trio.sleep(0.01)
+            after = await _rows(store, spot, ["a", "b"])
+            assert after["a"] == before["a"] and after["b"] == before["b"]
+            moved = after[spot]
+            assert moved.owner == before[spot].owner  # type: ignore[attr-defined]
+            assert moved.owner_generation == before[spot].owner_generation  # type: ignore[attr-defined]
+            assert moved.relocation is None  # type: ignore[attr-defined]
+            assert await relay(client, "a", "push_req", b"stayed") == b"pushed"
+            push = await client.receive()
+            assert isinstance(push, Push) and push.payload == b"stayed"
+            assert [h[0] for h in wide.rec.handled_by("a", "push_req")] == [0]
+            assert client.closed is None and wide.rec.disconnects == []
+
+            wide.log.fail_restore.clear()
+            result = await wide.server(0).relocate(hall, to=target.identity.node_rid)
+            assert result.committed and len(result.members) == 2
+            assert await relay(client, "a", "push_req", b"moved") == b"pushed"
+            push = await client.receive()
+            assert isinstance(push, Push) and push.payload == b"moved"
+            assert [h[0] for h in wide.rec.handled_by("a", "push_req")] == [0, 1]
+            assert client.closed is None
