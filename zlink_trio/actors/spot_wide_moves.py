@@ -131,24 +131,24 @@ class MemberMoves:
                     )
         self._release()
 
-    async def complete(self) -> bool:
+    async def complete(self, *, draining: bool = False) -> bool:
         results: list[bool] = []
         try:
             async with trio.open_nursery() as nursery:
                 for member in self._members:
-                    nursery.start_soon(self._complete_one, member, nursery, results)
+                    nursery.start_soon(self._complete_one, member, nursery, results, draining)
         finally:
             self._release()
         return len(results) == len(self._members) and all(results)
 
     async def _complete_one(
-        self, member: _Member, nursery: trio.Nursery, results: list[bool]
+        self, member: _Member, nursery: trio.Nursery, results: list[bool], draining: bool
     ) -> None:
         unit = member.unit
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         try:
             result = await self._relocator.after_accepted(
-                member.hosted, unit, peer, member.sealed, self._lease, nursery, False
+                member.hosted, unit, peer, member.sealed, self._lease, nursery, draining
             )
         except ZLinkError as exc:
             logger.info("member %r of a SpotWide move: %r", unit.actor_id.value, exc)

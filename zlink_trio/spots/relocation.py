@@ -258,9 +258,10 @@ class SpotRelocator:
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Spot hosted
         here whose type may relocate moves to a live peer of its mesh that registers its
-        type (spread round-robin, 16 at a time); what cannot move (DisableRelocation, no
-        such peer, a SpotWide Spot with members, a failed move) stays for the release
-        step. Returns the number moved."""
+        type (spread round-robin, 16 at a time) — a SpotWide User Spot with its members
+        (a peer that lacks a member's type refuses the move); what cannot move
+        (DisableRelocation, no such peer, a failed move) stays for the release step.
+        Returns the number moved."""
         me = self._node.identity.node_rid
         plans: list[tuple[SpotId, NodeRid]] = []
         peers: dict[tuple[MeshName, object], list[NodeRid]] = {}
@@ -270,7 +271,7 @@ class SpotRelocator:
             if (
                 hosted.state is not SPOT_READY
                 or isinstance(spot_type.relocation, DisableRelocation)
-                or (hosted.spot_wide and hosted.has_members)
+                or (hosted.spot_wide and hosted.has_members and self.members is None)
             ):
                 continue
             mesh = hosted.context.mesh_name
@@ -389,7 +390,7 @@ class SpotRelocator:
         async def members() -> None:
             with trio.CancelScope(shield=True):
                 try:
-                    members_committed.append(await plan.complete())
+                    members_committed.append(await plan.complete(draining=draining))
                 finally:
                     done.set()
 

@@ -53,10 +53,10 @@ class SpotWideMemberMoves(Protocol):
         order, its participants hear the abort, the target is told (124)."""
         ...
 
-    async def complete(self) -> bool:
+    async def complete(self, *, draining: bool = False) -> bool:
         """After the aggregate's relay-ready: each member is unpublished, its follow route
         installed, its held work relayed, its cutover sent; True once every member's
-        commit notice (125) arrived."""
+        commit notice (125) arrived (``draining``: or its row names the target)."""
         ...
 
 

@@ -278,3 +278,37 @@ async def test_s06_18_the_spots_restore_failing_after_its_members_were_restored_
             assert isinstance(push, Push) and push.payload == b"moved"
             assert [h[0] for h in wide.rec.handled_by("a", "push_req")] == [0, 1]
             assert client.closed is None
+
+
+async def test_s06_18_drain_by_relocation_moves_a_spot_wide_spot_with_its_members(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-18 / A04-15 (drain by relocation, a clean stop's step 3): stopping node 0 moves
+    its SpotWide Spot together with both members to node 1 (one ``change_owners``, each
+    AuthorityOwnerGeneration + 1, ObjectGeneration unchanged); a websocket client bound
+    to a member stays connected and gets its pushes from node 1."""
+    async with wide_cluster(store) as wide:
+        hall = await hall_on(wide, 0, "hall")
+        spot = hall.spot_id.value
+        await member_of(wide, hall, "a", store)
+        await member_of(wide, hall, "b", store)
+        await wide.session_node.spots.send(spot, "add", b"1")
+        before = await _rows(store, spot, ["a", "b"])
+        many = store.count("change_owners")
+        async with connect(wide.session_node, "user") as client:
+            await bind(client, "a")
+            assert isinstance(await client.receive(), Bound)
+            await wide.cluster.stop(0)
+            assert store.count("change_owners") == many + 1
+            after = await _rows(store, spot, ["a", "b"])
+            for name, row in after.items():
+                old = before[name]
+                assert row.owner.node_rid == wide.server(1).identity.node_rid, name  # type: ignore[attr-defined]
+                assert row.owner_generation.value == old.owner_generation.value + 1  # type: ignore[attr-defined]
+                assert row.object_generation == old.object_generation  # type: ignore[attr-defined]
+            assert await relay(client, "a", "push_req", b"drained") == b"pushed"
+            push = await client.receive()
+            assert isinstance(push, Push) and push.payload == b"drained"
+            assert [h[0] for h in wide.rec.handled_by("a", "push_req")] == [1]
+            assert await wide.server(1).spots.request(spot, "get").timeout(LONG) == b"1@node1"
+            assert client.closed is None and wide.rec.disconnects == []
