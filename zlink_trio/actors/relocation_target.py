@@ -80,6 +80,7 @@ class _Attempt:
     __slots__ = (
         "actor_type",
         "answer",
+        "bound",
         "cancel",
         "cutover",
         "envelope",
@@ -119,6 +120,8 @@ class _Attempt:
         """A SpotWide Spot's member: the RelocationId of its Spot's move, which commits it
         (never alone) and settles it."""
         self.group_committed = False
+        self.bound = trio.Event()
+        """Its Spot's Restore accepted it: from here only its Spot's attempt ends it."""
         self.settled = trio.Event()
 
 
@@ -405,8 +408,12 @@ class RelocationTarget:
                 if answer is None or answer.result is not RelayReadyResult.ACCEPTED:
                     return
                 if attempt.group is not None:
-                    # Committed (or discarded) by its Spot's attempt, never alone.
-                    await attempt.settled.wait()
+                    # Committed (or discarded) by its Spot's attempt, never alone; once
+                    # bound to it, not ended by its own timeout either (the Spot's
+                    # attempt, bounded by its own, settles it either way).
+                    await attempt.bound.wait()
+                    with trio.CancelScope(shield=True):
+                        await attempt.settled.wait()
                     committed = attempt.group_committed
                     return
                 with trio.move_on_after(self._config.cutover_fallback) as fallback:

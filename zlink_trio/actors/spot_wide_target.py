@@ -44,7 +44,10 @@ class SpotWideMembersTarget:
                 attempt = self._attempt(relocation_id)
                 if attempt is not None and attempt.held.source == source:
                     attempt.cancel.cancel(reason="its SpotWide Spot's restore failed")
-        return why
+            return why
+        for relocation_id in relocation_ids:
+            self._attempt(relocation_id).bound.set()
+        return None
 
     def _why_not(self, relocation_ids: Sequence[OperationId], source: object) -> str | None:
         for relocation_id in relocation_ids:
@@ -95,13 +98,16 @@ class SpotWideMembersTarget:
         for relocation_id in relocation_ids:
             attempt = self._attempt(relocation_id)
             if attempt is None:
-                continue  # (its own timeout ended it: the Store row is the target's anyway)
+                continue  # (bound attempts wait for this: not reached)
             attempt.group_committed = True
-            await self._target.publish(attempt, gate=spot.gate, spot=spot.instance)
-            attempt.settled.set()
+            try:
+                await self._target.publish(attempt, gate=spot.gate, spot=spot.instance)
+            finally:
+                attempt.settled.set()
 
     def discard(self, relocation_ids: Sequence[OperationId]) -> None:
         for relocation_id in relocation_ids:
             attempt = self._attempt(relocation_id)
             if attempt is not None and not attempt.group_committed:
+                attempt.bound.set()
                 attempt.settled.set()  # its attempt ends uncommitted: discarded
