@@ -69,6 +69,8 @@ class MemberMoves:
         chosen: list[_Member] = []
         for actor_id in members:
             hosted = host.get(actor_id)
+            if actor_id in relocator.in_flight:
+                raise Unavailable(f"member {actor_id.value!r} is moving")
             if hosted is None or hosted.state is not READY or hosted.context.spot is None:
                 raise NotFound(f"member {actor_id.value!r} is not hosted (Ready) here")
             refuse_unless_relocatable(
@@ -78,8 +80,8 @@ class MemberMoves:
                 to=to,
                 me=me.node_rid,
             )
-            if actor_id in relocator.in_flight or hosted.join is not None:
-                raise Unavailable(f"member {actor_id.value!r} is moving or joining")
+            if hosted.join is not None:
+                raise Unavailable(f"member {actor_id.value!r} is joining")
             unit = RelocationUnit(
                 relocation_id=OperationId(secrets.randbits(128) or 1),
                 actor_id=actor_id,
