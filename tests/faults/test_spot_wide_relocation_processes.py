@@ -26,6 +26,7 @@ from zlink_trio import (
     SpotWide,
     Unavailable,
     ZLinkError,
+    on_join_complete,
     on_request,
     on_send,
 )
@@ -44,9 +45,10 @@ pytestmark = [
 ]
 
 
-def source_app(handled: list[tuple[str, bytes]]) -> App:
+def source_app(handled: list[tuple[str, bytes]], joined: dict[str, trio.Event]) -> App:
     """The source's "counter" Actors and "hall" SpotWide Spots (same stable types as the
-    target process's): every "add" is logged as (object id, payload)."""
+    target process's): every "add" is logged as (object id, payload); a Join's completion
+    sets ``joined[actor id]``."""
 
     class Counter:
         def __init__(self, context: Any) -> None:
@@ -65,6 +67,10 @@ def source_app(handled: list[tuple[str, bytes]]) -> App:
         @on_request("join")
         async def join(self, payload: bytes) -> bytes:
             return str(self.context.join_spot(payload.decode()).defer().value).encode()
+
+        @on_join_complete
+        async def completed(self, completion: Any) -> None:
+            joined.setdefault(self.context.actor_id.value, trio.Event()).set()
 
     class Hall:
         def __init__(self, context: Any) -> None:
@@ -104,9 +110,14 @@ async def _hall_on_source(source: Any) -> str:
     raise AssertionError("placement never chose the source")
 
 
-async def _member(source: Any, store: Any, actor: str, hall: str) -> None:
+async def _member(
+    source: Any, store: Any, actor: str, hall: str, joined: dict[str, trio.Event]
+) -> None:
+    """``actor`` joined ``hall`` on the source, its completion run (no Join work is left
+    queued: a move would be refused Unavailable, retry later)."""
     await source.actors.get_or_create(actor, "counter").timeout(10)
     await source.actors.request(actor, "join", hall.encode()).timeout(10)
+    await joined.setdefault(actor, trio.Event()).wait()
     me = source.identity.node_rid
     while True:  # bounded by the test's fail_after
         row = await store.read(ObjectKey.actor(actor))
@@ -126,12 +137,13 @@ async def test_s06_18_spot_wide_target_sigkilled_before_relay_ready_all_stay_on_
     source, in arrival order, then later messages too; their state is intact."""
     secret = secrets.token_bytes(32)
     handled: list[tuple[str, bytes]] = []
+    joined: dict[str, trio.Event] = {}
     with trio.fail_after(60):
         async with (
             pg_schema(pg_dsn, "zlink_swreloc", connections=2) as (schema, store),
             target_process(pg_dsn, schema, secret, block_restore=True) as target,
             open_cluster(
-                1, store=store, app=source_app(handled), config=source_config(secret)
+                1, store=store, app=source_app(handled, joined), config=source_config(secret)
             ) as cluster,
         ):
             (source,) = cluster.servers
@@ -140,14 +152,19 @@ async def test_s06_18_spot_wide_target_sigkilled_before_relay_ready_all_stay_on_
             hall = await _hall_on_source(source)
             members = ["m-0", "m-1"]
             for m in members:
-                await _member(source, store, m, hall)
+                await _member(source, store, m, hall, joined)
             objects = [hall, *members]
             keys = [ObjectKey.spot(hall), *(ObjectKey.actor(m) for m in members)]
             for name in objects:
                 send = source.spots.send if name == hall else source.actors.send
                 await send(name, "add", b"before")
+            # every lane has run what it had queued (the Joins' callbacks included)
+            assert await source.spots.request(hall, "get").timeout(10) == b"1"
+            for m in members:
+                assert await source.actors.request(m, "get").timeout(10) == b"1"
             before = [await store.read(key) for key in keys]
             failure: list[BaseException] = []
+            ended = trio.Event()
             async with trio.open_nursery() as nursery:
 
                 async def move() -> None:
@@ -155,9 +172,23 @@ async def test_s06_18_spot_wide_target_sigkilled_before_relay_ready_all_stay_on_
                         await source.relocate(SpotId(hall), to=rid)
                     except ZLinkError as exc:
                         failure.append(exc)
+                    finally:
+                        ended.set()
 
                 nursery.start_soon(move)
-                await target.wait_line(event="restoring")  # the first member's Restore
+                async with trio.open_nursery() as race:  # the Restore, or the move's end
+
+                    async def restoring() -> None:
+                        await target.wait_line(event="restoring")  # the first member's
+                        race.cancel_scope.cancel()
+
+                    async def move_ended() -> None:
+                        await ended.wait()
+                        race.cancel_scope.cancel()
+
+                    race.start_soon(restoring)
+                    race.start_soon(move_ended)
+                assert not ended.is_set(), failure  # still blocked in the target's Restore
                 for i in range(3):
                     for name in objects:
                         send = source.spots.send if name == hall else source.actors.send
