@@ -185,4 +185,9 @@ async def member_of(wide: Wide, hall: SpotRef, actor_id: str, store: LocationSto
     ref = await caller.actors.find(actor_id)
     assert ref is not None and ref.node_rid == hall.node_rid
     rec.refs[actor_id] = ref
+    # Both lanes ran what the Join queued (its callbacks): a move would be refused
+    # Unavailable ("framework work is pending", retry later) while it is queued.
+    await caller.spots.request(hall.spot_id, "get").timeout(LONG)
+    reply = await caller.actors.request(actor_id, "whoami", b"").timeout(LONG)
+    assert reply == hall.spot_id.value.encode()
     return ref
