@@ -1,10 +1,13 @@
 """Relocation pause under load: how long a moving Actor handles nothing while it moves.
 
-Usage: python benchmarks/bench_relocation.py [--moves M] [--rate R] [--kind actor|spot]
+Usage: python benchmarks/bench_relocation.py [--moves M] [--rate R]
+    [--kind actor|spot|spotwide]
 
 ``--kind spot`` measures the same for an Instance Spot (PreserveStateWith) moved with
-``server.relocate(SpotId)`` and called by SpotId (a SpotWide Spot with members does not
-move yet: docs/relocation.md, "Spots").
+``server.relocate(SpotId)`` and called by SpotId. ``--kind spotwide``: a SpotWide User
+Spot (PreserveStateWith) with two member Actors moves with them (one aggregate commit,
+docs/relocation.md "Spots"); the stream goes to one member by ActorId, so the pause is a
+member's.
 
 Three nodes in this process (in-memory Location Store, loopback TCP). One PreserveStateWith
 Actor; a caller on the third node streams numbered one-way sends to it (one every
@@ -31,7 +34,16 @@ from typing import Any
 
 import trio
 
-from zlink_trio import App, PreserveStateWith, SpotId, SpotKind, on_request, on_send
+from zlink_trio import (
+    App,
+    PreserveStateWith,
+    SpotId,
+    SpotKind,
+    SpotWide,
+    on_join_complete,
+    on_request,
+    on_send,
+)
 from zlink_trio.testing import open_cluster
 
 
@@ -42,6 +54,7 @@ class Stamps(list[tuple[int, float]]):
         super().__init__()
         self.expected = -1
         self.all_in = trio.Event()
+        self.joined: set[str] = set()
 
     def stamp(self, number: int) -> None:
         self.append((number, time.perf_counter()))
@@ -65,6 +78,14 @@ def make_app(stamps: Stamps) -> App:
             stamps.stamp(int(payload))
             return str(self.total).encode()
 
+        @on_request("join")
+        async def join(self, payload: bytes) -> bytes:
+            return str(self.context.join_spot(payload.decode()).defer().value).encode()
+
+        @on_join_complete
+        async def joined(self, completion: Any) -> None:
+            stamps.joined.add(self.context.actor_id.value)
+
     class Adapter:
         async def capture(self, actor: Counter) -> bytes:
             return str(actor.total).encode()
@@ -77,6 +98,9 @@ def make_app(stamps: Stamps) -> App:
     app.register_actor("counter", Counter, relocation=PreserveStateWith(Adapter()))
     app.register_spot(
         "counter-spot", Counter, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter())
+    )
+    app.register_spot(
+        "counter-hall", Counter, execution=SpotWide(), relocation=PreserveStateWith(Adapter())
     )
     return app
 
@@ -121,13 +145,41 @@ async def _spot_on(a: Any, c: Any) -> str:
     raise AssertionError("placement never chose node 0")
 
 
+async def _spot_wide_on(a: Any, c: Any, stamps: Stamps) -> tuple[str, str]:
+    """A SpotWide "counter-hall" on node 0 with two joined members; (hall, a member)."""
+    for i in range(64):
+        created = await c.spots.get_or_create(f"bench-hall-{i}", "counter-hall").timeout(30)
+        if created.spot.node_rid == a.identity.node_rid:
+            hall = created.spot.spot_id.value
+            break
+        await c.spots.close(created.spot)
+    else:
+        raise AssertionError("placement never chose node 0")
+    members = [f"bench-member-{i}" for i in range(2)]
+    for member in members:
+        await c.actors.get_or_create(member, "counter").timeout(30)
+        await c.actors.request(member, "join", hall.encode()).timeout(30)
+    for _ in range(1000):
+        refs = [await c.actors.find(m) for m in members]
+        if set(members) <= stamps.joined and all(
+            r is not None and r.node_rid == a.identity.node_rid for r in refs
+        ):
+            return hall, members[0]
+        await trio.sleep(0.01)
+    raise AssertionError("the members did not join")
+
+
 async def run(moves: int, rate: float, kind: str) -> None:
     stamps = Stamps()
     async with open_cluster(3, app=make_app(stamps)) as cluster:
         await cluster.wait_all_admitted()
         a, b, c = cluster.servers
         spot = kind == "spot"
-        target_id = await (_spot_on(a, c) if spot else _actor_on(a, c))
+        hall = ""
+        if kind == "spotwide":
+            hall, target_id = await _spot_wide_on(a, c, stamps)
+        else:
+            target_id = await (_spot_on(a, c) if spot else _actor_on(a, c))
         calls = c.spots if spot else c.actors
         stamps.clear()
         sent = 0
@@ -152,8 +204,11 @@ async def run(moves: int, rate: float, kind: str) -> None:
             for _ in range(moves):
                 start = time.perf_counter()
                 moving = SpotId(target_id) if spot else target_id
+                if hall:
+                    moving = SpotId(hall)
                 result = await owner.relocate(moving, to=other.identity.node_rid)
                 assert result.committed
+                assert not hall or len(result.members) == 2
                 windows.append((start, time.perf_counter() + 0.05))
                 owner, other = other, owner
                 await trio.sleep(0.2)
@@ -175,7 +230,10 @@ async def run(moves: int, rate: float, kind: str) -> None:
     ours = [gaps_in(stamps, s, e) * 1000 for s, e in windows]
     base = [gaps_in(stamps, s, e) * 1000 for s, e in quiet]
     print(f"messages sent {sent}, handled {len(stamps)}, exactly once and in order: {exact}")
-    what = "spot (Instance, PreserveStateWith)" if kind == "spot" else "actor"
+    what = {
+        "spot": "spot (Instance, PreserveStateWith)",
+        "spotwide": "spotwide (a SpotWide User Spot with 2 members; the stream to a member)",
+    }.get(kind, "actor")
     print(f"moving: {what}")
     print(
         f"relocation pause  p50 {pct(ours, 0.5):7.2f} ms  p99 {pct(ours, 0.99):7.2f} ms"
@@ -192,7 +250,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--moves", type=int, default=50)
     parser.add_argument("--rate", type=float, default=500.0)
-    parser.add_argument("--kind", choices=("actor", "spot"), default="actor")
+    parser.add_argument("--kind", choices=("actor", "spot", "spotwide"), default="actor")
     args = parser.parse_args()
     trio.run(run, args.moves, args.rate, args.kind)
 

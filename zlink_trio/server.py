@@ -193,13 +193,15 @@ class Server(metaclass=NoPublicConstructor):
         seal holds its ingress, its state (PreserveStateWith) and framework timers move
         with it, a stale SpotRef keeps naming the old node while messages by SpotId
         follow to the new owner. A PerActor User Spot moves alone (its members keep their
-        own routes and move separately); a SpotWide User Spot with members is refused
-        NotConfigured (they move together in one aggregate commit, not built yet).
+        own routes and move separately); a SpotWide User Spot with members moves WITH
+        them in one aggregate commit (``change_owners``: the Spot row and every member
+        row), each member's held work, timers and bound sessions moving as in an Actor
+        move; any failure before relay-ready leaves all of them here.
 
         Raises:
-            NotConfigured: Actor dispatch is not enabled (an Actor), this node hosts no
-                Spots (a Spot), or a SpotWide User Spot with members.
-            NotFound: the Actor (Spot) is not hosted here.
+            NotConfigured: Actor dispatch is not enabled (an Actor, or a SpotWide User
+                Spot with members), or this node hosts no Spots (a Spot).
+            NotFound: the Actor (Spot, or a member of a SpotWide Spot) is not hosted here.
             InvalidOperation: its type is DisableRelocation, ``to`` is this node, or the
                 Actor is a member of a SpotWide User Spot (it moves only with its Spot).
             Unavailable: it is moving, joining or closing already, or the target refused

@@ -6,8 +6,9 @@
 
 Opens a server on the shared PostgreSQL Location Store (mesh "test") with the Actor type
 "counter" (PreserveStateWith; its adapter's restore prints ``{"event": "restoring"}`` and,
-with ``--block-restore``, never returns) and the Instance Spot type "bag" (the same, for
-Spot moves), prints one JSON line
+with ``--block-restore``, never returns), the Instance Spot type "bag" (the same, for
+Spot moves) and the SpotWide User Spot type "hall" (the same, for a Spot moving with its
+member "counter"s), prints one JSON line
 ``{"event": "ready", "rid": HEX}`` and serves until SIGTERM; every handled "add" prints
 ``{"event": "handled", "payload": TEXT}``.
 """
@@ -28,6 +29,7 @@ from zlink_trio import (
     PreserveStateWith,
     ServerConfig,
     SpotKind,
+    SpotWide,
     on_request,
     on_send,
     open_server,
@@ -52,6 +54,10 @@ def make_app(block_restore: bool) -> App:
         @on_request("get")
         async def get(self, payload: bytes) -> bytes:
             return str(self.total).encode()
+
+        @on_request("join")
+        async def join(self, payload: bytes) -> bytes:
+            return str(self.context.join_spot(payload.decode()).defer().value).encode()
 
     class Adapter:
         async def capture(self, actor: Counter) -> bytes:
@@ -87,6 +93,7 @@ def make_app(block_restore: bool) -> App:
     app.enable_actor_dispatch()
     app.register_actor("counter", Counter, relocation=PreserveStateWith(Adapter()))
     app.register_spot("bag", Bag, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter()))
+    app.register_spot("hall", Bag, execution=SpotWide(), relocation=PreserveStateWith(Adapter()))
     return app
 
 

@@ -373,12 +373,16 @@ class ActorHost:
     def unseal_relocation(self, hosted: HostedActor) -> bool:
         """An abort before relay-ready acceptance: a fresh lane gets the saved work and the
         held ingress back in arrival order; timers resume. False when the Actor is no
-        longer Relocating here (fenced meanwhile: nothing reopens)."""
+        longer Relocating here (fenced meanwhile: nothing reopens). The fresh lane runs
+        under the gate the sealed one had (a SpotWide member's: its Spot's)."""
         items, hosted.parked = hosted.parked or [], None
         if hosted.state is not RELOCATING or self._actors.get(hosted.actor_id) is not hosted:
             hosted.orphans = [item for item in items if type(item) is Deliver]
             return False
-        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        old = hosted.lane
+        lane = hosted.lane = self._engine.new_lane(
+            ACTOR_LANE, hosted, gate=None if old is None else old.gate
+        )
         hosted.state = READY
         for item in items:
             lane.submit_nowait(item, lifecycle=type(item) is Barrier or type(item) is JoinDone)
@@ -399,17 +403,20 @@ class ActorHost:
             hosted.timers.close()
         return parked
 
-    def publish_relocated(self, hosted: HostedActor, merged: list[ActorItem]) -> None:
+    def publish_relocated(
+        self, hosted: HostedActor, merged: list[ActorItem], *, gate: Gate | None = None
+    ) -> None:
         """The target's commit (after its owner CAS): ``merged`` (saved work, then the
         pre-boundary relay) and then what the temporary queue holds enter the new lane in
         that order, and the regular route replaces the temporary queue — one synchronous
         step, so nothing is admitted between them or twice. The lane runs from the next
-        schedule point on (dispatch opened)."""
+        schedule point on (dispatch opened), under ``gate`` (a SpotWide member's: its
+        Spot's new one)."""
         if self._fenced:
             hosted.state = FENCED
             self._actors[hosted.actor_id] = hosted
             return
-        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted)
+        lane = hosted.lane = self._engine.new_lane(ACTOR_LANE, hosted, gate=gate)
         hosted.state = READY
         self._actors[hosted.actor_id] = hosted
         staging = self._staging.pop(hosted.actor_id, None)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import final
 
 import attrs
@@ -78,6 +78,7 @@ from .host import ActorHost
 from .hosted import READY, RELOCATING, ActorWork, Deliver, HostedActor, fail_sink
 from .joining import relay_reply
 from .relocation_envelope import RelocationEnvelope
+from .spot_wide_moves import MemberMoves
 
 __all__ = ["ActorRelocator", "RelocationResult"]
 
@@ -195,6 +196,69 @@ class ActorRelocator:
             self.in_flight.pop(actor_id, None)
             self._commits.pop(unit.relocation_id, None)
 
+    # --- a SpotWide Spot's members (driven by the Spot's move: .spot_wide_moves) --------
+    @property
+    def node(self) -> MeshNodeApi:
+        return self._node
+
+    @property
+    def host(self) -> ActorHost:
+        return self._host
+
+    @property
+    def commits(self) -> dict[OperationId, trio.Event]:
+        """The moves away from here that wait for their commit notice (125)."""
+        return self._commits
+
+    def plan(
+        self,
+        members: Sequence[ActorId],
+        to: NodeRid,
+        target_generation: NodeGeneration,
+        lease: OwnerLeaseGeneration,
+    ) -> MemberMoves:
+        """The members of a SpotWide User Spot that moves (``SpotWideMembers.plan``)."""
+        return MemberMoves(self, members, to, target_generation, lease)
+
+    async def to_relay_ready(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        policy: object,
+        sealed: list[ActorRelocationParticipant],
+        deadline: float,
+    ) -> bool:
+        """A member's seal turn, participants, capture, 120, 121 (see ``_run``)."""
+        try:
+            return await self._to_relay_ready(hosted, unit, policy, sealed, deadline, member=True)
+        except _Abort as abort:
+            raise abort.error from None
+
+    async def abort(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        sealed: list[ActorRelocationParticipant],
+        error: ZLinkError,
+        *,
+        reopen: bool,
+    ) -> None:
+        """A member's abort (see ``_abort``)."""
+        await self._abort(hosted, unit, sealed, error, reopen=reopen)
+
+    async def after_accepted(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        peer: PeerAddress,
+        sealed: list[ActorRelocationParticipant],
+        lease: OwnerLeaseGeneration,
+        nursery: trio.Nursery,
+        draining: bool,
+    ) -> RelocationResult:
+        """A member's part after the aggregate's relay-ready (see ``_after_accepted``)."""
+        return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
+
     def awaits_commit(self, relocation_id: OperationId) -> bool:
         """Whether a move of ``relocation_id`` away from here waits for its commit."""
         return relocation_id in self._commits
@@ -231,29 +295,7 @@ class ActorRelocator:
         accepted = False
         try:
             with trio.move_on_at(deadline) as scope:
-                await self._seal(hosted)
-                states: list[tuple[str, bytes]] = []
-                for participant in self._participants:
-                    state = await participant.seal(unit)
-                    sealed.append(participant)
-                    states.append((participant.participant_name, state))
-                envelope = self._capture_framework(hosted, states)
-                if isinstance(policy, PreserveStateWith):
-                    try:
-                        state = await policy.adapter.capture(hosted.instance)
-                    except Exception as exc:  # the application's adapter: typed here
-                        raise _Abort(
-                            ApplicationError(f"the relocation adapter's capture raised: {exc!r}")
-                        ) from None
-                    if not isinstance(state, bytes):
-                        raise _Abort(
-                            InvalidOperation("the relocation adapter's capture must return bytes")
-                        )
-                    envelope = attrs.evolve(envelope, state=state)
-                data = envelope.encode()
-                ref = await self._store.put_root(data, retain_for=timeout * 2)
-                await self._prepare(peer, unit, policy, deadline)
-                accepted = await self._restore(peer, unit, ref.sha256, ref.size, deadline)
+                accepted = await self._to_relay_ready(hosted, unit, policy, sealed, deadline)
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
@@ -273,9 +315,46 @@ class ActorRelocator:
             raise
         return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
 
-    async def _seal(self, hosted: HostedActor) -> None:
+    async def _to_relay_ready(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        policy: object,
+        sealed: list[ActorRelocationParticipant],
+        deadline: float,
+        *,
+        member: bool = False,
+    ) -> bool:
+        """The seal turn, the participants' seal, the capture, 120, 121: True once the
+        relay-ready reply is accepted (raises _Abort or ZLinkError otherwise). ``member``:
+        a SpotWide Spot's member moving with its Spot."""
+        peer = PeerAddress(unit.mesh_name, unit.target_rid)
+        await self._seal(hosted, member=member)
+        states: list[tuple[str, bytes]] = []
+        for participant in self._participants:
+            state = await participant.seal(unit)
+            sealed.append(participant)
+            states.append((participant.participant_name, state))
+        envelope = self._capture_framework(hosted, states)
+        if isinstance(policy, PreserveStateWith):
+            try:
+                state = await policy.adapter.capture(hosted.instance)
+            except Exception as exc:  # the application's adapter: typed here
+                raise _Abort(
+                    ApplicationError(f"the relocation adapter's capture raised: {exc!r}")
+                ) from None
+            if not isinstance(state, bytes):
+                raise _Abort(InvalidOperation("the relocation adapter's capture must return bytes"))
+            envelope = attrs.evolve(envelope, state=state)
+        data = envelope.encode()
+        ref = await self._store.put_root(data, retain_for=self._config.relocation_timeout * 2)
+        await self._prepare(peer, unit, policy, deadline)
+        return await self._restore(peer, unit, ref.sha256, ref.size, deadline)
+
+    async def _seal(self, hosted: HostedActor, *, member: bool = False) -> None:
         """The seal turn: a lifecycle item of the Actor's lane (after the running handler
-        and before its queued work); raises _Abort when the Actor cannot be sealed."""
+        and before its queued work; a SpotWide member's under its Spot's gate); raises
+        _Abort when the Actor cannot be sealed."""
         sealed = trio.Event()
         live = [True]  # a seal item that runs after this relocation gave up does nothing
         mine: list[bool] = []  # this relocation's seal item sealed the Actor
@@ -286,7 +365,7 @@ class ActorRelocator:
                 live[0]
                 and actor.state is READY
                 and actor.join is None
-                and actor.context.spot is None
+                and (actor.context.spot is not None) is member
             ):
                 self._host.seal_relocation(actor)
                 mine.append(True)

@@ -30,6 +30,7 @@ import attrs
 import trio
 
 from ..config import ServerConfig
+from ..engine.gate import Gate
 from ..errors import (
     ApplicationError,
     DeadlineExceeded,
@@ -79,15 +80,19 @@ class _Attempt:
     __slots__ = (
         "actor_type",
         "answer",
+        "bound",
         "cancel",
         "cutover",
         "envelope",
+        "group",
+        "group_committed",
         "held",
         "hosted",
         "mesh",
         "record",
         "restored",
         "restored_by",
+        "settled",
         "spot",
         "unit",
     )
@@ -111,6 +116,13 @@ class _Attempt:
         self.cutover = trio.Event()
         self.cancel = trio.CancelScope()
         self.held = HeldJoin(record.relocation_id, (record.source_rid, record.source_generation))
+        self.group: OperationId | None = None
+        """A SpotWide Spot's member: the RelocationId of its Spot's move, which commits it
+        (never alone) and settles it."""
+        self.group_committed = False
+        self.bound = trio.Event()
+        """Its Spot's Restore accepted it: from here only its Spot's attempt ends it."""
+        self.settled = trio.Event()
 
 
 @final
@@ -156,6 +168,16 @@ class RelocationTarget:
         self.committed = 0
         self.discarded = 0
         self.cutover_timeouts = 0
+        self.spot_wide_staging: Callable[[SpotId, object], OperationId | None] | None = None
+        """The Spot target's lookup of a SpotWide Spot moving here (None: no Spots)."""
+
+    @property
+    def attempts(self) -> Mapping[OperationId, _Attempt]:
+        return self._attempts
+
+    @property
+    def store(self) -> LocationStore:
+        return self._store
 
     def has_attempt(self, relocation_id: OperationId) -> bool:
         """Whether a move of ``relocation_id`` to here is in progress."""
@@ -225,6 +247,12 @@ class RelocationTarget:
             target_generation=me.node_generation,
         )
         attempt = _Attempt(record, unit, actor_type)
+        if row.membership is not None and self.spot_wide_staging is not None:
+            # A member of a SpotWide Spot that stages here from the same source: it moves
+            # with it, in its aggregate commit (spec 06 §6.1).
+            attempt.group = self.spot_wide_staging(
+                row.membership, (record.source_rid, record.source_generation)
+            )
         self._attempts[record.relocation_id] = attempt
         self._host.begin_staging(actor_id)  # the temporary queue, before anything looks
         self._journal.relocations[(actor_id, record.relocation_id)] = attempt.held
@@ -360,7 +388,12 @@ class RelocationTarget:
         if (
             attempt is not None
             and attempt.held.source == (peer.node_rid, peer.node_generation)
-            and (attempt.answer is None or attempt.answer.result is not RelayReadyResult.ACCEPTED)
+            and (
+                attempt.answer is None
+                or attempt.answer.result is not RelayReadyResult.ACCEPTED
+                # a member's acceptance is not the aggregate's: its Spot's is
+                or (attempt.group is not None and not attempt.group_committed)
+            )
         ):
             attempt.cancel.cancel(reason="the source aborted the relocation")
 
@@ -373,6 +406,15 @@ class RelocationTarget:
                 await attempt.restored.wait()
                 answer = attempt.answer
                 if answer is None or answer.result is not RelayReadyResult.ACCEPTED:
+                    return
+                if attempt.group is not None:
+                    # Committed (or discarded) by its Spot's attempt, never alone; once
+                    # bound to it, not ended by its own timeout either (the Spot's
+                    # attempt, bounded by its own, settles it either way).
+                    await attempt.bound.wait()
+                    with trio.CancelScope(shield=True):
+                        await attempt.settled.wait()
+                    committed = attempt.group_committed
                     return
                 with trio.move_on_after(self._config.cutover_fallback) as fallback:
                     await attempt.cutover.wait()
@@ -431,8 +473,22 @@ class RelocationTarget:
             if not isinstance(result, Applied):
                 logger.warning("relocation of %r: the owner CAS lost", unit.actor_id)
                 return False
+        await self.publish(attempt)
+        return True
+
+    async def publish(
+        self, attempt: _Attempt, *, gate: Gate | None = None, spot: object = None
+    ) -> None:
+        """After the owner CAS (or a SpotWide Spot's aggregate commit): the merge and the
+        route switch (the lane under ``gate``, the Context given the SpotWide ``spot``'s
+        object), timers resumed, participants committed (the session 44s), 125."""
+        unit = attempt.unit
+        hosted = attempt.hosted
+        assert hosted is not None
         self._authority.forget(unit.actor_id)
         self._follow.forget(unit.actor_id)
+        if spot is not None and attempt.spot is not None:
+            hosted.context._move_to(attempt.spot, spot)
         envelope = attempt.envelope
         held = attempt.held
         held.released = True
@@ -440,7 +496,7 @@ class RelocationTarget:
         if envelope is not None:
             merged.extend(envelope.lane_ticks)
         merged.extend(held.items[i] for i in sorted(held.items))
-        self._host.publish_relocated(hosted, merged)  # merge + route switch, one step
+        self._host.publish_relocated(hosted, merged, gate=gate)  # merge + route switch
         self._host.end_staging(unit.actor_id)
         if hosted.timers is not None:
             hosted.timers.resume()
@@ -458,7 +514,6 @@ class RelocationTarget:
             await self._node.send(PeerAddress(unit.mesh_name, unit.source_rid), notice)
         except (PeerNotAdmitted, DeadlineExceeded, ZLinkError) as exc:
             logger.info("commit notice of %r not sent: %r", unit.actor_id, exc)
-        return True
 
     async def _discard(self, attempt: _Attempt) -> None:
         unit = attempt.unit

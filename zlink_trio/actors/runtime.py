@@ -90,6 +90,7 @@ from .relocating import ActorRelocator
 from .relocation_target import RelocationTarget
 from .results import ActorCreateResult
 from .session_moves import SessionMoves
+from .spot_wide_target import SpotWideMembersTarget
 from .stats import ActorRuntimeStatistics, ActorTypeStatistics, DispatchStats
 
 if TYPE_CHECKING:
@@ -316,7 +317,12 @@ class ActorRuntime:
         # 120-125 are shared with the Spot runtime's moves (one inbox registers them).
         side = _ActorRelocations(self.relocator, self.relocation_target)
         if self._spot_runtime is not None:
-            self._spot_runtime.relocations.actors = side
+            spots = self._spot_runtime
+            spots.relocations.actors = side
+            # A SpotWide Spot's members move with it (spec 06 §6.1).
+            spots.relocator.members = self.relocator
+            spots.relocation_target.members = SpotWideMembersTarget(self.relocation_target)
+            self.relocation_target.spot_wide_staging = spots.relocation_target.spot_wide_staging
         else:
             inbox = RelocationInbox()
             inbox.actors = side

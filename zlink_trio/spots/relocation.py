@@ -47,6 +47,7 @@ from ..errors import (
     error_from_kind,
 )
 from ..ids import (
+    ActorId,
     AuthorityOwnerGeneration,
     MeshName,
     NodeGeneration,
@@ -91,6 +92,7 @@ from .host import SpotHost
 from .hosted import SPOT_READY, HostedSpot, SpotItem
 from .kind import spot_key
 from .spot_kind import SpotKind
+from .wide_move import WIDE_PARTICIPANT, SpotWideMemberMoves, SpotWideMembers
 
 __all__ = ["MEMBERS_PARTICIPANT", "SpotRelocationResult", "SpotRelocator"]
 
@@ -116,7 +118,10 @@ class SpotRelocationResult:
     """Messages relayed to the target (saved work and held ingress)."""
     committed: bool
     """The target reported its commit (125) within ``relocation_timeout``; False: it did
-    not (it may still have committed, or died: the Store row tells)."""
+    not (it may still have committed, or died: the Store row tells). For a SpotWide
+    Spot with members: the Spot's and every member's."""
+    members: tuple[ActorId, ...] = ()
+    """The member Actors that moved with a SpotWide Spot (the same aggregate commit)."""
 
 
 @attrs.frozen(slots=True)
@@ -167,6 +172,8 @@ class SpotRelocator:
         self._commits: dict[OperationId, trio.Event] = {}
         self.moved_out = 0
         self.aborted = 0
+        self.members: SpotWideMembers | None = None
+        """The Actor runtime's side of a SpotWide Spot's move (None: refused)."""
 
     def awaits_commit(self, relocation_id: OperationId) -> bool:
         return relocation_id in self._commits
@@ -184,8 +191,8 @@ class SpotRelocator:
         Raises:
             NotFound: the Spot is not hosted (Ready) on this node.
             InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
-            NotConfigured: a SpotWide User Spot with members (they move with it in one
-                aggregate commit, not built yet).
+            NotConfigured: a SpotWide User Spot with members on a node without Actor
+                dispatch (its members move with it, in one aggregate commit).
             Unavailable: it is moving or closing already, or the target refused or could
                 not be reached before relay-ready (the Spot stays here, in order).
         """
@@ -202,10 +209,11 @@ class SpotRelocator:
         )
         if spot_id in self.in_flight or hosted.close_requested:
             raise Unavailable(f"spot {spot_id.value!r} is already moving or closing")
-        if hosted.spot_wide and hosted.has_members:
+        wide = hosted.spot_wide and hosted.has_members
+        if wide and self.members is None:
             raise NotConfigured(
-                f"spot {spot_id.value!r} is a SpotWide User Spot with members: it moves with "
-                "them in one aggregate commit, which is not built yet"
+                f"spot {spot_id.value!r} is a SpotWide User Spot with members: they move with "
+                "it in one aggregate commit, and this node runs no Actor dispatch"
             )
         mesh = hosted.context.mesh_name
         generation, lease = await self._target_generation(mesh, to)
@@ -226,13 +234,20 @@ class SpotRelocator:
             target_generation=generation,
             target_lease=lease,
         )
+        plan: SpotWideMemberMoves | None = None
+        if wide:
+            assert self.members is not None
+            # Every member reserved before anything is sealed (a refusal leaves all here).
+            plan = self.members.plan(
+                sorted(hosted.members, key=lambda actor: actor.value), to, generation, lease
+            )
         self.in_flight[spot_id] = move.relocation_id
         self._commits[move.relocation_id] = trio.Event()
         try:
             result: list[SpotRelocationResult] = []
             try:
                 async with trio.open_nursery() as nursery:  # this relocation's own nursery
-                    result.append(await self._run(hosted, move, row, nursery, draining))
+                    result.append(await self._run(hosted, move, row, nursery, draining, plan))
             except BaseExceptionGroup as group:
                 raise_single_error(group)
             return result[0]
@@ -243,9 +258,10 @@ class SpotRelocator:
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Spot hosted
         here whose type may relocate moves to a live peer of its mesh that registers its
-        type (spread round-robin, 16 at a time); what cannot move (DisableRelocation, no
-        such peer, a SpotWide Spot with members, a failed move) stays for the release
-        step. Returns the number moved."""
+        type (spread round-robin, 16 at a time) — a SpotWide User Spot with its members
+        (a peer that lacks a member's type refuses the move); what cannot move
+        (DisableRelocation, no such peer, a failed move) stays for the release step.
+        Returns the number moved."""
         me = self._node.identity.node_rid
         plans: list[tuple[SpotId, NodeRid]] = []
         peers: dict[tuple[MeshName, object], list[NodeRid]] = {}
@@ -255,7 +271,7 @@ class SpotRelocator:
             if (
                 hosted.state is not SPOT_READY
                 or isinstance(spot_type.relocation, DisableRelocation)
-                or (hosted.spot_wide and hosted.has_members)
+                or (hosted.spot_wide and hosted.has_members and self.members is None)
             ):
                 continue
             mesh = hosted.context.mesh_name
@@ -318,7 +334,10 @@ class SpotRelocator:
         row: AuthorityRow,
         nursery: trio.Nursery,
         draining: bool,
+        plan: SpotWideMemberMoves | None = None,
     ) -> SpotRelocationResult:
+        """The move; with ``plan`` (a SpotWide Spot with members): the Spot's 120, then
+        every member to relay-ready, then the Spot's 121 (the aggregate's relay-ready)."""
         peer = PeerAddress(move.mesh_name, move.target_rid)
         timeout = self._config.relocation_timeout
         deadline = trio.current_time() + timeout
@@ -329,29 +348,61 @@ class SpotRelocator:
             with trio.move_on_at(deadline) as scope:
                 saved = await self._seal(hosted, move)
                 marked.append(await self._mark(move, row))
-                envelope = await self._capture(hosted, saved)
+                envelope = await self._capture(hosted, saved, plan)
                 ref = await self._store.put_root(envelope.encode(), retain_for=timeout * 2)
                 await self._prepare(peer, hosted, move, deadline)
+                if plan is not None:
+                    try:
+                        await plan.reach_relay_ready(deadline)
+                    except ZLinkError as exc:
+                        raise _Abort(exc) from None
                 accepted = await self._restore(peer, move, ref.sha256, ref.size, deadline)
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, move, saved, marked, abort.error)
+            await self._abort(hosted, move, saved, marked, abort.error, plan)
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
                 raise
-            await self._abort(hosted, move, saved, marked, exc)
+            await self._abort(hosted, move, saved, marked, exc, plan)
             raise
         except BaseException:
             if not accepted:
                 with trio.CancelScope(shield=True):
                     await self._abort(
-                        hosted, move, saved, marked, Unavailable("the relocation was cancelled")
+                        hosted,
+                        move,
+                        saved,
+                        marked,
+                        Unavailable("the relocation was cancelled"),
+                        plan,
                     )
             raise
         assert saved is not None
-        return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
+        if plan is None:
+            return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
+        # Never back: the Spot's and every member's relay and cutover, side by side (the
+        # target commits them together once all cutovers arrived).
+        members_committed: list[bool] = []
+        done = trio.Event()
+
+        async def members() -> None:
+            with trio.CancelScope(shield=True):
+                try:
+                    members_committed.append(await plan.complete(draining=draining))
+                finally:
+                    done.set()
+
+        nursery.start_soon(members)
+        result = await self._after_accepted(hosted, move, peer, saved, nursery, draining)
+        with trio.CancelScope(shield=True):
+            await done.wait()  # (the members' task ends within relocation_timeout)
+        return attrs.evolve(
+            result,
+            committed=result.committed and all(members_committed),
+            members=tuple(actor for actor, _ in plan.units),
+        )
 
     async def _seal(self, hosted: HostedSpot, move: _Move) -> list[SpotItem]:
         """The seal turn (a lifecycle turn of the Spot's lane); the saved work."""
@@ -396,13 +447,18 @@ class SpotRelocator:
             raise _Abort(Unavailable("the Spot's authority changed before its move"))
         return result.row
 
-    async def _capture(self, hosted: HostedSpot, saved: list[SpotItem]) -> RelocationEnvelope:
+    async def _capture(
+        self, hosted: HostedSpot, saved: list[SpotItem], plan: SpotWideMemberMoves | None
+    ) -> RelocationEnvelope:
         timers = None if hosted.timers is None else hosted.timers.capture()
         ticks = tuple(item for item in saved if type(item) is TimerTick)
         participants: tuple[tuple[str, bytes], ...] = ()
         if hosted.has_members:
             members = sorted(member.value for member in hosted.members)
             participants = ((MEMBERS_PARTICIPANT, encode_value(members)),)
+        if plan is not None:
+            units = [[actor.value, relocation.to_bytes()] for actor, relocation in plan.units]
+            participants = (*participants, (WIDE_PARTICIPANT, encode_value(units)))
         state: bytes | None = None
         policy = hosted.spot_type.relocation
         if isinstance(policy, PreserveStateWith):
@@ -501,10 +557,12 @@ class SpotRelocator:
         saved: list[SpotItem] | None,
         marked: list[AuthorityRow],
         error: ZLinkError,
+        plan: SpotWideMemberMoves | None = None,
     ) -> None:
         """Before relay-ready acceptance: the source stays owner. The durable abort (the
         mark cleared) and the source-queue restore (saved work, then the held ingress, in
-        arrival order) come first, then the target is told one-way (124)."""
+        arrival order) come first, then the target is told one-way (124); then the
+        members (a SpotWide Spot's) reopen the same way."""
         self.aborted += 1
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
         if marked:
@@ -526,6 +584,8 @@ class SpotRelocator:
                 RelocationAbort(relocation_id=move.relocation_id, reason=error.kind),
                 wait=False,
             )
+        if plan is not None:
+            await plan.abort(error)
 
     async def _after_accepted(
         self,

@@ -64,12 +64,14 @@ from ..wire.relocation import (
     RelocationRestore,
 )
 from .dispatch import fail_messages
+from .execution import SpotWide
 from .host import SpotHost
 from .hosted import HostedSpot
 from .kind import spot_key
 from .registry import SpotTypes
 from .relocation import MEMBERS_PARTICIPANT
 from .spot_kind import SpotKind
+from .wide_move import WIDE_PARTICIPANT, SpotWideMembersTarget
 
 __all__ = ["SpotRelocationTarget"]
 
@@ -89,6 +91,7 @@ class _Attempt:
         "restored",
         "source",
         "spot_id",
+        "wide",
     )
 
     def __init__(self, record: RelocationPrepare, peer: PeerIdentity) -> None:
@@ -102,6 +105,8 @@ class _Attempt:
         self.restored = trio.Event()
         self.cutover = trio.Event()
         self.cancel = trio.CancelScope()
+        self.wide: tuple[OperationId, ...] = ()
+        """A SpotWide Spot's member RelocationIds (committed with it), from its envelope."""
 
 
 @final
@@ -137,6 +142,21 @@ class SpotRelocationTarget:
         self.committed = 0
         self.discarded = 0
         self.cutover_timeouts = 0
+        self.members: SpotWideMembersTarget | None = None
+        """The Actor runtime's side of a SpotWide Spot's move (None: refused)."""
+
+    def spot_wide_staging(self, spot_id: SpotId, source: object) -> OperationId | None:
+        """The RelocationId of the move of the SpotWide User Spot ``spot_id`` from
+        ``source`` (rid, generation) staging here, or None: a member of it that is
+        prepared here moves with it (spec 06 §6.1)."""
+        for relocation_id, attempt in self._attempts.items():
+            if (
+                attempt.spot_id == spot_id
+                and attempt.source == source
+                and isinstance(self._types[attempt.record.stable_type].execution, SpotWide)
+            ):
+                return relocation_id
+        return None
 
     def has_attempt(self, relocation_id: OperationId) -> bool:
         return relocation_id in self._attempts
@@ -317,6 +337,17 @@ class SpotRelocationTarget:
             if name == MEMBERS_PARTICIPANT and hosted.kind is SpotKind.USER:
                 for member in _members(blob):
                     hosted.add_member(member)
+            elif name == WIDE_PARTICIPANT:
+                attempt.wide = _wide(blob)
+                if not attempt.wide:
+                    return InvalidOperation("the SpotWide move names no valid member moves")
+        if attempt.wide:
+            # The aggregate's relay-ready: every member is restored here, with the Spot.
+            if self.members is None:
+                return InvalidOperation("this node runs no Actor dispatch for the members")
+            why = self.members.accepted(attempt.wide, attempt.source)
+            if why is not None:
+                return Unavailable(f"the SpotWide move's members are not ready: {why}")
         return None
 
     # --- 123 / 124 ---------------------------------------------------------------------------
@@ -345,6 +376,8 @@ class SpotRelocationTarget:
                     return
                 with trio.move_on_after(self._config.cutover_fallback) as fallback:
                     await attempt.cutover.wait()
+                    if attempt.wide and self.members is not None:
+                        await self.members.cutovers(attempt.wide)
                 if fallback.cancelled_caught:
                     self.cutover_timeouts += 1
                     logger.warning(
@@ -355,6 +388,8 @@ class SpotRelocationTarget:
                 committed = await self._commit(attempt)
         finally:
             if not committed:
+                if attempt.wide and self.members is not None:
+                    self.members.discard(attempt.wide)
                 with trio.CancelScope(shield=True):
                     await self._discard(attempt)
             self._attempts.pop(attempt.record.relocation_id, None)
@@ -382,9 +417,22 @@ class SpotRelocationTarget:
                     attempt.spot_id.value,
                 )
                 return False
-            result = await self._store.change_owner(
-                key, row.store_version, self._node.owner_fence(attempt.mesh)
-            )
+            fence = self._node.owner_fence(attempt.mesh)
+            if attempt.wide:
+                # ONE aggregate commit: the Spot row and every member row (spec 06 §6.1).
+                assert self.members is not None
+                rows = await self.members.rows(attempt.wide)
+                if rows is None:
+                    logger.warning(
+                        "relocation of spot %r: a member's source fence no longer holds",
+                        attempt.spot_id.value,
+                    )
+                    return False
+                result: object = await self._store.change_owners(
+                    [(key, row.store_version), *rows], fence
+                )
+            else:
+                result = await self._store.change_owner(key, row.store_version, fence)
         except StoreOutcomeUnknown:
             current = await self._store.read(key)
             if (
@@ -410,6 +458,10 @@ class SpotRelocationTarget:
         self._host.end_staging(hosted)
         self._host.end_staging_of(attempt.spot_id)
         self.committed += 1
+        if attempt.wide and self.members is not None:
+            # The members: published under the Spot's new gate (merge, route switch,
+            # timers, session 44s, 125 each), after the Spot's own publish.
+            await self.members.committed(attempt.wide, hosted)
         notice = RelocationCommitted(
             relocation_id=prepare.relocation_id, authority_owner_generation=target_generation
         )
@@ -439,3 +491,12 @@ def _members(blob: bytes) -> list[ActorId]:
     except (ZLinkError, TypeError, ValueError):
         logger.warning("a relocated Spot's member list is malformed: ignored")
         return []
+
+
+def _wide(blob: bytes) -> tuple[OperationId, ...]:
+    try:
+        values = decode_value(blob)
+        return tuple(OperationId.from_bytes(raw) for _, raw in values)
+    except (ZLinkError, TypeError, ValueError):
+        logger.warning("a relocated SpotWide Spot's member moves are malformed")
+        return ()
