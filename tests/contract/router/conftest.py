@@ -274,13 +274,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": "waits 31 s of (virtual) time",
     },
     "test_r10_router_holder_loss": {
-        "test_a_crashed_router_keeps_its_lease_and_answers_nothing_more": "waits 40 s of (virtual) time",
-        "test_r10_123_three_sweepers_one_winner_one_frame_one_announcement": "waits 170 s of (virtual) time",
-        "test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer": "waits 60 s of (virtual) time",
-        "test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers": "waits 1860 s of (virtual) time",
-        "test_r10_64_holder_loss_is_turn_scoped": "waits 62 s of (virtual) time",
-        "test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail": "waits 202 s of (virtual) time",
-        "test_r10_66_detection_is_never_before_the_secondary_ttl": "waits 45 s of (virtual) time",
         "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": "waits 2160 s of (virtual) time",
     },
     "test_r10_router_keyed": {
@@ -292,17 +285,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": "waits 201 s of (virtual) time",
         "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": "waits 103 s of (virtual) time",
         "test_r10_179_the_yield_shim_and_the_polling_period": "waits 71 s of (virtual) time",
-    },
-    "test_r10_router_lease": {
-        "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": "waits 20 s of (virtual) time",
-        "test_r10_126_a_now_message_is_injected_into_the_running_turn": "waits 11 s of (virtual) time",
-        "test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op": "waits 10 s of (virtual) time",
-        "test_r10_54_renewals_every_ten_seconds_during_a_long_turn": "waits 95 s of (virtual) time",
-        "test_r10_77_a_lost_lease_interrupts_the_turn_once": "waits 60 s of (virtual) time",
-        "test_r10_82_a_doorbell_starts_at_most_one_drain": "waits 15 s of (virtual) time",
-        "test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding": "waits 23 s of (virtual) time",
-        "test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease": "waits 43 s of (virtual) time",
-        "test_r10_92_losing_the_gate_never_touches_the_lease": "waits 15 s of (virtual) time",
     },
     "test_r10_router_lifecycle": {
         "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
@@ -437,6 +419,49 @@ PG_ROUTER_CONFIG = SessionRouterConfig(
 )
 
 
+ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
+    "test_r10_router_lease": {
+        "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": 5,
+        "test_r10_126_a_now_message_is_injected_into_the_running_turn": 3,
+        "test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op": 3,
+        "test_r10_54_renewals_every_ten_seconds_during_a_long_turn": 20,
+        "test_r10_77_a_lost_lease_interrupts_the_turn_once": 15,
+        "test_r10_82_a_doorbell_starts_at_most_one_drain": 4,
+        "test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding": 6,
+        "test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease": 11,
+        "test_r10_92_losing_the_gate_never_touches_the_lease": 4,
+    },
+    "test_r10_router_holder_loss": {
+        "test_r10_64_holder_loss_is_turn_scoped": 15,
+        "test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail": 40,
+        "test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers": 15,
+        "test_r10_123_three_sweepers_one_winner_one_frame_one_announcement": 25,
+        "test_r10_66_detection_is_never_before_the_secondary_ttl": 12,
+        "test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer": 15,
+        "test_a_crashed_router_keeps_its_lease_and_answers_nothing_more": 10,
+    },
+}
+"""The router-level cases that run on PostgreSQL's real clock with their time SCALED: each
+maps to its divisor ``k``. Its PostgreSQL run (``scale`` fixture ``1/k``) builds every
+router config from the §11.2 defaults (or the case's own fields) with every duration of
+:data:`router_app.SCALED_FIELDS` divided by ``k`` (:meth:`router_app.Shared.router_config`;
+the cluster default is the scaled defaults, and the idempotency store's TTLs are the
+scaled defaults too), every turn lasts ``World.duration / k``, ``advance(s)`` waits
+``s / k``, every other wait of the test goes through ``shared.s(...)``, and an instant
+is checked with :func:`router_app.on_time` (``shared.s(expected)``, at most
+:data:`SCALED_SLACK` later). The memory run keeps its numbers: with scale 1 every one of
+those helpers returns its argument unchanged. ``k`` is chosen so the case waits about 4 s
+or less on the real clock."""
+
+SCALED_SLACK = 0.5
+"""How late (real seconds) an instant of a scaled case may be on PostgreSQL."""
+
+
+def _scale_of(module: str, function: str) -> float:
+    divisor = ROUTER_PG_SCALED.get(module, {}).get(function)
+    return 1.0 if divisor is None else 1.0 / divisor
+
+
 def _module(node: Any) -> str:
     name: str = node.module.__name__
     return name.rsplit(".", 1)[-1]
@@ -447,7 +472,9 @@ def _router_pg_case(module: str, function: str) -> bool:
         return False
     if os.environ.get("ZLINK_ROUTER_PG_ALL"):
         return True  # experiment only (the fixtures of a case PG_ALL enabled)
-    return function in ROUTER_PG_CASES.get(module, frozenset())
+    return function in ROUTER_PG_CASES.get(module, frozenset()) or (
+        function in ROUTER_PG_SCALED.get(module, {})
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -475,6 +502,15 @@ def backend(request: pytest.FixtureRequest) -> str:
     instant). On PostgreSQL each test has a schema of its own."""
     name: str = request.param
     return name
+
+
+@pytest.fixture
+def scale(backend: str, request: pytest.FixtureRequest) -> float:
+    """The case's time scale: ``1/k`` on PostgreSQL for a case of :data:`ROUTER_PG_SCALED`,
+    else 1 (every memory run)."""
+    if backend != "postgres":
+        return 1.0
+    return _scale_of(_module(request), request.function.__name__)
 
 
 @pytest.fixture
@@ -519,14 +555,16 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
 
 
 @pytest.fixture
-def advance(backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
+def advance(
+    backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any, scale: float
+) -> Advance:
     async def advance(seconds: float) -> None:
         """Move time forward, then let every task woken by it run until all block (and,
         on PostgreSQL, no statement is in flight): memory jumps the MockClock;
         ``postgres-frozen`` steps the database's clock and the MockClock together;
-        ``postgres`` waits that long on the real clock."""
+        ``postgres`` waits that long on the real clock (times the case's ``scale``)."""
         if backend == "postgres":
-            await trio.sleep(seconds)
+            await trio.sleep(seconds if scale == 1.0 else seconds * scale)
             await settle_all()
             return
         if pg_db is not None:
@@ -651,17 +689,21 @@ def pg_cluster(backend: str, request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+async def pg_router_spis(request: pytest.FixtureRequest, scale: float) -> AsyncIterator[Any]:
     """The PostgreSQL backends of one cluster on a schema of the test's own, on the
-    database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG`."""
-    from router_app import Shared
+    database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG` (a scaled case:
+    the §11.2 defaults on its time scale, :data:`ROUTER_PG_SCALED`)."""
+    from router_app import Shared, scaled_config
 
     from zlink_trio.router_pg import open_postgres_spis
     from zlink_trio.store.postgres import drop_schema
 
     dsn: str = request.getfixturevalue("pg_dsn")
     schema = f"zlink_router_{uuid.uuid4().hex[:16]}"
-    config = PG_ROUTER_CONFIG
+    if scale == 1.0:
+        config, slack = PG_ROUTER_CONFIG, None
+    else:
+        config, slack = scaled_config(SessionRouterConfig(), scale), SCALED_SLACK
     try:
         async with open_postgres_spis(dsn, schema=schema) as spis:
             yield Shared(
@@ -677,6 +719,7 @@ async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
                     )
                 ),
                 config,
+                **({} if slack is None else {"scale": scale, "slack": slack}),
             )
     finally:
         with trio.CancelScope(shield=True):
@@ -684,10 +727,10 @@ async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def world() -> Any:
+def world(scale: float) -> Any:
     from router_app import World
 
-    return World()
+    return World(scale=scale)
 
 
 @pytest.fixture
