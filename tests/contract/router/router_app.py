@@ -279,6 +279,14 @@ def on_time(shared: Shared, elapsed: float, expected: float) -> bool:
     return target - 0.01 <= elapsed <= target + shared.slack
 
 
+def all_on_time(shared: Shared, readings: list[float], expected: list[float]) -> bool:
+    """``readings == expected`` in memory; on PostgreSQL as many readings, each
+    :func:`on_time`."""
+    return len(readings) == len(expected) and all(
+        on_time(shared, r, e) for r, e in zip(readings, expected, strict=True)
+    )
+
+
 def near(shared: Shared, value: float, expected: float) -> bool:
     """``value == expected`` in memory; on PostgreSQL ``|value - shared.s(expected)|`` within
     ``shared.slack`` (a time the database recorded, translated to Trio's clock by an offset
