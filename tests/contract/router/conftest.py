@@ -242,8 +242,10 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_47_a_slow_publish_never_delays_the_turn": "waits 32 s of (virtual) time",
     },
     "test_r10_interrupts": {
-        "test_r10_108_interrupt_races_settle_safely": "waits 20 s of (virtual) time",
-        "test_r10_130_a_forwarded_result_carries_no_artifacts": "waits 10 s of (virtual) time",
+        "test_r10_108_interrupt_races_settle_safely": (
+            "waits 20 s of (virtual) time; scaled (÷5) it failed 1 of 3 PostgreSQL runs"
+            " under -n 2 load (then passed 3 of 3 alone); not investigated"
+        ),
     },
     "test_r10_metrics_hooks": {
         "test_r10_161_evictions_by_lru_and_by_idle": (
@@ -264,12 +266,10 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_54_idle_time_counts_from_the_last_activity": "waits 1201 s of (virtual) time",
     },
     "test_r10_router_do_not": {
-        "test_r10_168_no_end_path_closes_the_agent_runtime": "waits 45 s of (virtual) time",
         "test_r10_170_only_delete_session_removes_history": "waits 65 s of (virtual) time",
     },
     "test_r10_router_failures": {
         "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": "waits 40 s of (virtual) time",
-        "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": "waits 31 s of (virtual) time",
     },
     "test_r10_router_holder_loss": {
         "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": "waits 2160 s of (virtual) time",
@@ -279,15 +279,11 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_87_a_remote_attacher_gets_a_local_turn_s_result_on_the_rail": "asserts no polling find during a 5 s turn; PG_ROUTER_CONFIG polls every 3 s",
     },
     "test_r10_router_known_gaps": {
-        "test_r10_175_a_late_subscriber_sees_only_later_frames": "waits 10 s of (virtual) time",
         "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": "waits 201 s of (virtual) time",
-        "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": "waits 103 s of (virtual) time",
-        "test_r10_179_the_yield_shim_and_the_polling_period": "waits 71 s of (virtual) time",
     },
     "test_r10_router_lifecycle": {
         "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
         "test_r10_11_evict_removes_the_status_projection": "waits 10 s of (virtual) time",
-        "test_r10_16_status_is_published_every_heartbeat": "waits 45 s of (virtual) time",
         "test_r10_30_status_is_a_best_effort_observation": "waits 60 s of (virtual) time",
     },
     "test_r10_router_orphans": {
@@ -302,23 +298,14 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_concurrent_submits_from_every_router_serialize": "waits 84 s of (virtual) time",
         "test_r10_06_the_same_scenario_answers_alike_from_any_router": "waits 40 s of (virtual) time",
     },
-    "test_r10_router_submit": {
-        "test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl": "waits 300 s of (virtual) time",
-        "test_r10_119_a_stale_reservation_is_reset_and_the_retry_runs": "waits 32 s of (virtual) time",
-        "test_r10_86_mark_done_comes_before_the_turn_result_broadcast": "waits 18 s of (virtual) time",
-        "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": "waits 24 s of (virtual) time",
-    },
     "test_r10_router_sweeps": {
+        "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": (
+            "relies on a tie (untouched since 0 s, swept at exactly 30 s = the secondary TTL:"
+            " not yet stale); scaled on the real clock the age is a little over the TTL at"
+            " that sweep, so it is reset 15 s early (the frozen-clock SPI runs check the tie)"
+        ),
         "test_r10_148_the_1001st_open_evicts_the_least_recent_handle": "1001 opens: minutes of statements on PostgreSQL, over the time budget",
-        "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": "waits 65 s of (virtual) time",
         "test_r10_23_three_schedules_and_none_delays_a_renewal": "waits 130 s of (virtual) time",
-        "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": "waits 10 s of (virtual) time",
-    },
-    "test_r10_router_takeover": {
-        "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": "waits 1740 s of (virtual) time",
-        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": "waits 101 s of (virtual) time",
-        "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": "waits 140 s of (virtual) time",
-        "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": "waits 110 s of (virtual) time",
     },
     "test_r10_router_turns": {
         "test_r10_84_the_next_holder_collects_orphans_before_its_turn": (
@@ -331,8 +318,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     "test_r10_router_upkeep": {
         "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": "waits 660 s of (virtual) time",
         "test_r10_12_after_a_hand_off_the_inbox_is_rung_for_at_once": "asserts no re-ring within 5 s; PG_ROUTER_CONFIG polls (and re-rings) every 3 s",
-        "test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll": "waits 58 s of (virtual) time",
-        "test_r10_96_a_finished_turn_s_key_is_never_touched_again": "waits 77 s of (virtual) time",
     },
     "test_r10_session_cache": {
         "test_r10_32_a_pinned_entry_is_not_idle_evicted": "waits 701 s of (virtual) time",
@@ -350,8 +335,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": "waits 25.6 s of (virtual) time",
     },
     "test_review_issue16": {
-        "test_a_force_released_turn_cannot_write_under_the_node_s_next_lease": "waits 20 s of (virtual) time",
-        "test_a_keyed_submit_whose_hand_over_fails_frees_its_key": "waits 31 s of (virtual) time",
         "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": "waits 65 s of (virtual) time",
     },
     "test_router_bounded_exit": {
@@ -454,6 +437,49 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_13_one_doorbell_per_forwarded_delivery": 5,
         "test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects": 4,
         "test_r10_41_duplicated_and_reordered_signals_change_nothing": 4,
+    },
+    "test_r10_router_submit": {
+        "test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl": 75,
+        "test_r10_119_a_stale_reservation_is_reset_and_the_retry_runs": 8,
+        "test_r10_86_mark_done_comes_before_the_turn_result_broadcast": 5,
+        "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": 6,
+    },
+    "test_r10_router_lifecycle": {
+        "test_r10_16_status_is_published_every_heartbeat": 10,
+    },
+    "test_r10_interrupts": {
+        "test_r10_130_a_forwarded_result_carries_no_artifacts": 3,
+    },
+    "test_r10_router_takeover": {
+        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": (
+            "waits 101 s of (virtual) time; scaled (÷25) it failed 1 of 3 PostgreSQL runs"
+            " under -n 2 load; not investigated"
+        ),
+        "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": 30,
+        "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": 30,
+        "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": 15,
+    },
+    "test_r10_router_known_gaps": {
+        "test_r10_175_a_late_subscriber_sees_only_later_frames": 3,
+        "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": 25,
+        "test_r10_179_the_yield_shim_and_the_polling_period": 15,
+    },
+    "test_r10_router_upkeep": {
+        "test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll": 15,
+        "test_r10_96_a_finished_turn_s_key_is_never_touched_again": 15,
+    },
+    "test_review_issue16": {
+        "test_a_force_released_turn_cannot_write_under_the_node_s_next_lease": 5,
+        "test_a_keyed_submit_whose_hand_over_fails_frees_its_key": 8,
+    },
+    "test_r10_router_sweeps": {
+        "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": 3,
+    },
+    "test_r10_router_do_not": {
+        "test_r10_168_no_end_path_closes_the_agent_runtime": 10,
+    },
+    "test_r10_router_failures": {
+        "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": 8,
     },
 }
 """The router-level cases that run on PostgreSQL's real clock with their time SCALED: each
