@@ -239,7 +239,11 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     },
     "test_r10_event_relay": {
         "test_r10_42_a_restarted_holder_s_status_is_accepted": "waits 200 s of (virtual) time",
-        "test_r10_47_a_slow_publish_never_delays_the_turn": "waits 32 s of (virtual) time",
+        "test_r10_47_a_slow_publish_never_delays_the_turn": (
+            "waits 32 s of (virtual) time; scaled (÷8), its instant (the turn ends at 2 s)"
+            " includes the whole submit's statements and missed the 0.5 s slack in 3 of 3"
+            " PostgreSQL runs"
+        ),
     },
     "test_r10_interrupts": {
         "test_r10_108_interrupt_races_settle_safely": (
@@ -294,10 +298,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     "test_r10_router_renewal": {
         "test_r10_97_every_touch_carries_one_reservation_s_own_pair": "waits 80 s of (virtual) time",
     },
-    "test_r10_router_serialization": {
-        "test_concurrent_submits_from_every_router_serialize": "waits 84 s of (virtual) time",
-        "test_r10_06_the_same_scenario_answers_alike_from_any_router": "waits 40 s of (virtual) time",
-    },
     "test_r10_router_sweeps": {
         "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": (
             "relies on a tie (untouched since 0 s, swept at exactly 30 s = the secondary TTL:"
@@ -332,7 +332,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     "test_review_issue15_round3": {
         "test_a_lease_lost_locally_is_released_in_the_store_at_once": "waits 91 s of (virtual) time",
         "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": "waits 96 s of (virtual) time",
-        "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": "waits 25.6 s of (virtual) time",
     },
     "test_review_issue16": {
         "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": "waits 65 s of (virtual) time",
@@ -480,6 +479,13 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
     },
     "test_r10_router_failures": {
         "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": 8,
+    },
+    "test_r10_router_serialization": {
+        "test_concurrent_submits_from_every_router_serialize": 20,
+        "test_r10_06_the_same_scenario_answers_alike_from_any_router": 10,
+    },
+    "test_review_issue15_round3": {
+        "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": 6,
     },
 }
 """The router-level cases that run on PostgreSQL's real clock with their time SCALED: each
