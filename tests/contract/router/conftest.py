@@ -270,33 +270,66 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_54_idle_time_counts_from_the_last_activity": "waits 1201 s of (virtual) time",
     },
     "test_r10_router_do_not": {
-        "test_r10_170_only_delete_session_removes_history": "waits 65 s of (virtual) time",
+        "test_r10_170_only_delete_session_removes_history": (
+            "waits 65 s of (virtual) time; checks the idle eviction 1 s after the 60 s"
+            " sweep: scaled to a few seconds, ~60 ms"
+        ),
     },
     "test_r10_router_failures": {
-        "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": "waits 40 s of (virtual) time",
+        "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": (
+            "waits 40 s of (virtual) time; checks 1 s before the 30 s poll tick: scaled to"
+            " a few seconds, ~0.1 s"
+        ),
     },
     "test_r10_router_holder_loss": {
-        "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": "waits 2160 s of (virtual) time",
+        "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": (
+            "waits 2160 s of (virtual) time: its retry runs a 1000 s turn beside 15 s"
+            " sweeps; scaled to a few seconds the sweep would be ~30 ms, under a statement's"
+            " latency"
+        ),
     },
     "test_r10_router_keyed": {
         "test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done": "waits 50 s of (virtual) time",
         "test_r10_87_a_remote_attacher_gets_a_local_turn_s_result_on_the_rail": "asserts no polling find during a 5 s turn; PG_ROUTER_CONFIG polls every 3 s",
     },
     "test_r10_router_known_gaps": {
-        "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": "waits 201 s of (virtual) time",
+        "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": (
+            "waits 201 s of (virtual) time; it checks 0.5 s after the first attempt ends at"
+            " 101 s: scaled to a few seconds, ~10 ms"
+        ),
     },
     "test_r10_router_lifecycle": {
         "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
-        "test_r10_11_evict_removes_the_status_projection": "waits 10 s of (virtual) time",
-        "test_r10_30_status_is_a_best_effort_observation": "waits 60 s of (virtual) time",
+        "test_r10_11_evict_removes_the_status_projection": (
+            "waits 10 s of (virtual) time and checks right at the first 10 s heartbeat,"
+            " which on the real clock (counted from the lease, after the submit's"
+            " statements) comes after the check"
+        ),
+        "test_r10_30_status_is_a_best_effort_observation": (
+            "waits 60 s of (virtual) time and checks right at the first 10 s heartbeat,"
+            " which on the real clock (counted from the lease, after the submit's"
+            " statements) comes after the check"
+        ),
     },
     "test_r10_router_orphans": {
-        "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": "waits 301 s of (virtual) time",
-        "test_r10_73_no_ring_for_an_empty_inbox_a_ring_when_it_cannot_be_read": "waits 300 s of (virtual) time",
-        "test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll": "waits 101 s of (virtual) time",
+        "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": (
+            "waits 301 s of (virtual) time: scaled to a few seconds the 30 s lease would be"
+            " 0.4 s and the 15 s poll 0.2 s"
+        ),
+        "test_r10_73_no_ring_for_an_empty_inbox_a_ring_when_it_cannot_be_read": (
+            "waits 300 s of (virtual) time: 14 re-rings on the relative 15 s poll schedule;"
+            " scaled to a few seconds each tick's statements add up past the slack"
+        ),
+        "test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll": (
+            "waits 101 s of (virtual) time: six refused acquires on the relative 15 s poll"
+            " schedule; scaled (0.6 s polls) each tick's statements add up past the slack"
+        ),
     },
     "test_r10_router_renewal": {
-        "test_r10_97_every_touch_carries_one_reservation_s_own_pair": "waits 80 s of (virtual) time",
+        "test_r10_97_every_touch_carries_one_reservation_s_own_pair": (
+            "waits 80 s of (virtual) time; its point is a renewal tick and a turn switch at"
+            " the same instant, which only an exact clock reproduces"
+        ),
     },
     "test_r10_router_sweeps": {
         "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": (
@@ -307,6 +340,12 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_148_the_1001st_open_evicts_the_least_recent_handle": "1001 opens: minutes of statements on PostgreSQL, over the time budget",
         "test_r10_23_three_schedules_and_none_delays_a_renewal": "waits 130 s of (virtual) time",
     },
+    "test_r10_router_takeover": {
+        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": (
+            "waits 101 s of (virtual) time; scaled (÷25) it failed 1 of 3 PostgreSQL runs"
+            " under -n 2 load; not investigated"
+        ),
+    },
     "test_r10_router_turns": {
         "test_r10_84_the_next_holder_collects_orphans_before_its_turn": (
             "flaky on PostgreSQL (1 of 3 runs): aclose() abandons a's pass inside its"
@@ -316,14 +355,28 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
     "test_r10_router_upkeep": {
-        "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": "waits 660 s of (virtual) time",
+        "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": (
+            "waits 660 s of (virtual) time; scaled to a few seconds the 30 s lease would be 0.18 s"
+        ),
         "test_r10_12_after_a_hand_off_the_inbox_is_rung_for_at_once": "asserts no re-ring within 5 s; PG_ROUTER_CONFIG polls (and re-rings) every 3 s",
     },
     "test_r10_session_cache": {
-        "test_r10_32_a_pinned_entry_is_not_idle_evicted": "waits 701 s of (virtual) time",
-        "test_r10_35_reading_and_updating_a_pinned_entry_keeps_its_protection": "waits 1561 s of (virtual) time",
-        "test_r10_38_the_cache_sweeper_closes_idle_handles_every_minute": "waits 661 s of (virtual) time",
-        "test_r10_59_idle_timeout_is_strict_silent_and_returns_the_lease_after_the_close": "waits 721 s of (virtual) time",
+        "test_r10_32_a_pinned_entry_is_not_idle_evicted": (
+            "waits 701 s of (virtual) time; checks 5 s after the 660 s sweep: scaled to a"
+            " few seconds, ~30 ms"
+        ),
+        "test_r10_35_reading_and_updating_a_pinned_entry_keeps_its_protection": (
+            "waits 1561 s of (virtual) time; checks 1 s after a sweep: scaled to a few"
+            " seconds, a few ms"
+        ),
+        "test_r10_38_the_cache_sweeper_closes_idle_handles_every_minute": (
+            "waits 661 s of (virtual) time; checks 1 s before and after the 660 s sweep:"
+            " scaled to a few seconds, ~6 ms"
+        ),
+        "test_r10_59_idle_timeout_is_strict_silent_and_returns_the_lease_after_the_close": (
+            "waits 721 s of (virtual) time; checks 1 s after the 660 s and 720 s sweeps:"
+            " scaled to a few seconds, ~6 ms"
+        ),
     },
     "test_r10_termination": {
         "test_r10_61_graceful_shutdown_runs_its_steps_in_order": "asserts each shutdown step at its exact virtual instant, under the default timeouts",
@@ -334,7 +387,10 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": "waits 96 s of (virtual) time",
     },
     "test_review_issue16": {
-        "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": "waits 65 s of (virtual) time",
+        "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": (
+            "waits 65 s of (virtual) time; submits inside the 2 s handle close of the 60 s"
+            " sweep: scaled to a few seconds, a 0.13 s window"
+        ),
     },
     "test_router_bounded_exit": {
         "test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease": "times the default 5 s handle_close_timeout (PG_ROUTER_CONFIG: 2 s)",
@@ -450,10 +506,6 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_130_a_forwarded_result_carries_no_artifacts": 3,
     },
     "test_r10_router_takeover": {
-        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": (
-            "waits 101 s of (virtual) time; scaled (÷25) it failed 1 of 3 PostgreSQL runs"
-            " under -n 2 load; not investigated"
-        ),
         "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": 30,
         "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": 30,
         "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": 15,
