@@ -18,8 +18,10 @@ PostgreSQL each test has a schema of its own (parallel workers never collide) an
 function itself asks for it, so a test that moves time takes ``autojump_clock``.
 
 The router-level cases of :data:`ROUTER_PG_CASES` also run on PostgreSQL (``shared``), on
-the real clock with the short TTLs of :data:`PG_ROUTER_CONFIG`; the others are listed in
-:data:`ROUTER_MEMORY_ONLY` with their reasons.
+the real clock with the short TTLs of :data:`PG_ROUTER_CONFIG`; those of
+:data:`ROUTER_PG_SCALED` run there on the real clock with ALL their time scaled down by a
+factor of their own (config, turn lengths, waits, instants: ``scale``); the others are
+listed in :data:`ROUTER_MEMORY_ONLY` with their reasons.
 """
 
 from __future__ import annotations
@@ -225,7 +227,8 @@ rate 1 that never jumps; the database's router clock is not frozen) with the sho
 LISTEN/NOTIFY barrier passed), which is exactly ``wait_all_tasks_blocked`` in memory.
 An instant a memory run checks exactly is checked on PostgreSQL with a bound
 (:func:`router_app.on_time`: no earlier, at most ``PG_SLACK`` later). Every other
-router-level case is in :data:`ROUTER_MEMORY_ONLY`, with its reason.
+router-level case is in :data:`ROUTER_PG_SCALED` (run on PostgreSQL with its time scaled)
+or in :data:`ROUTER_MEMORY_ONLY`, with its reason.
 
 ``ZLINK_ROUTER_PG_ALL=1`` runs every asynchronous router-level case on PostgreSQL as well
 (to re-derive these lists: a case that waits only a few seconds and passes there belongs
@@ -402,13 +405,15 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": "waits 51 s of (virtual) time",
     },
 }
-"""The router-level cases that stay in memory, each with its reason: most wait longer (in
-virtual time, measured on the memory run) than the PostgreSQL run's budget allows for the
-real clock (more than 8 s: default timings, sweeps, TTL expiries, idle eviction, long
-turns); a few check a default timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring
-that never happens under the defaults but does under its 3 s poll interval. The
-synchronous router-level tests (builder validation) make no backend call and stay in
-memory too."""
+"""The router-level cases that stay in memory, each with its reason. Of the 107 that wait
+more than 8 s of virtual time, 70 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
+is left here either was not examined (the reason is only "waits N s of (virtual) time"),
+or was and cannot be scaled faithfully (the reason says why: an interval that would fall
+under a statement's latency, an instant 1 s from a sweep tick, an exact tie only a frozen
+clock reproduces), or failed one of its three scaled PostgreSQL runs. A few check a default
+timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring that never happens under the
+defaults but does under its 3 s poll interval. The synchronous router-level tests (builder
+validation) make no backend call and stay in memory too."""
 
 
 PG_ROUTER_CONFIG = SessionRouterConfig(
