@@ -315,7 +315,7 @@ async def test_r10_123_three_sweepers_one_winner_one_frame_one_announcement(
         watching(b, S1) as fb,
         watching(c, S1) as fc,
     ):
-        await trio.sleep(shared.s(50))
+        await trio.sleep(50)
     assert resets.count(True) == 1 and len(resets) == 3
     assert sum(len(m.keys) for m in counts) == 1
     assert len([s for s in signals if s.kind is SignalKind.TURN_RESULT]) == 1
