@@ -415,11 +415,11 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     },
 }
 """The router-level cases that stay in memory, each with its reason. Of the 107 that wait
-more than 8 s of virtual time, 70 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
+more than 8 s of virtual time, 68 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
 is left here either was not examined (the reason is only "waits N s of (virtual) time"),
 or was and cannot be scaled faithfully (the reason says why: an interval that would fall
 under a statement's latency, an instant 1 s from a sweep tick, an exact tie only a frozen
-clock reproduces), or failed one of its three scaled PostgreSQL runs. A few check a default
+clock reproduces), or failed a scaled PostgreSQL run (of its three alone, or in the full suite). A few check a default
 timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring that never happens under the
 defaults but does under its 3 s poll interval. The synchronous router-level tests (builder
 validation) make no backend call and stay in memory too."""
