@@ -18,8 +18,10 @@ PostgreSQL each test has a schema of its own (parallel workers never collide) an
 function itself asks for it, so a test that moves time takes ``autojump_clock``.
 
 The router-level cases of :data:`ROUTER_PG_CASES` also run on PostgreSQL (``shared``), on
-the real clock with the short TTLs of :data:`PG_ROUTER_CONFIG`; the others are listed in
-:data:`ROUTER_MEMORY_ONLY` with their reasons.
+the real clock with the short TTLs of :data:`PG_ROUTER_CONFIG`; those of
+:data:`ROUTER_PG_SCALED` run there on the real clock with ALL their time scaled down by a
+factor of their own (config, turn lengths, waits, instants: ``scale``); the others are
+listed in :data:`ROUTER_MEMORY_ONLY` with their reasons.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ rate 1 that never jumps; the database's router clock is not frozen) with the sho
 LISTEN/NOTIFY barrier passed), which is exactly ``wait_all_tasks_blocked`` in memory.
 An instant a memory run checks exactly is checked on PostgreSQL with a bound
 (:func:`router_app.on_time`: no earlier, at most ``PG_SLACK`` later). Every other
-router-level case is in :data:`ROUTER_MEMORY_ONLY`, with its reason.
+router-level case is in :data:`ROUTER_PG_SCALED` (run on PostgreSQL with its time scaled)
+or in :data:`ROUTER_MEMORY_ONLY`, with its reason.
 
 ``ZLINK_ROUTER_PG_ALL=1`` runs every asynchronous router-level case on PostgreSQL as well
 (to re-derive these lists: a case that waits only a few seconds and passes there belongs
@@ -243,19 +246,23 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
     },
     "test_r10_event_relay": {
         "test_r10_42_a_restarted_holder_s_status_is_accepted": "waits 200 s of (virtual) time",
-        "test_r10_47_a_slow_publish_never_delays_the_turn": "waits 32 s of (virtual) time",
+        "test_r10_47_a_slow_publish_never_delays_the_turn": (
+            "waits 32 s of (virtual) time; scaled (÷8), its instant (the turn ends at 2 s)"
+            " includes the whole submit's statements and missed the 0.5 s slack in 3 of 3"
+            " PostgreSQL runs"
+        ),
     },
     "test_r10_interrupts": {
-        "test_r10_108_interrupt_races_settle_safely": "waits 20 s of (virtual) time",
-        "test_r10_130_a_forwarded_result_carries_no_artifacts": "waits 10 s of (virtual) time",
+        "test_r10_108_interrupt_races_settle_safely": (
+            "waits 20 s of (virtual) time; scaled (÷5) it failed 1 of 3 PostgreSQL runs"
+            " under -n 2 load (then passed 3 of 3 alone); not investigated"
+        ),
     },
     "test_r10_metrics_hooks": {
-        "test_r10_159_lock_latency_for_a_won_and_a_lost_election": "waits 11 s of (virtual) time",
-        "test_r10_161_evictions_by_lru_and_by_idle": "waits 720 s of (virtual) time",
-        "test_r10_162_one_extend_failure_per_lost_lease": "waits 60 s of (virtual) time",
-        "test_r10_163_one_submit_outcome_per_submit": "waits 11 s of (virtual) time",
-        "test_r10_164_holder_loss_once_per_won_reset": "waits 100 s of (virtual) time",
-        "test_r10_166_rerings_count_retries_and_stop_once_drained": "waits 167 s of (virtual) time",
+        "test_r10_161_evictions_by_lru_and_by_idle": (
+            "waits 720 s of (virtual) time; scaled to fit (÷120) its 30 s lease is 0.25 s,"
+            " renewed every 83 ms: S2 was not idle-evicted in its first PostgreSQL run"
+        ),
     },
     "test_r10_router_builder": {
         "test_r10_01_the_router_never_creates_or_closes_the_agent_runtime": "waits 66 s of (virtual) time",
@@ -270,138 +277,128 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_54_idle_time_counts_from_the_last_activity": "waits 1201 s of (virtual) time",
     },
     "test_r10_router_do_not": {
-        "test_r10_168_no_end_path_closes_the_agent_runtime": "waits 45 s of (virtual) time",
-        "test_r10_170_only_delete_session_removes_history": "waits 65 s of (virtual) time",
+        "test_r10_168_no_end_path_closes_the_agent_runtime": (
+            "waits 45 s of (virtual) time; scaled (÷10) it passed 3 runs alone but failed in"
+            " the full PostgreSQL router suite at -n 2; not investigated"
+        ),
+        "test_r10_170_only_delete_session_removes_history": (
+            "waits 65 s of (virtual) time; checks the idle eviction 1 s after the 60 s"
+            " sweep: scaled to a few seconds, ~60 ms"
+        ),
     },
     "test_r10_router_failures": {
-        "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": "waits 40 s of (virtual) time",
-        "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": "waits 31 s of (virtual) time",
+        "test_r10_134_signals_sent_while_the_bus_is_down_are_lost_then_it_resubscribes": (
+            "waits 40 s of (virtual) time; checks 1 s before the 30 s poll tick: scaled to"
+            " a few seconds, ~0.1 s"
+        ),
     },
     "test_r10_router_holder_loss": {
-        "test_a_crashed_router_keeps_its_lease_and_answers_nothing_more": "waits 40 s of (virtual) time",
-        "test_r10_123_three_sweepers_one_winner_one_frame_one_announcement": "waits 170 s of (virtual) time",
-        "test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer": "waits 60 s of (virtual) time",
-        "test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers": "waits 1860 s of (virtual) time",
-        "test_r10_64_holder_loss_is_turn_scoped": "waits 62 s of (virtual) time",
-        "test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail": "waits 202 s of (virtual) time",
-        "test_r10_66_detection_is_never_before_the_secondary_ttl": "waits 45 s of (virtual) time",
-        "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": "waits 2160 s of (virtual) time",
+        "test_r10_123_three_sweepers_one_winner_one_frame_one_announcement": (
+            "waits 170 s of (virtual) time; it needs the three sweeps at the same instant"
+            " (each calls compareAndReset): on the real clock the first reset can precede"
+            " another node's sweep (failed in the full PostgreSQL router suite at -n 2)"
+        ),
+        "test_r10_67_a_holder_crashed_mid_turn_fails_its_caller_within_lease_and_sweep": (
+            "waits 2160 s of (virtual) time: its retry runs a 1000 s turn beside 15 s"
+            " sweeps; scaled to a few seconds the sweep would be ~30 ms, under a statement's"
+            " latency"
+        ),
     },
     "test_r10_router_keyed": {
         "test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done": "waits 50 s of (virtual) time",
         "test_r10_87_a_remote_attacher_gets_a_local_turn_s_result_on_the_rail": "asserts no polling find during a 5 s turn; PG_ROUTER_CONFIG polls every 3 s",
     },
     "test_r10_router_known_gaps": {
-        "test_r10_175_a_late_subscriber_sees_only_later_frames": "waits 10 s of (virtual) time",
-        "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": "waits 201 s of (virtual) time",
-        "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": "waits 103 s of (virtual) time",
-        "test_r10_179_the_yield_shim_and_the_polling_period": "waits 71 s of (virtual) time",
-    },
-    "test_r10_router_lease": {
-        "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": "waits 20 s of (virtual) time",
-        "test_r10_126_a_now_message_is_injected_into_the_running_turn": "waits 11 s of (virtual) time",
-        "test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op": "waits 10 s of (virtual) time",
-        "test_r10_54_renewals_every_ten_seconds_during_a_long_turn": "waits 95 s of (virtual) time",
-        "test_r10_77_a_lost_lease_interrupts_the_turn_once": "waits 60 s of (virtual) time",
-        "test_r10_82_a_doorbell_starts_at_most_one_drain": "waits 15 s of (virtual) time",
-        "test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding": "waits 23 s of (virtual) time",
-        "test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease": "waits 43 s of (virtual) time",
-        "test_r10_92_losing_the_gate_never_touches_the_lease": "waits 15 s of (virtual) time",
+        "test_r10_176_a_late_write_or_release_cannot_clobber_a_newer_reservation": (
+            "waits 201 s of (virtual) time; it checks 0.5 s after the first attempt ends at"
+            " 101 s: scaled to a few seconds, ~10 ms"
+        ),
     },
     "test_r10_router_lifecycle": {
         "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
-        "test_r10_11_evict_removes_the_status_projection": "waits 10 s of (virtual) time",
-        "test_r10_16_status_is_published_every_heartbeat": "waits 45 s of (virtual) time",
-        "test_r10_30_status_is_a_best_effort_observation": "waits 60 s of (virtual) time",
+        "test_r10_11_evict_removes_the_status_projection": (
+            "waits 10 s of (virtual) time and checks right at the first 10 s heartbeat,"
+            " which on the real clock (counted from the lease, after the submit's"
+            " statements) comes after the check"
+        ),
+        "test_r10_30_status_is_a_best_effort_observation": (
+            "waits 60 s of (virtual) time and checks right at the first 10 s heartbeat,"
+            " which on the real clock (counted from the lease, after the submit's"
+            " statements) comes after the check"
+        ),
     },
     "test_r10_router_orphans": {
-        "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": "waits 301 s of (virtual) time",
-        "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": "waits 60 s of (virtual) time",
-        "test_r10_73_no_ring_for_an_empty_inbox_a_ring_when_it_cannot_be_read": "waits 300 s of (virtual) time",
-        "test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll": "waits 101 s of (virtual) time",
-        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": "waits 180 s of (virtual) time",
-        "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": "waits 100 s of (virtual) time",
-        "test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan": "waits 62 s of (virtual) time",
+        "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": (
+            "waits 301 s of (virtual) time: scaled to a few seconds the 30 s lease would be"
+            " 0.4 s and the 15 s poll 0.2 s"
+        ),
+        "test_r10_73_no_ring_for_an_empty_inbox_a_ring_when_it_cannot_be_read": (
+            "waits 300 s of (virtual) time: 14 re-rings on the relative 15 s poll schedule;"
+            " scaled to a few seconds each tick's statements add up past the slack"
+        ),
+        "test_r10_74_a_live_holder_costs_one_refused_acquire_per_poll": (
+            "waits 101 s of (virtual) time: six refused acquires on the relative 15 s poll"
+            " schedule; scaled (0.6 s polls) each tick's statements add up past the slack"
+        ),
     },
     "test_r10_router_renewal": {
-        "test_r10_97_every_touch_carries_one_reservation_s_own_pair": "waits 80 s of (virtual) time",
-        "test_r10_98_one_pass_keeps_two_reservations_alive": "waits 48 s of (virtual) time",
-        "test_r10_99_touch_names_the_reservation_s_holder_not_the_lease_holder": "waits 47 s of (virtual) time",
-    },
-    "test_r10_router_serialization": {
-        "test_concurrent_submits_from_every_router_serialize": "waits 84 s of (virtual) time",
-        "test_r10_06_the_same_scenario_answers_alike_from_any_router": "waits 40 s of (virtual) time",
-    },
-    "test_r10_router_signals": {
-        "test_r10_13_one_doorbell_per_forwarded_delivery": "waits 20 s of (virtual) time",
-        "test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects": "waits 15 s of (virtual) time",
-        "test_r10_41_duplicated_and_reordered_signals_change_nothing": "waits 15 s of (virtual) time",
-    },
-    "test_r10_router_submit": {
-        "test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl": "waits 300 s of (virtual) time",
-        "test_r10_119_a_stale_reservation_is_reset_and_the_retry_runs": "waits 32 s of (virtual) time",
-        "test_r10_86_mark_done_comes_before_the_turn_result_broadcast": "waits 18 s of (virtual) time",
-        "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": "waits 24 s of (virtual) time",
+        "test_r10_97_every_touch_carries_one_reservation_s_own_pair": (
+            "waits 80 s of (virtual) time; its point is a renewal tick and a turn switch at"
+            " the same instant, which only an exact clock reproduces"
+        ),
     },
     "test_r10_router_sweeps": {
+        "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": (
+            "relies on a tie (untouched since 0 s, swept at exactly 30 s = the secondary TTL:"
+            " not yet stale); scaled on the real clock the age is a little over the TTL at"
+            " that sweep, so it is reset 15 s early (the frozen-clock SPI runs check the tie)"
+        ),
         "test_r10_148_the_1001st_open_evicts_the_least_recent_handle": "1001 opens: minutes of statements on PostgreSQL, over the time budget",
-        "test_r10_152_the_holder_loss_sweep_ticks_every_fifteen_seconds": "waits 65 s of (virtual) time",
         "test_r10_23_three_schedules_and_none_delays_a_renewal": "waits 130 s of (virtual) time",
-        "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": "waits 10 s of (virtual) time",
     },
     "test_r10_router_takeover": {
-        "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": "waits 1740 s of (virtual) time",
-        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": "waits 101 s of (virtual) time",
-        "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": "waits 140 s of (virtual) time",
-        "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": "waits 110 s of (virtual) time",
-    },
-    "test_r10_router_turns": {
-        "test_r10_02_an_interrupted_turn_commits_no_partial_state": "waits 12 s of (virtual) time",
-        "test_r10_127_next_and_later_run_in_the_same_pass": "waits 12 s of (virtual) time",
-        "test_r10_23_a_blocked_publish_does_not_delay_renewals": "waits 35 s of (virtual) time",
-        "test_r10_93_the_renewer_keeps_a_blocked_turn_s_lease": "waits 60 s of (virtual) time",
-        "test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease": "waits 105 s of (virtual) time",
+        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": (
+            "waits 101 s of (virtual) time; scaled (÷25) it failed 1 of 3 PostgreSQL runs"
+            " under -n 2 load; not investigated"
+        ),
     },
     "test_r10_router_upkeep": {
-        "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": "waits 660 s of (virtual) time",
+        "test_r10_120_a_live_keyed_turn_stays_in_flight_past_ten_minutes": (
+            "waits 660 s of (virtual) time; scaled to a few seconds the 30 s lease would be 0.18 s"
+        ),
         "test_r10_12_after_a_hand_off_the_inbox_is_rung_for_at_once": "asserts no re-ring within 5 s; PG_ROUTER_CONFIG polls (and re-rings) every 3 s",
-        "test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll": "waits 58 s of (virtual) time",
-        "test_r10_96_a_finished_turn_s_key_is_never_touched_again": "waits 77 s of (virtual) time",
     },
     "test_r10_session_cache": {
-        "test_r10_32_a_pinned_entry_is_not_idle_evicted": "waits 701 s of (virtual) time",
-        "test_r10_34_the_lru_lease_is_returned_inside_the_turn_gate": "waits 11 s of (virtual) time",
-        "test_r10_35_reading_and_updating_a_pinned_entry_keeps_its_protection": "waits 1561 s of (virtual) time",
-        "test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease": "waits 10 s of (virtual) time",
-        "test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_once": "waits 63.504 s of (virtual) time",
-        "test_r10_38_the_cache_sweeper_closes_idle_handles_every_minute": "waits 661 s of (virtual) time",
-        "test_r10_59_idle_timeout_is_strict_silent_and_returns_the_lease_after_the_close": "waits 721 s of (virtual) time",
+        "test_r10_32_a_pinned_entry_is_not_idle_evicted": (
+            "waits 701 s of (virtual) time; checks 5 s after the 660 s sweep: scaled to a"
+            " few seconds, ~30 ms"
+        ),
+        "test_r10_35_reading_and_updating_a_pinned_entry_keeps_its_protection": (
+            "waits 1561 s of (virtual) time; checks 1 s after a sweep: scaled to a few"
+            " seconds, a few ms"
+        ),
+        "test_r10_38_the_cache_sweeper_closes_idle_handles_every_minute": (
+            "waits 661 s of (virtual) time; checks 1 s before and after the 660 s sweep:"
+            " scaled to a few seconds, ~6 ms"
+        ),
+        "test_r10_59_idle_timeout_is_strict_silent_and_returns_the_lease_after_the_close": (
+            "waits 721 s of (virtual) time; checks 1 s after the 660 s and 720 s sweeps:"
+            " scaled to a few seconds, ~6 ms"
+        ),
     },
     "test_r10_termination": {
-        "test_r10_104_delete_cleans_up_every_node": "waits 13 s of (virtual) time",
-        "test_r10_57_a_release_force_closes_a_turn_that_ignores_its_interrupt": "waits 30 s of (virtual) time",
-        "test_r10_58_ending_a_session_forgets_its_doorbell": "waits 183 s of (virtual) time",
         "test_r10_61_graceful_shutdown_runs_its_steps_in_order": "asserts each shutdown step at its exact virtual instant, under the default timeouts",
         "test_r10_62_shutdown_releases_leases_and_swallows_a_failing_release": "asserts the exact instant the handle closes against the default timeouts",
-    },
-    "test_review_issue15": {
-        "test_a_blocking_inject_does_not_stall_other_sessions": "waits 50 s of (virtual) time",
-        "test_a_forwarded_caller_at_close_learns_its_outcome_is_unknown": "waits 30 s of (virtual) time",
-        "test_a_hanging_renewal_does_not_let_two_nodes_run_the_session_at_once": "waits 41 s of (virtual) time",
-        "test_a_keyed_forward_whose_turn_failed_learns_it_at_the_next_poll": "waits 16 s of (virtual) time",
-        "test_a_turn_handed_back_at_close_is_not_reported_as_shut_down_when_it_runs": "waits 50 s of (virtual) time",
-        "test_release_during_a_slow_open_leaves_no_open_handle": "waits 28 s of (virtual) time",
-        "test_submit_options_reach_a_turn_queued_behind_a_running_one": "waits 11 s of (virtual) time",
     },
     "test_review_issue15_round3": {
         "test_a_lease_lost_locally_is_released_in_the_store_at_once": "waits 91 s of (virtual) time",
         "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": "waits 96 s of (virtual) time",
-        "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": "waits 25.6 s of (virtual) time",
     },
     "test_review_issue16": {
-        "test_a_force_released_turn_cannot_write_under_the_node_s_next_lease": "waits 20 s of (virtual) time",
-        "test_a_keyed_submit_whose_hand_over_fails_frees_its_key": "waits 31 s of (virtual) time",
-        "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": "waits 65 s of (virtual) time",
+        "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": (
+            "waits 65 s of (virtual) time; submits inside the 2 s handle close of the 60 s"
+            " sweep: scaled to a few seconds, a 0.13 s window"
+        ),
     },
     "test_router_bounded_exit": {
         "test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease": "times the default 5 s handle_close_timeout (PG_ROUTER_CONFIG: 2 s)",
@@ -413,13 +410,15 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": "waits 51 s of (virtual) time",
     },
 }
-"""The router-level cases that stay in memory, each with its reason: most wait longer (in
-virtual time, measured on the memory run) than the PostgreSQL run's budget allows for the
-real clock (more than 8 s: default timings, sweeps, TTL expiries, idle eviction, long
-turns); a few check a default timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring
-that never happens under the defaults but does under its 3 s poll interval. The
-synchronous router-level tests (builder validation) make no backend call and stay in
-memory too."""
+"""The router-level cases that stay in memory, each with its reason. Of the 107 that wait
+more than 8 s of virtual time, 68 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
+is left here either was not examined (the reason is only "waits N s of (virtual) time"),
+or was and cannot be scaled faithfully (the reason says why: an interval that would fall
+under a statement's latency, an instant 1 s from a sweep tick, an exact tie only a frozen
+clock reproduces), or failed a scaled PostgreSQL run (of its three alone, or in the full suite). A few check a default
+timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring that never happens under the
+defaults but does under its 3 s poll interval. The synchronous router-level tests (builder
+validation) make no backend call and stay in memory too."""
 
 
 PG_ROUTER_CONFIG = SessionRouterConfig(
@@ -435,6 +434,140 @@ PG_ROUTER_CONFIG = SessionRouterConfig(
 )
 
 
+ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
+    "test_r10_router_lease": {
+        "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": 5,
+        "test_r10_126_a_now_message_is_injected_into_the_running_turn": 3,
+        "test_r10_27_a_targeted_interrupt_of_an_old_turn_is_a_no_op": 3,
+        "test_r10_54_renewals_every_ten_seconds_during_a_long_turn": 20,
+        "test_r10_77_a_lost_lease_interrupts_the_turn_once": 15,
+        "test_r10_82_a_doorbell_starts_at_most_one_drain": 4,
+        "test_r10_83_the_drain_orders_tiers_and_rechecks_the_binding": 6,
+        "test_r10_88_the_drain_runs_follow_ups_and_keeps_the_lease": 11,
+        "test_r10_92_losing_the_gate_never_touches_the_lease": 4,
+    },
+    "test_r10_router_holder_loss": {
+        "test_r10_64_holder_loss_is_turn_scoped": 15,
+        "test_r10_65_the_announcement_names_the_key_and_only_its_callers_fail": 40,
+        "test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers": 15,
+        "test_r10_66_detection_is_never_before_the_secondary_ttl": 12,
+        "test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer": 15,
+        "test_a_crashed_router_keeps_its_lease_and_answers_nothing_more": 10,
+    },
+    "test_r10_session_cache": {
+        "test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease": 3,
+        "test_r10_34_the_lru_lease_is_returned_inside_the_turn_gate": 3,
+        "test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_once": 16,
+    },
+    "test_r10_router_orphans": {
+        "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": 15,
+        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": 12,
+        "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": 25,
+        "test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan": 12,
+    },
+    "test_review_issue15": {
+        "test_a_blocking_inject_does_not_stall_other_sessions": 15,
+        "test_a_forwarded_caller_at_close_learns_its_outcome_is_unknown": 8,
+        "test_a_hanging_renewal_does_not_let_two_nodes_run_the_session_at_once": 10,
+        "test_a_keyed_forward_whose_turn_failed_learns_it_at_the_next_poll": 4,
+        "test_a_turn_handed_back_at_close_is_not_reported_as_shut_down_when_it_runs": 12,
+        "test_release_during_a_slow_open_leaves_no_open_handle": 7,
+        "test_submit_options_reach_a_turn_queued_behind_a_running_one": 3,
+    },
+    "test_r10_metrics_hooks": {
+        "test_r10_159_lock_latency_for_a_won_and_a_lost_election": 3,
+        "test_r10_162_one_extend_failure_per_lost_lease": 15,
+        "test_r10_163_one_submit_outcome_per_submit": 3,
+        "test_r10_164_holder_loss_once_per_won_reset": 25,
+        "test_r10_166_rerings_count_retries_and_stop_once_drained": 20,
+    },
+    "test_r10_router_turns": {
+        "test_r10_02_an_interrupted_turn_commits_no_partial_state": 4,
+        "test_r10_127_next_and_later_run_in_the_same_pass": 4,
+        "test_r10_23_a_blocked_publish_does_not_delay_renewals": 10,
+        "test_r10_93_the_renewer_keeps_a_blocked_turn_s_lease": 15,
+        "test_r10_95_a_blocking_lease_loss_hook_costs_no_other_lease": 15,
+    },
+    "test_r10_termination": {
+        "test_r10_104_delete_cleans_up_every_node": 4,
+        "test_r10_57_a_release_force_closes_a_turn_that_ignores_its_interrupt": 8,
+        "test_r10_58_ending_a_session_forgets_its_doorbell": 30,
+    },
+    "test_r10_router_renewal": {
+        "test_r10_98_one_pass_keeps_two_reservations_alive": 6,
+        "test_r10_99_touch_names_the_reservation_s_holder_not_the_lease_holder": 12,
+    },
+    "test_r10_router_signals": {
+        "test_r10_13_one_doorbell_per_forwarded_delivery": 5,
+        "test_r10_19_forwarded_submits_go_to_the_inbox_and_only_the_holder_collects": 4,
+        "test_r10_41_duplicated_and_reordered_signals_change_nothing": 4,
+    },
+    "test_r10_router_submit": {
+        "test_r10_110_an_unanswered_forward_fails_at_exactly_the_forward_ttl": 75,
+        "test_r10_119_a_stale_reservation_is_reset_and_the_retry_runs": 8,
+        "test_r10_86_mark_done_comes_before_the_turn_result_broadcast": 5,
+        "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": 6,
+    },
+    "test_r10_router_lifecycle": {
+        "test_r10_16_status_is_published_every_heartbeat": 10,
+    },
+    "test_r10_interrupts": {
+        "test_r10_130_a_forwarded_result_carries_no_artifacts": 3,
+    },
+    "test_r10_router_takeover": {
+        "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": 30,
+        "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": 30,
+        "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": 15,
+    },
+    "test_r10_router_known_gaps": {
+        "test_r10_175_a_late_subscriber_sees_only_later_frames": 3,
+        "test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_reported": 25,
+        "test_r10_179_the_yield_shim_and_the_polling_period": 15,
+    },
+    "test_r10_router_upkeep": {
+        "test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll": 15,
+        "test_r10_96_a_finished_turn_s_key_is_never_touched_again": 15,
+    },
+    "test_review_issue16": {
+        "test_a_force_released_turn_cannot_write_under_the_node_s_next_lease": 5,
+        "test_a_keyed_submit_whose_hand_over_fails_frees_its_key": 8,
+    },
+    "test_r10_router_sweeps": {
+        "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": 3,
+    },
+    "test_r10_router_do_not": {},
+    "test_r10_router_failures": {
+        "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": 8,
+    },
+    "test_r10_router_serialization": {
+        "test_concurrent_submits_from_every_router_serialize": 20,
+        "test_r10_06_the_same_scenario_answers_alike_from_any_router": 10,
+    },
+    "test_review_issue15_round3": {
+        "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": 6,
+    },
+}
+"""The router-level cases that run on PostgreSQL's real clock with their time SCALED: each
+maps to its divisor ``k``. Its PostgreSQL run (``scale`` fixture ``1/k``) builds every
+router config from the §11.2 defaults (or the case's own fields) with every duration of
+:data:`router_app.SCALED_FIELDS` divided by ``k`` (:meth:`router_app.Shared.router_config`;
+the cluster default is the scaled defaults, and the idempotency store's TTLs are the
+scaled defaults too), every turn lasts ``World.duration / k``, ``advance(s)`` waits
+``s / k``, every other wait of the test goes through ``shared.s(...)``, and an instant
+is checked with :func:`router_app.on_time` (``shared.s(expected)``, at most
+:data:`SCALED_SLACK` later). The memory run keeps its numbers: with scale 1 every one of
+those helpers returns its argument unchanged. ``k`` is chosen so the case waits about 4 s
+or less on the real clock."""
+
+SCALED_SLACK = 0.5
+"""How late (real seconds) an instant of a scaled case may be on PostgreSQL."""
+
+
+def _scale_of(module: str, function: str) -> float:
+    divisor = ROUTER_PG_SCALED.get(module, {}).get(function)
+    return 1.0 if divisor is None else 1.0 / divisor
+
+
 def _module(node: Any) -> str:
     name: str = node.module.__name__
     return name.rsplit(".", 1)[-1]
@@ -445,7 +578,9 @@ def _router_pg_case(module: str, function: str) -> bool:
         return False
     if os.environ.get("ZLINK_ROUTER_PG_ALL"):
         return True  # experiment only (the fixtures of a case PG_ALL enabled)
-    return function in ROUTER_PG_CASES.get(module, frozenset())
+    return function in ROUTER_PG_CASES.get(module, frozenset()) or (
+        function in ROUTER_PG_SCALED.get(module, {})
+    )
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -473,6 +608,15 @@ def backend(request: pytest.FixtureRequest) -> str:
     instant). On PostgreSQL each test has a schema of its own."""
     name: str = request.param
     return name
+
+
+@pytest.fixture
+def scale(backend: str, request: pytest.FixtureRequest) -> float:
+    """The case's time scale: ``1/k`` on PostgreSQL for a case of :data:`ROUTER_PG_SCALED`,
+    else 1 (every memory run)."""
+    if backend != "postgres":
+        return 1.0
+    return _scale_of(_module(request), request.function.__name__)
 
 
 @pytest.fixture
@@ -517,14 +661,16 @@ async def pg_db(backend: str, request: pytest.FixtureRequest) -> AsyncIterator[A
 
 
 @pytest.fixture
-def advance(backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any) -> Advance:
+def advance(
+    backend: str, autojump_clock: trio.testing.MockClock, pg_db: Any, scale: float
+) -> Advance:
     async def advance(seconds: float) -> None:
         """Move time forward, then let every task woken by it run until all block (and,
         on PostgreSQL, no statement is in flight): memory jumps the MockClock;
         ``postgres-frozen`` steps the database's clock and the MockClock together;
-        ``postgres`` waits that long on the real clock."""
+        ``postgres`` waits that long on the real clock (times the case's ``scale``)."""
         if backend == "postgres":
-            await trio.sleep(seconds)
+            await trio.sleep(seconds if scale == 1.0 else seconds * scale)
             await settle_all()
             return
         if pg_db is not None:
@@ -649,17 +795,21 @@ def pg_cluster(backend: str, request: pytest.FixtureRequest) -> Any:
 
 
 @pytest.fixture
-async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
+async def pg_router_spis(request: pytest.FixtureRequest, scale: float) -> AsyncIterator[Any]:
     """The PostgreSQL backends of one cluster on a schema of the test's own, on the
-    database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG`."""
-    from router_app import Shared
+    database's real clock, with the short TTLs of :data:`PG_ROUTER_CONFIG` (a scaled case:
+    the §11.2 defaults on its time scale, :data:`ROUTER_PG_SCALED`)."""
+    from router_app import Shared, scaled_config
 
     from zlink_trio.router_pg import open_postgres_spis
     from zlink_trio.store.postgres import drop_schema
 
     dsn: str = request.getfixturevalue("pg_dsn")
     schema = f"zlink_router_{uuid.uuid4().hex[:16]}"
-    config = PG_ROUTER_CONFIG
+    if scale == 1.0:
+        config, slack = PG_ROUTER_CONFIG, None
+    else:
+        config, slack = scaled_config(SessionRouterConfig(), scale), SCALED_SLACK
     try:
         async with open_postgres_spis(dsn, schema=schema) as spis:
             yield Shared(
@@ -675,6 +825,7 @@ async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
                     )
                 ),
                 config,
+                **({} if slack is None else {"scale": scale, "slack": slack}),
             )
     finally:
         with trio.CancelScope(shield=True):
@@ -682,10 +833,10 @@ async def pg_router_spis(request: pytest.FixtureRequest) -> AsyncIterator[Any]:
 
 
 @pytest.fixture
-def world() -> Any:
+def world(scale: float) -> Any:
     from router_app import World
 
-    return World()
+    return World(scale=scale)
 
 
 @pytest.fixture

@@ -55,6 +55,9 @@ class World:
 
     turns: list[TurnLog] = attrs.field(factory=list)
     duration: Callable[[str], float] = lambda _text: 1.0
+    """A turn's length in the memory run's (virtual) seconds; it lasts ``duration * scale``."""
+    scale: float = 1.0
+    """The case's time scale (:attr:`Shared.scale`): 1 except on a scaled PostgreSQL run."""
     opens: dict[str, int] = attrs.field(factory=dict)
     closes: dict[str, int] = attrs.field(factory=dict)
     closed: list[tuple[str, float]] = attrs.field(factory=list)
@@ -118,7 +121,7 @@ class FakeSession:
         log = TurnLog(self._node, text, trio.current_time(), history_len=len(history))
         self._world.turns.append(log)
         try:
-            await trio.sleep(self._world.duration(text))
+            await trio.sleep(scaled(self._world.duration(text), self._world.scale))
         except trio.Cancelled:
             log.interrupted = True
             log.end = trio.current_time()
@@ -155,6 +158,12 @@ class Opener:
         return FakeSession(self._world, self._node, request.session_id, runtime)
 
 
+PG_SLACK = 2.0
+"""How late, on PostgreSQL's real clock, an instant a memory run checks exactly may be
+(statement latency on a loaded machine): far less than any timeout or poll tick such a
+check tells the instant apart from."""
+
+
 @attrs.frozen
 class Shared:
     records: SessionRecordStore
@@ -165,6 +174,58 @@ class Shared:
     config: SessionRouterConfig | None = None
     """The cluster's default config (None: the §11.2 defaults); the PostgreSQL backend's
     real-clock runs use short TTLs."""
+    scale: float = 1.0
+    """The factor every duration of the case is multiplied by: 1 in memory and for the
+    :data:`ROUTER_PG_CASES`; below 1 for a scaled PostgreSQL case
+    (``ROUTER_PG_SCALED``: its config, turn lengths, waits and instants all shrink alike)."""
+    slack: float = PG_SLACK
+    """How late (real seconds) an instant :func:`on_time` checks may be on PostgreSQL."""
+
+    def s(self, seconds: float) -> float:
+        """``seconds`` (the memory run's number) on this run's time scale: unchanged unless
+        the case is scaled."""
+        return scaled(seconds, self.scale)
+
+    def by(self, seconds: float) -> float:
+        """The latest a reading of the instant ``seconds`` (the memory run's number) may be:
+        ``seconds`` in memory, ``s(seconds) + slack`` on PostgreSQL's real clock."""
+        return seconds if self.config is None else self.s(seconds) + self.slack
+
+    def router_config(self, **fields: Any) -> SessionRouterConfig:
+        """``SessionRouterConfig(**fields)`` — what the memory run builds — with every
+        duration (given or default) on this run's time scale."""
+        return scaled_config(SessionRouterConfig(**fields), self.scale)
+
+
+SCALED_FIELDS = (
+    "idle_ttl",
+    "lock_lease",
+    "lock_extend_interval",
+    "status_heartbeat_interval",
+    "holder_loss_sweep_interval",
+    "cache_sweep_interval",
+    "idempotency_primary_ttl",
+    "idempotency_secondary_ttl",
+    "idempotency_forward_ttl",
+    "release_interrupt_timeout",
+    "handle_close_timeout",
+)
+"""The ``SessionRouterConfig`` durations on Trio's clock (so on the time scale of a case);
+``metrics_drain_timeout`` and ``inject_timeout`` are wall-clock bounds of threads, on no
+test's MockClock, and stay as they are."""
+
+
+def scaled(seconds: float, scale: float) -> float:
+    """``seconds * scale``; exactly ``seconds`` (the same object) when ``scale`` is 1."""
+    return seconds if scale == 1.0 else seconds * scale
+
+
+def scaled_config(config: SessionRouterConfig, scale: float) -> SessionRouterConfig:
+    """``config`` with every field of :data:`SCALED_FIELDS` times ``scale`` (``config``
+    itself when ``scale`` is 1)."""
+    if scale == 1.0:
+        return config
+    return attrs.evolve(config, **{f: getattr(config, f) * scale for f in SCALED_FIELDS})
 
 
 def builder(
@@ -207,18 +268,32 @@ async def cluster(
         yield routers
 
 
-PG_SLACK = 2.0
-"""How late, on PostgreSQL's real clock, an instant a memory run checks exactly may be
-(statement latency on a loaded machine): far less than any timeout or poll tick such a
-check tells the instant apart from."""
-
-
 def on_time(shared: Shared, elapsed: float, expected: float) -> bool:
     """``elapsed == expected`` in memory (the MockClock is exact); on PostgreSQL (the real
-    clock: ``shared.config`` is set) ``expected <= elapsed <= expected + PG_SLACK``."""
+    clock: ``shared.config`` is set) ``e <= elapsed <= e + shared.slack`` where ``e`` is
+    ``expected`` on the case's time scale (``shared.s(expected)``; the slack is
+    ``PG_SLACK`` for an unscaled case)."""
     if shared.config is None:
         return elapsed == expected
-    return expected - 0.01 <= elapsed <= expected + PG_SLACK
+    target = shared.s(expected)
+    return target - 0.01 <= elapsed <= target + shared.slack
+
+
+def all_on_time(shared: Shared, readings: list[float], expected: list[float]) -> bool:
+    """``readings == expected`` in memory; on PostgreSQL as many readings, each
+    :func:`on_time`."""
+    return len(readings) == len(expected) and all(
+        on_time(shared, r, e) for r, e in zip(readings, expected, strict=True)
+    )
+
+
+def near(shared: Shared, value: float, expected: float) -> bool:
+    """``value == expected`` in memory; on PostgreSQL ``|value - shared.s(expected)|`` within
+    ``shared.slack`` (a time the database recorded, translated to Trio's clock by an offset
+    measured once, may read a little early as well as late)."""
+    if shared.config is None:
+        return value == expected
+    return abs(value - shared.s(expected)) <= shared.slack
 
 
 def no_overlap(turns: list[TurnLog]) -> bool:

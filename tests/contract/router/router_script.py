@@ -12,6 +12,7 @@ from typing import Any
 
 import attrs
 import trio
+from router_app import scaled
 
 from zlink_trio.router import (
     AgentExecutionEvent,
@@ -61,6 +62,9 @@ class Stage:
     overlaps: int = 0
     """Times a turn started while another handle of its session ran one (on any node)."""
     on_write: Callable[[str], None] | None = None
+    scale: float = 1.0
+    """The case's time scale (``Shared.scale``; set by :func:`scripted_cluster`): a script's
+    ``duration`` is in the memory run's seconds and lasts ``duration * scale``."""
 
     def script(self, text: str) -> Script:
         return self.scripts.get(text, Script())
@@ -99,7 +103,7 @@ class ScriptedSession:
             with trio.CancelScope(shield=script.stubborn):
                 slices = max(script.writes, 1)
                 for i in range(slices):
-                    await trio.sleep(script.duration / slices)
+                    await trio.sleep(scaled(script.duration, stage.scale) / slices)
                     if i < script.writes:
                         await turn.history.append([TranscriptEntry("user", f"{text}#{i}")])
                         stage.record("write", sid, self.serial)
@@ -173,8 +177,11 @@ class Spied:
 async def scripted_cluster(
     shared: Any, world: Any, registry: Any, stage: Stage, names: list[str], **kwargs: Any
 ) -> AsyncIterator[list[SessionRouter]]:
-    """Routers on the shared SPIs whose handles are :class:`ScriptedSession`\\ s."""
+    """Routers on the shared SPIs whose handles are :class:`ScriptedSession`\\ s (on the
+    time scale of ``shared``)."""
     from router_app import builder
+
+    stage.scale = shared.scale
 
     async with AsyncExitStack() as stack:
         routers = [

@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder
+from router_app import Registry, Shared, World, builder, scaled_config
 from router_kit import AGENT, KEY, S1, S2, message
 from router_script import Script, ScriptedOpener, Stage, scripted_cluster
 
@@ -32,6 +32,11 @@ GHOST = NodeId("ghost")
 DRAIN = SessionRouterConfig(metrics_drain_timeout=10.0)
 """Wait up to 10 s of wall-clock time for the queued hook calls at the block's exit (a
 loaded machine runs the hook threads late; the wait ends as soon as they ran)."""
+
+
+def _drain(shared: Shared) -> SessionRouterConfig:
+    """:data:`DRAIN` on the case's time scale (``DRAIN`` itself unless it is scaled)."""
+    return scaled_config(DRAIN, shared.scale)
 
 
 def _request(text: str, session: SessionId = S1, **kw: Any) -> SubmitRequest:
@@ -91,7 +96,7 @@ async def test_r10_159_lock_latency_for_a_won_and_a_lost_election(
     metrics = Recorder()
     stage = Stage(scripts={"long": Script(duration=10.0)})
     async with scripted_cluster(
-        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=_drain(shared)
     ) as (
         a,
         b,
@@ -159,10 +164,10 @@ async def test_r10_162_one_extend_failure_per_lost_lease(
     stage = Stage(scripts={"long": Script(duration=50.0)})
     refusing = attrs.evolve(shared, leases=Refusing(shared.leases))
     async with scripted_cluster(
-        refusing, world, registry, stage, ["a"], metrics=metrics, config=DRAIN
+        refusing, world, registry, stage, ["a"], metrics=metrics, config=_drain(shared)
     ) as (a,):
         running = await a.submit(_request("long"))
-        await trio.sleep(60)
+        await trio.sleep(shared.s(60))
         assert running.result.done()
     assert metrics.of("lease_extend_failed") == [(S1,)]
 
@@ -175,7 +180,7 @@ async def test_r10_163_one_submit_outcome_per_submit(
     metrics = Recorder()
     stage = Stage(scripts={"long": Script(duration=10.0)})
     async with scripted_cluster(
-        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=_drain(shared)
     ) as (
         a,
         b,
@@ -205,9 +210,9 @@ async def test_r10_164_holder_loss_once_per_won_reset(
     stage = Stage()
     await shared.idempotency.put_if_absent(KEY, "h", ReserverId.new(GHOST), session_id=S1)
     async with scripted_cluster(
-        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=DRAIN
+        shared, world, registry, stage, ["a", "b"], metrics=metrics, config=_drain(shared)
     ):
-        await trio.sleep(100)
+        await trio.sleep(shared.s(100))
     assert metrics.of("holder_lost") == [(KEY,)]
     assert await shared.idempotency.find(KEY) is None
 
@@ -260,7 +265,7 @@ async def test_r10_166_rerings_count_retries_and_stop_once_drained(
     stage = Stage()
     async with scripted_cluster(shared, world, registry, stage, ["x"]) as (x,):
         await (await x.submit(_request("first"))).result  # the session's record exists
-    await shared.leases.try_acquire(S1, GHOST, 40.0)
+    await shared.leases.try_acquire(S1, GHOST, shared.s(40.0))
     metrics = Recorder()
     async with open_session_router(
         builder(
@@ -269,14 +274,14 @@ async def test_r10_166_rerings_count_retries_and_stop_once_drained(
             registry,
             "b",
             metrics=metrics,
-            config=DRAIN,
+            config=_drain(shared),
             session_opener=ScriptedOpener(stage),
         )
     ) as b:
         waiting = await b.submit(_request("orphan"))
         assert waiting.kind.name == "FORWARDED"
         assert (await waiting.result).text == "orphan:2"
-        await trio.sleep(120)
+        await trio.sleep(shared.s(120))
     assert metrics.of("rerung") == [(S1,)] * 3  # at 15, 30 and 45 s
     assert metrics.of("lock_acquired") == []
     assert [c[0] for c in metrics.of("lock_rejected")] == [S1]

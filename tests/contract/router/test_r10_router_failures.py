@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder
+from router_app import Registry, Shared, World, builder, on_time
 from router_kit import AGENT, KEY, S1, S2
 
 from zlink_trio.router import (
@@ -156,6 +156,7 @@ async def test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_sta
     5 s. Every renewal throws; each lease is declared lost at its local deadline (grant + 30 s) and
     both running turns end interrupted (LEASE_LOST) without writing; the record store still
     has the history written before."""
+    t0 = trio.current_time()
     leases = Broken(shared.leases)
     world.duration = lambda t: 1.0 if t == "first" else 1000.0
     async with open_session_router(
@@ -165,12 +166,12 @@ async def test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_sta
         await (await a.submit(_request("first", session=S2))).result
         one = await a.submit(_request("long"))
         two = await a.submit(_request("long", session=S2))
-        await trio.sleep_until(5.0)
+        await trio.sleep_until(t0 + shared.s(5.0))
         leases.broken = True
         for disposition, deadline in ((one, 30.0), (two, 31.0)):  # granted at 0 s and 1 s
             with pytest.raises(TurnInterrupted, match="LEASE_LOST"):
                 await disposition.result
-            assert trio.current_time() == deadline
+            assert on_time(shared, trio.current_time() - t0, deadline)
     for session in (S1, S2):
         view = await shared.records.load(session)
         assert view is not None and [e.text for e in view.transcript] == ["first", "re:first"]

@@ -15,7 +15,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder, cluster, start_crashable
+from router_app import Registry, Shared, World, builder, cluster, near, on_time, start_crashable
 from router_kit import AGENT, KEY, S1, S2
 
 from zlink_trio.router import (
@@ -165,6 +165,7 @@ async def test_r10_64_holder_loss_is_turn_scoped(
     next turn — a's status projection of the session is still there and its approvals are
     kept."""
     world.duration = lambda t: 1000.0 if t == "job" else 1.0
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with (
@@ -175,7 +176,7 @@ async def test_r10_64_holder_loss_is_turn_scoped(
             await (await h.submit(_request("bind"))).result
             a.approvals(S1).grant("tool:search")
             job = await a.submit(_request("job", idempotency_key=KEY))
-            await trio.sleep_until(25.0)  # two STATUS heartbeats of h heard by a
+            await trio.sleep_until(t0 + shared.s(25.0))  # two STATUS heartbeats of h heard by a
             assert a.status(S1) is not None
             crash_session_router(h)
             with pytest.raises(HolderLost):
@@ -185,7 +186,7 @@ async def test_r10_64_holder_loss_is_turn_scoped(
             assert a.approvals(S1).is_granted("tool:search")
             nxt = await b.submit(_request("next"))
             assert (await nxt.result).text == "b:next:2"
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
         nursery.cancel_scope.cancel()
     assert [s for s in signals if s.kind is SignalKind.EVICT] == []
     assert None not in frames  # the subscription never ended
@@ -248,6 +249,7 @@ async def test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers(
     forwarded future fails with HolderLost."""
     world.duration = lambda t: 1000.0 if t == "job" else 1.0
     counts = [HolderLosses() for _ in range(3)]
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with (
@@ -261,12 +263,12 @@ async def test_r10_63_a_killed_holder_s_turn_is_reported_once_by_three_sweepers(
         ):
             await (await h.submit(_request("bind"))).result
             job = await a.submit(_request("job", idempotency_key=KEY))
-            await trio.sleep_until(12.0)  # touched at 1 s (takeover) and 10 s
+            await trio.sleep_until(t0 + shared.s(12.0))  # touched at 1 s (takeover) and 10 s
             crash_session_router(h)
             with pytest.raises(HolderLost):
                 await job.result
-            assert trio.current_time() == 45.0
-            await trio.sleep(30)
+            assert on_time(shared, trio.current_time() - t0, 45.0)
+            await trio.sleep(shared.s(30))
         nursery.cancel_scope.cancel()
     assert sum(len(m.keys) for m in counts) == 1
     assert (
@@ -330,20 +332,21 @@ async def test_r10_66_detection_is_never_before_the_secondary_ttl(
     not passed since its last touch), nor by 44 s, and is announced at the 45 s sweep:
     within 30 + 15 s of its last touch."""
     world.duration = lambda t: 1000.0
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with cluster(shared, world, registry, ["a"]) as (a,):
             job = await h.submit(_request("job", idempotency_key=KEY))
             attached = await a.submit(_request("job", idempotency_key=KEY))
-            await trio.sleep_until(12.0)
+            await trio.sleep_until(t0 + shared.s(12.0))
             entry = await shared.idempotency.find(KEY)
-            assert entry is not None and entry.last_touched_at == 10.0
+            assert entry is not None and near(shared, entry.last_touched_at - t0, 10.0)
             crash_session_router(h)
-            await trio.sleep_until(44.0)
+            await trio.sleep_until(t0 + shared.s(44.0))
             assert not attached.result.done()
             with pytest.raises(HolderLost):
                 await attached.result
-            assert trio.current_time() == 45.0
+            assert on_time(shared, trio.current_time() - t0, 45.0)
         nursery.cancel_scope.cancel()
     assert not job.result.done()  # its caller died with its node
 
@@ -358,6 +361,7 @@ async def test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer(
     it, so the forward completes no later than 45 s after h died, while the subscribers see
     HOLDER_LOST for h's own keyed turn."""
     world.duration = lambda t: 1000.0 if t == "long" else 1.0
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with (
@@ -368,14 +372,14 @@ async def test_r10_136_a_dead_node_s_delivered_messages_are_drained_by_a_peer(
             await h.submit(_request("long", idempotency_key=KEY))  # h holds from 0 s
             queued = await a.submit(_request("queued"))  # waits behind "long"
             assert queued.kind is DispositionKind.FORWARDED
-            await trio.sleep_until(2.0)
+            await trio.sleep_until(t0 + shared.s(2.0))
             crash_session_router(h)  # its lease, renewed at 0 s, expires at 30 s
             answer = await queued.result
-            done_at = trio.current_time()
-            await trio.sleep_until(60.0)
+            done_at = trio.current_time() - t0
+            await trio.sleep_until(t0 + shared.s(60.0))
         nursery.cancel_scope.cancel()
     assert answer.text.endswith(":queued:0")
-    assert 30.0 < done_at <= 2.0 + 45.0
+    assert shared.s(30.0) < done_at <= shared.by(2.0 + 45.0)
     rings = [s for s in signals if s.kind is SignalKind.MESSAGE_ENQUEUED and s.origin == a.node_id]
     assert len(rings) == 3  # the delivery's ring, then one per poll tick (15, 30 s)
     assert len(_lost_frames(frames)) == 1
@@ -390,22 +394,23 @@ async def test_a_crashed_router_keeps_its_lease_and_answers_nothing_more(
     reset; no signal is published after the crash; the handle is not closed. Its own event
     subscribers end and a later close returns at once."""
     world.duration = lambda _t: 1000.0
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery, recording_bus(shared) as signals:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         async with watching(h, S1) as frames:
             await h.submit(_request("job", idempotency_key=KEY))
-            await trio.sleep_until(15.0)
+            await trio.sleep_until(t0 + shared.s(15.0))
             published = len(signals)
             crash_session_router(h)
             await settle()
             assert frames[-1] is None  # the subscription ended
         await h.aclose()
         lease = await shared.leases.current(S1)
-        assert lease is not None and lease.expires_at == 40.0
+        assert lease is not None and near(shared, lease.expires_at - t0, 40.0)
         entry = await shared.idempotency.find(KEY)
         assert entry is not None and entry.state is IdempotencyState.IN_FLIGHT
         assert entry.holder_id is not None and entry.holder_id.value.startswith("h/")
-        await trio.sleep_until(40.0)
+        await trio.sleep_until(t0 + shared.by(40.0))
         assert await shared.leases.current(S1) is None
         assert len(signals) == published
         nursery.cancel_scope.cancel()

@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder
+from router_app import Registry, Shared, World, all_on_time, builder, on_time, scaled_config
 from router_kit import AGENT, KEY, S1
 
 from zlink_trio.router import (
@@ -55,7 +55,7 @@ async def test_r10_175_a_late_subscriber_sees_only_later_frames(
         trio.open_nursery() as nursery,
     ):
         first = await a.submit(_request("x", idempotency_key=KEY))
-        await trio.sleep(5)  # "thinking about x" went out at 0 s
+        await trio.sleep(shared.s(5))  # "thinking about x" went out at 0 s
 
         async def late(task_status: Any) -> None:
             async with b.events(S1) as subscription:
@@ -98,6 +98,7 @@ async def test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_rep
     world.duration = lambda t: 100.0 if t == "later" else 1.0
     world.failing.add("bad")
     puts = Puts(shared.idempotency)
+    t0 = trio.current_time()
     spied = attrs.evolve(shared, idempotency=puts)
     async with (
         open_session_router(builder(spied, world, registry, "h")) as h,
@@ -109,7 +110,7 @@ async def test_r10_177_a_failed_keyed_turn_s_key_is_free_when_its_failure_is_rep
         assert later.kind is DispositionKind.FORWARDED
         with pytest.raises(TurnFailedError):
             await bad.result
-        assert trio.current_time() == 2.0
+        assert on_time(shared, trio.current_time() - t0, 2.0)
         assert await shared.idempotency.find(KEY) is None
         world.failing.clear()
         retry = await b.submit(_request("bad", idempotency_key=KEY))
@@ -189,10 +190,13 @@ async def test_r10_179_the_yield_shim_and_the_polling_period(
     config = SessionRouterConfig(idempotency_secondary_ttl=40.0)
     assert config.forward_poll_interval == 20.0
     rings: list[float] = []
+    t0 = trio.current_time()
     world.duration = lambda t: 70.0 if t == "long" else 1.0
     async with (
         open_session_router(builder(shared, world, registry, "h")) as h,
-        open_session_router(builder(shared, world, registry, "a", config=config)) as a,
+        open_session_router(
+            builder(shared, world, registry, "a", config=scaled_config(config, shared.scale))
+        ) as a,
         shared.bus.subscribe() as receive,
         trio.open_nursery() as nursery,
     ):
@@ -206,4 +210,4 @@ async def test_r10_179_the_yield_shim_and_the_polling_period(
         await h.submit(_request("long"))
         await (await a.submit(_request("waiting"))).result
         nursery.cancel_scope.cancel()
-    assert rings == [0.0, 20.0, 40.0, 60.0]
+    assert all_on_time(shared, [t - t0 for t in rings], [0.0, 20.0, 40.0, 60.0])

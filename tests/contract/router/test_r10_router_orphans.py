@@ -14,7 +14,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder, start_crashable
+from router_app import Registry, Shared, World, all_on_time, builder, on_time, start_crashable
 from router_kit import AGENT, KEY, S1, message
 
 from zlink_trio.router import (
@@ -106,6 +106,7 @@ async def test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan(
             return await self._target.find(key)
 
     world.duration = lambda t: 1000.0 if t == "long" else 20.0
+    t0 = trio.current_time()
     rerings = Rerings()
     finds = Finds(shared.idempotency)
     a_shared = attrs.evolve(shared, idempotency=finds)
@@ -119,16 +120,17 @@ async def test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan(
             await h.submit(_request("long"))
             waiting = await a.submit(_request("orphan", idempotency_key=KEY))
             assert waiting.kind is DispositionKind.FORWARDED
-            await trio.sleep_until(2.0)
+            await trio.sleep_until(t0 + shared.s(2.0))
             crash_session_router(h)
             answer = await waiting.result
-            done_at = trio.current_time()
+            done_at = trio.current_time() - t0
         nursery.cancel_scope.cancel()
-    assert finds.at == [15.0, 30.0, 45.0]
+    assert all_on_time(shared, [t - t0 for t in finds.at], [15.0, 30.0, 45.0])
     orphan = next(t for t in world.turns if t.text == "orphan")
-    assert orphan.start == 30.0 and orphan.node in ("a", "b")
-    assert done_at == 50.0 and answer.text.endswith(":orphan:0")
-    assert rings == [(0.0, "a"), (15.0, "a"), (30.0, "a")]
+    assert on_time(shared, orphan.start - t0, 30.0) and orphan.node in ("a", "b")
+    assert on_time(shared, done_at, 50.0) and answer.text.endswith(":orphan:0")
+    assert [o for _, o in rings] == ["a", "a", "a"]
+    assert all_on_time(shared, [t - t0 for t, _ in rings], [0.0, 15.0, 30.0])
     assert rerings.sessions == [S1, S1]
 
 
@@ -203,6 +205,7 @@ async def test_r10_75_a_recording_metrics_instance_counts_each_re_ring(
     MESSAGE_ENQUEUED, and a's recording metrics counts exactly three; the holder, which
     waits on nothing, counts none."""
     world.duration = lambda t: 50.0 if t == "long" else 1.0
+    t0 = trio.current_time()
     on_a, on_h = Rerings(), Rerings()
     async with (
         open_session_router(builder(shared, world, registry, "h", metrics=on_h)) as h,
@@ -211,7 +214,7 @@ async def test_r10_75_a_recording_metrics_instance_counts_each_re_ring(
     ):
         await h.submit(_request("long"))
         await (await a.submit(_request("waiting"))).result
-    assert [t for t, o in rings if o == "a"] == [0.0, 15.0, 30.0, 45.0]
+    assert all_on_time(shared, [t - t0 for t, o in rings if o == "a"], [0.0, 15.0, 30.0, 45.0])
     assert on_a.sessions == [S1, S1, S1]
     assert on_h.sessions == []
 
@@ -228,18 +231,20 @@ async def test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up(
     and finished, so the client's retry with the same key gets the cached answer and runs
     nothing."""
     world.duration = lambda t: 1000.0 if t == "long" else 1.0
+    t0 = trio.current_time()
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
         a = await start_crashable(nursery, builder(shared, world, registry, "a"))
         async with open_session_router(builder(shared, world, registry, "b")) as b:
             await h.submit(_request("long"))
             await a.submit(_request("orphan", idempotency_key=KEY))
-            await trio.sleep_until(2.0)
+            await trio.sleep_until(t0 + shared.s(2.0))
             crash_session_router(h)
             crash_session_router(a)
-            await trio.sleep_until(100.0)
+            await trio.sleep_until(t0 + shared.s(100.0))
             orphan = [t for t in world.turns if t.text == "orphan"]
-            assert [(t.node, t.start) for t in orphan] == [("b", 60.0)]
+            assert [t.node for t in orphan] == ["b"]
+            assert all_on_time(shared, [t.start - t0 for t in orphan], [60.0])
             entry = await shared.idempotency.find(KEY)
             assert entry is not None and entry.state is IdempotencyState.DONE
             retry = await b.submit(_request("orphan", idempotency_key=KEY))
@@ -312,9 +317,9 @@ async def test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan
         await shared.idempotency.put_if_absent(KEY, late.input_hash(), reserver, session_id=S1)
         assert await shared.idempotency.release_holder(KEY, reserver)
         await shared.inbox.deliver(message("late", key=KEY))
-        await trio.sleep(46)
+        await trio.sleep(shared.s(46))
         assert await shared.inbox.has_pending(S1)  # not yet older than 45 s at the 45 s sweep
-        await trio.sleep(15)
+        await trio.sleep(shared.s(15))
         assert not await shared.inbox.has_pending(S1)
         assert await shared.idempotency.find(KEY) is None
         assert await shared.records.load(S1) is None

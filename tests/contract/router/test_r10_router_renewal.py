@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder
+from router_app import Registry, Shared, World, all_on_time, builder, near
 from router_kit import AGENT, S1, DroppingBus
 
 from zlink_trio.router import (
@@ -90,6 +90,7 @@ async def test_r10_98_one_pass_keeps_two_reservations_alive(
     so neither goes stale: the caller attached to A's key on a never gets HOLDER_LOST, and
     both answers arrive."""
     world.duration = lambda t: 45.0 if t == "B" else 1.0
+    t0 = trio.current_time()
     touches = Touches(shared.idempotency)
     losses = HolderLosses()
     deaf = DroppingBus(shared.bus, {"MESSAGE_ENQUEUED"})
@@ -101,7 +102,7 @@ async def test_r10_98_one_pass_keeps_two_reservations_alive(
         await (await h.submit(_request("bind"))).result  # h holds the lease from 0 s
         b = await a.submit(_request("B", idempotency_key=KB))
         assert b.kind is DispositionKind.FORWARDED
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         own = await h.submit(_request("A", idempotency_key=KA))  # at 2 s: B runs first
         attached = await a.submit(_request("A", idempotency_key=KA))
         assert attached.kind is DispositionKind.FORWARDED
@@ -109,8 +110,9 @@ async def test_r10_98_one_pass_keeps_two_reservations_alive(
         assert (await own.result).text == "h:A:4"
         assert (await attached.result).text == "h:A:4"
     assert [t.text for t in world.turns] == ["bind", "B", "A"]
-    assert touches.of(KA) == [(10.0, True), (20.0, True), (30.0, True), (40.0, True)]
-    assert touches.of(KB) == [(10.0, True), (20.0, True), (30.0, True), (40.0, True)]
+    for key in (KA, KB):
+        assert [matched for _, matched in touches.of(key)] == [True] * 4
+        assert all_on_time(shared, [t - t0 for t, _ in touches.of(key)], [10.0, 20.0, 30.0, 40.0])
     assert losses.keys == []
 
 
@@ -157,17 +159,20 @@ async def test_r10_99_touch_names_the_reservation_s_holder_not_the_lease_holder(
     turn touch with the reservation's holder (h/<attempt>), every touch matches, and the
     entry's lastTouchedAt really advances with each renewal (40 s at 45 s)."""
     world.duration = lambda _t: 47.0
+    t0 = trio.current_time()
     touches = Touches(shared.idempotency)
     async with open_session_router(
         builder(attrs.evolve(shared, idempotency=touches), world, registry, "h")
     ) as h:
         job = await h.submit(_request("job", idempotency_key=KA))
-        await trio.sleep_until(45.0)
+        await trio.sleep_until(t0 + shared.s(45.0))
         lease = await shared.leases.current(S1)
         assert lease is not None and lease.holder_id.value == "h"
         entry = await shared.idempotency.find(KA)
-        assert entry is not None and entry.last_touched_at == 40.0
+        assert entry is not None and near(shared, entry.last_touched_at - t0, 40.0)
         assert entry.holder_id is not None and entry.holder_id.value != "h"
         await job.result
-    assert [(t, m) for t, _, _, m in touches.touches] == [(10.0 * k, True) for k in range(1, 5)]
+    assert [m for _, _, _, m in touches.touches] == [True] * 4
+    ticks = [t - t0 for t, _, _, _ in touches.touches]
+    assert all_on_time(shared, ticks, [10.0 * k for k in range(1, 5)])
     assert {holder for _, _, holder, _ in touches.touches} == {entry.holder_id}

@@ -37,7 +37,7 @@ async def test_concurrent_submits_from_every_router_serialize(
 
         async def one(i: int, text: str) -> None:
             if i >= nodes:  # the first wave races the election; later ones arrive mid-turn
-                await trio.sleep(i * 2.0)
+                await trio.sleep(shared.s(i * 2.0))
             disposition = await routers[i % nodes].submit(_request(text))
             results[text] = await disposition.result
 

@@ -12,7 +12,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Registry, Shared, World, builder, cluster
+from router_app import FakeSession, Registry, Shared, World, builder, cluster, on_time
 from router_kit import AGENT, KEY, S1, S2
 
 from zlink_trio.router import (
@@ -224,18 +224,21 @@ async def test_r10_33_an_lru_evicted_running_session_closes_after_its_turn(
             released.append((lease.session_id, trio.current_time(), len(world.closed)))
             return bool(await self._target.release(lease))
 
-    config = SessionRouterConfig(max_cached_sessions=1)
+    t0 = trio.current_time()
+    config = shared.router_config(max_cached_sessions=1)
     world.duration = lambda t: 10.0 if t == "long" else 1.0
     spied = attrs.evolve(shared, leases=Leases(shared.leases))
     async with cluster(spied, world, registry, ["a"], config=config) as (a,):
         long = await a.submit(_request("long"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         await (await a.submit(_request("other", session=S2))).result  # evicts S1's handle
         assert a.statistics().open_handles == 1
         assert world.closed == []  # pinned: not closed while its turn runs
         assert (await long.result).text == "a:long:0"
         await settle()
-        assert world.closed == [(S1.value, 10.0)]
-        assert released[0] == (S1, 10.0, 1)  # after the close
+        assert [s for s, _ in world.closed] == [S1.value]
+        assert on_time(shared, world.closed[0][1] - t0, 10.0)
+        assert (released[0][0], released[0][2]) == (S1, 1)  # after the close
+        assert on_time(shared, released[0][1] - t0, 10.0)
     view = await shared.records.load(S1)
     assert view is not None and [e.text for e in view.transcript] == ["long", "re:long"]

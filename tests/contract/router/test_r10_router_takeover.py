@@ -11,7 +11,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder
+from router_app import Registry, Shared, World, all_on_time, builder, near, on_time
 from router_kit import AGENT, KEY, S1
 
 from zlink_trio.router import (
@@ -210,6 +210,7 @@ async def test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect(
     world.duration = lambda t: 100.0 if t == "m" else 1.0
     store = Takeovers(shared.idempotency, "raise")
     metrics = Rejections()
+    t0 = trio.current_time()
     async with (
         open_session_router(
             builder(attrs.evolve(shared, idempotency=store), world, registry, "h", metrics=metrics)
@@ -218,9 +219,13 @@ async def test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect(
     ):
         await (await h.submit(_request("bind"))).result
         forwarded = await a.submit(_request("m", idempotency_key=KEY))
-        await trio.sleep_until(50.0)
+        await trio.sleep_until(t0 + shared.s(50.0))
         entry = await shared.idempotency.find(KEY)
-        assert entry is not None and entry.holder_id is None and entry.last_touched_at == 1.0
+        assert (
+            entry is not None
+            and entry.holder_id is None
+            and near(shared, entry.last_touched_at - t0, 1.0)
+        )
         assert (await forwarded.result).text == "h:m:2"
     assert store.touches and not any(matched for _, matched in store.touches)
     assert metrics.lost == [] and metrics.rejected == []
@@ -235,17 +240,18 @@ async def test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector
     (not the lease holder's bare node id) and is back on the secondary TTL."""
     world.duration = lambda t: 100.0 if t == "long" else 50.0
     metrics = Rejections()
+    t0 = trio.current_time()
     async with (
         open_session_router(builder(shared, world, registry, "h", metrics=metrics)) as h,
         open_session_router(builder(shared, world, registry, "a", metrics=metrics)) as a,
     ):
         await h.submit(_request("long"))
         queued = await a.submit(_request("m", idempotency_key=KEY))
-        await trio.sleep_until(90.0)
+        await trio.sleep_until(t0 + shared.s(90.0))
         waiting = await shared.idempotency.find(KEY)
         assert waiting is not None and waiting.holder_id is None
-        assert waiting.expires_at == 300.0
-        await trio.sleep_until(110.0)  # collected at 100 s
+        assert near(shared, waiting.expires_at - t0, 300.0)
+        await trio.sleep_until(t0 + shared.s(110.0))  # collected at 100 s
         running = await shared.idempotency.find(KEY)
         assert running is not None and running.holder_id is not None
         assert running.holder_id.value.startswith("h/") and running.holder_id.value != "h"
@@ -290,6 +296,7 @@ async def test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forward
 
     world.duration = lambda t: 100.0 if t == "m" else 1.0
     flaky = FailingTouch(shared.idempotency)
+    t0 = trio.current_time()
     h_shared = attrs.evolve(shared, idempotency=flaky, leases=Renewals(shared.leases))
     async with (
         open_session_router(builder(h_shared, world, registry, "h")) as h,
@@ -299,11 +306,11 @@ async def test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forward
         forwarded = await a.submit(_request("m", idempotency_key=KEY))
         with pytest.raises(HolderLost):
             await forwarded.result
-        assert trio.current_time() == 45.0
-        await trio.sleep_until(110.0)
+        assert on_time(shared, trio.current_time() - t0, 45.0)
+        await trio.sleep_until(t0 + shared.s(110.0))
         lease = await shared.leases.current(S1)
         assert lease is not None and lease.holder_id.value == "h"
-    assert renewals[:10] == [10.0 * k for k in range(1, 11)]
+    assert all_on_time(shared, [t - t0 for t in renewals[:10]], [10.0 * k for k in range(1, 11)])
     assert flaky.failed >= 4
-    assert world.turns[-1].text == "m" and world.turns[-1].end == 101.0
+    assert world.turns[-1].text == "m" and on_time(shared, world.turns[-1].end - t0, 101.0)
     assert not world.turns[-1].interrupted

@@ -12,7 +12,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder, cluster
+from router_app import Registry, Shared, World, all_on_time, builder, cluster, on_time
 from router_kit import AGENT, S1
 
 from zlink_trio.router import (
@@ -92,13 +92,15 @@ async def test_r10_96_a_finished_turn_s_key_is_never_touched_again(
     while it runs (it outlives the 30 s secondary TTL unswept), turn 1's key never once it
     finished (its cell was unbound, not captured at schedule time)."""
     touches = TouchLog(shared.idempotency)
+    t0 = trio.current_time()
     world.duration = lambda t: 5.0 if t == "one" else 42.0
     async with cluster(attrs.evolve(shared, idempotency=touches), world, registry, ["a"]) as (a,):
         await (await a.submit(_request("one", idempotency_key=K1))).result  # 0 → 5
         two = await a.submit(_request("two", idempotency_key=K2))  # 5 → 47
         assert (await two.result).text == "a:two:2"
-        await trio.sleep(30)  # ticks at 50, 60, 70 with no reservation bound
-    assert touches.touches == [(K2, 10.0), (K2, 20.0), (K2, 30.0), (K2, 40.0)]
+        await trio.sleep(shared.s(30))  # ticks at 50, 60, 70 with no reservation bound
+    assert [key for key, _ in touches.touches] == [K2] * 4
+    assert all_on_time(shared, [t - t0 for _, t in touches.touches], [10.0, 20.0, 30.0, 40.0])
     done = await shared.idempotency.find(K2)
     assert done is not None and done.state is IdempotencyState.DONE
 
@@ -143,18 +145,19 @@ async def test_r10_72_a_lost_doorbell_is_rung_again_at_the_next_poll(
     ticks."""
     deaf = _DropFirstDoorbell(shared.bus)
     rerings = Rerings()
+    t0 = trio.current_time()
     world.duration = lambda t: 40.0 if t == "long" else 1.0
     async with (
         open_session_router(builder(attrs.evolve(shared, bus=deaf), world, registry, "a")) as a,
         open_session_router(builder(shared, world, registry, "b", metrics=rerings)) as b,
     ):
         await (await a.submit(_request("bind"))).result  # a holds the lease, idle from 1 s
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         late = await b.submit(_request("late"))  # t = 2; a misses its doorbell
         assert late.kind is DispositionKind.FORWARDED
         assert (await late.result).text == "a:late:2"
         assert deaf.missed == 1
-        assert trio.current_time() == 2 + 15 + 1  # ran at b's first poll tick
+        assert on_time(shared, trio.current_time() - t0, 2 + 15 + 1)  # at b's first poll tick
         collected = await b.submit(_request("long"))  # collected at once, runs 40 s
         await collected.result  # b's two poll ticks meanwhile see an empty inbox
     assert rerings.sessions == [S1]

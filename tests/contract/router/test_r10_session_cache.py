@@ -11,7 +11,7 @@ from typing import Any
 import attrs
 import trio
 import trio.testing
-from router_app import Registry, Shared, World
+from router_app import Registry, Shared, World, on_time
 from router_kit import AGENT, S1, S2
 from router_script import Script, Spied, Stage, scripted_cluster
 
@@ -124,18 +124,19 @@ async def test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease(
     session LRU-evicted at 1 s while its turn runs keeps writing history (five fenced
     writes, all accepted) until the turn ends at 10 s; then its handle closes, and only
     then is its lease released."""
+    t0 = trio.current_time()
     stage = Stage(scripts={"long": Script(duration=10.0, writes=5)})
     spied = attrs.evolve(shared, leases=Spied(stage, shared.leases, {"release": "lease release"}))
-    config = SessionRouterConfig(max_cached_sessions=1)
+    config = shared.router_config(max_cached_sessions=1)
     async with scripted_cluster(spied, world, registry, stage, ["a"], config=config) as (a,):
         long = await a.submit(_request("long"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         await (await a.submit(_request("other", session=S2))).result  # evicts S1
         assert a.statistics().open_handles == 1
         assert (await long.result).text == "long:1"
         await settle()
-        s1 = [(e[0], e[3]) for e in stage.log if e[1] == S1.value and e[0] != "turn start"]
-    assert s1 == [
+        s1 = [(e[0], e[3] - t0) for e in stage.log if e[1] == S1.value and e[0] != "turn start"]
+    expected = [
         ("open", 0.0),
         ("write", 2.0),
         ("write", 4.0),
@@ -146,6 +147,8 @@ async def test_r10_36_a_pinned_evicted_session_closes_then_releases_its_lease(
         ("close", 10.0),
         ("lease release", 10.0),
     ]
+    assert [what for what, _ in s1] == [what for what, _ in expected]
+    assert all(on_time(shared, at, e) for (_, at), (_, e) in zip(s1, expected, strict=True))
     view = await shared.records.load(S1)
     assert view is not None and len(view.transcript) == 5
 
@@ -175,12 +178,12 @@ async def test_r10_34_the_lru_lease_is_returned_inside_the_turn_gate(
             return bool(await self._target.release(lease))
 
     stage = Stage(scripts={"long": Script(duration=10.0)})
-    config = SessionRouterConfig(max_cached_sessions=1)
+    config = shared.router_config(max_cached_sessions=1)
     spied = attrs.evolve(shared, leases=Leases(shared.leases))
     async with scripted_cluster(spied, world, registry, stage, ["a"], config=config) as (a,):
         routers.append(a)
         long = await a.submit(_request("long"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         await (await a.submit(_request("other", session=S2))).result  # evicts S1
         follow = await a.submit(_request("follow"))
         assert follow.kind.name == "FORWARDED"  # the gate is still held
@@ -212,16 +215,16 @@ async def test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_on
     stage = Stage()
     for i in range(80):
         stage.scripts[f"m{i}"] = Script(duration=rng.choice([0.5, 1.0, 2.0, 5.0]))
-    config = SessionRouterConfig(max_cached_sessions=2)
+    config = shared.router_config(max_cached_sessions=2)
     results: list[Any] = []
-    with trio.fail_after(5_000):
+    with trio.fail_after(shared.s(5_000)):
         async with scripted_cluster(
             shared, world, registry, stage, ["a", "b"], config=config
         ) as nodes:
             async with trio.open_nursery() as nursery:
 
                 async def submit_at(delay: float, text: str) -> None:
-                    await trio.sleep(delay)
+                    await trio.sleep(shared.s(delay))
                     node = nodes[rng.randrange(2)]
                     disposition = await node.submit(_request(text, rng.choice(sessions)))
                     try:
@@ -230,7 +233,7 @@ async def test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_on
                         results.append(ended)
 
                 async def release_at(delay: float) -> None:
-                    await trio.sleep(delay)
+                    await trio.sleep(shared.s(delay))
                     await nodes[rng.randrange(2)].release_session(rng.choice(sessions))
 
                 for i in range(80):

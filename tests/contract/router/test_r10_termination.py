@@ -14,7 +14,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World
+from router_app import Registry, Shared, World, on_time
 from router_kit import AGENT, OTHER_AGENT, S1
 from router_script import Script, Spied, Stage, scripted_cluster
 
@@ -76,6 +76,7 @@ async def test_r10_57_a_release_force_closes_a_turn_that_ignores_its_interrupt(
     subscriber that joins later; the relay counts them."""
     stuck = Script(duration=20.0, stubborn=True, writes=0, late_frames=[AssistantTextDelta("late")])
     stage = Stage(scripts={"stuck": stuck})
+    t0 = trio.current_time()
     here: list[TurnEvent] = []
     there: list[TurnEvent] = []
     later: list[TurnEvent] = []
@@ -87,18 +88,18 @@ async def test_r10_57_a_release_force_closes_a_turn_that_ignores_its_interrupt(
         await nursery.start(_follow, a, stage, "a", here)
         await nursery.start(_follow, b, stage, "b", there)
         await a.submit(_request("stuck"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         await a.release_session(S1)
-        assert trio.current_time() == 6.0
+        assert on_time(shared, trio.current_time() - t0, 6.0)
         assert any("ignored its interrupt" in r.getMessage() for r in caplog.records)
         await nursery.start(_follow, a, stage, "a later", later)
         await nursery.start(_follow, b, stage, "b later", later)
-        await trio.sleep_until(30.0)
+        await trio.sleep_until(t0 + shared.s(30.0))
         assert a.statistics().dropped_events >= 2  # the late frame and the terminal one
         nursery.cancel_scope.cancel()
-    times = {e[0]: e[3] for e in stage.log}
-    assert times["close"] == 6.0 and times["a complete"] == 6.0 and times["b complete"] == 6.0
-    assert times["turn end"] == 20.0
+    times = {e[0]: e[3] - t0 for e in stage.log}
+    assert all(on_time(shared, times[k], 6.0) for k in ("close", "a complete", "b complete"))
+    assert on_time(shared, times["turn end"], 20.0)
     for frames in (here, there, later):
         assert all(not isinstance(f.event, AssistantTextDelta | ExecutionCompleted) for f in frames)
         assert all(f.event != AssistantTextDelta("late") for f in frames)
@@ -121,10 +122,10 @@ async def test_r10_58_ending_a_session_forgets_its_doorbell(
     spied = attrs.evolve(shared, inbox=Spied(stage, shared.inbox, INBOX))
     async with scripted_cluster(spied, world, registry, stage, ["a", "b"]) as (a, b):
         await a.submit(_request("long"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         waiting = await b.submit(_request("queued"))
         assert waiting.kind.name == "FORWARDED"
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         if how == "release":
             await a.release_session(S1)
         else:
@@ -133,11 +134,11 @@ async def test_r10_58_ending_a_session_forgets_its_doorbell(
             await waiting.result
         assert not await shared.inbox.has_pending(S1)
         mark = len(stage.log)
-        await trio.sleep(120)
+        await trio.sleep(shared.s(120))
         assert [e[0] for e in stage.log[mark:] if e[0] in INBOX.values()] == []
         fresh = await a.submit(_request("fresh"))
         await fresh.result
-        await trio.sleep(60)
+        await trio.sleep(shared.s(60))
     turns = [e for e in stage.log[mark:] if e[0] == "turn start"]
     assert len(turns) == 1
 
@@ -254,11 +255,11 @@ async def test_r10_104_delete_cleans_up_every_node(
     ):
         await nursery.start(_follow, b, stage, "b subscriber", got)
         await a.submit(_request("long"))
-        await trio.sleep(11)  # a STATUS heartbeat reached b
+        await trio.sleep(shared.s(11))  # a STATUS heartbeat reached b
         assert b.status(S1) is not None
         b.approvals(S1).grant("tool:search")
         waiting = await b.submit(_request("queued"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         assert await a.delete_session(S1)
         await settle()
         assert b.approvals(S1).granted() == frozenset()

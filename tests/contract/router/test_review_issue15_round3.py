@@ -168,7 +168,7 @@ async def test_keyed_submits_from_three_routers_with_failures_and_interrupts_set
     world.duration = lambda text: 3.0  # type: ignore[method-assign]
     keys = [IdempotencyKey(f"k{i}") for i in range(6)]
     answers: dict[tuple[str, str, int], Any] = {}
-    with trio.fail_after(3000):
+    with trio.fail_after(shared.s(3000)):
         async with (
             open_session_router(builder(shared, world, registry, "a")) as a,
             open_session_router(builder(shared, world, registry, "b")) as b,
@@ -178,7 +178,7 @@ async def test_keyed_submits_from_three_routers_with_failures_and_interrupts_set
 
             async def caller(name: str, key: IdempotencyKey, attempt: int) -> None:
                 router = routers[name]
-                await trio.sleep(attempt * 0.5)
+                await trio.sleep(shared.s(attempt * 0.5))
                 try:
                     now = priority_now and int(key.value[1:]) % 2 == 0
                     prio = Priority.NOW if now else Priority.NEXT
@@ -189,7 +189,7 @@ async def test_keyed_submits_from_three_routers_with_failures_and_interrupts_set
 
             async def interrupter() -> None:
                 for _ in range(6):
-                    await trio.sleep(4.1)
+                    await trio.sleep(shared.s(4.1))
                     b.interrupt(S1, InterruptReason.USER)
 
             async with trio.open_nursery() as nursery:
@@ -198,7 +198,7 @@ async def test_keyed_submits_from_three_routers_with_failures_and_interrupts_set
                     for key in keys:
                         for name in routers:
                             nursery.start_soon(caller, name, key, attempt)
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             stuck = []
             for key in keys:
                 entry = await shared.idempotency.find(key)

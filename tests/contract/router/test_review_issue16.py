@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Opener, Registry, Shared, World, builder, cluster
+from router_app import FakeSession, Opener, Registry, Shared, World, builder, cluster, scaled
 from router_kit import AGENT, KEY, S1, message
 
 from zlink_trio.router import (
@@ -39,7 +39,7 @@ class _StubbornSession(FakeSession):
         if turn.user_input.as_text() != "stubborn":
             return await super().run_turn(turn, listener)
         with trio.CancelScope(shield=True):
-            await trio.sleep(20.0)
+            await trio.sleep(scaled(20.0, self._world.scale))
             await turn.history.append([TranscriptEntry("user", "stubborn", turn.turn_id)])
         return AgentExecutionResult("zombie")
 
@@ -74,7 +74,7 @@ async def test_a_force_released_turn_cannot_write_under_the_node_s_next_lease(
         await a.release_session(S1)  # gives up after release_interrupt_timeout
         fresh = await a.submit(_request("fresh"))
         await fresh.result
-        with trio.fail_after(60), contextlib.suppress(Exception):
+        with trio.fail_after(shared.s(60)), contextlib.suppress(Exception):
             await zombie.result  # the abandoned turn ends (its outcome is not the point)
         record = await shared.records.load(S1)
     assert record is not None
@@ -118,7 +118,7 @@ async def test_a_keyed_submit_whose_hand_over_fails_frees_its_key(
             await b.submit(keyed)
         inbox_b.down = False
         retry = await b.submit(keyed)
-        with trio.fail_after(60):
+        with trio.fail_after(shared.s(60)):
             answer = await retry.result
         await long.result
     assert answer.text == "a:k:2"  # after "long" (two history entries)
