@@ -20,7 +20,6 @@ from spot_relocation_kit import (
 from zlink_trio import (
     App,
     InvalidOperation,
-    NotConfigured,
     NotFound,
     PreserveStateWith,
     SpotContext,
@@ -414,3 +413,84 @@ async def test_review_target_stops_before_relay_ready_the_spot_stays(
         assert reply.startswith(b"4@node0") or reply.startswith(b"4@node2"), (reply, outcome)
         row = await store.read(ObjectKey.spot(spot))
         assert row is not None and row.relocation is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a send by a local caller on the node that is the move's target runs twice "
+    "(and out of order) on it",
+)
+@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
+async def test_review_every_node_sends_while_the_spot_moves_back_and_forth(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-05 / A04-06 / S06-18 (sends; the PostgreSQL store's timing): see
+    ``test_review_every_node_requests_while_the_spot_moves_back_and_forth``."""
+    await _every_node_while_moving(store, "add")
+
+
+async def test_review_every_node_requests_while_the_spot_moves_back_and_forth(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-05 / A04-06 / S06-18 (requests): see ``_every_node_while_moving``."""
+    await _every_node_while_moving(store, "add-req")
+
+
+async def _every_node_while_moving(store: CountingStore, packet: str) -> None:
+    """A04-05 / A04-06 / S06-18: while a Spot moves 0 → 1 → 0 → 1 back to back, the
+    source, the target and a third node each keep sending (or requesting) to it by
+    SpotId: every message runs exactly once, each sender's messages in the order it sent
+    them, every request is answered with its own payload, and the moved state counts
+    them all."""
+    log = SpotLog()
+    async with open_cluster(3, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, f"all-{packet}", "bag", store)
+        done = trio.Event()
+        sent: dict[str, list[bytes]] = {"a": [], "b": [], "c": []}
+        wrong: list[object] = []
+        with trio.fail_after(180):
+            async with trio.open_nursery() as nursery:
+
+                async def sender(name: str, server: object) -> None:
+                    i = 0
+                    while not done.is_set():
+                        payload = f"{name}{i}".encode()
+                        if packet == "add":
+                            await server.spots.send(spot, "add", payload)  # type: ignore[attr-defined]
+                        else:
+                            try:
+                                reply = await server.spots.request(  # type: ignore[attr-defined]
+                                    spot, "add-req", payload
+                                ).timeout(LONG)
+                            except ZLinkError as exc:
+                                wrong.append((payload, exc))
+                                reply = payload
+                            if reply != payload:
+                                wrong.append((payload, reply))
+                        sent[name].append(payload)
+                        i += 1
+                        await trio.sleep(0.002)
+
+                for name, server in (("a", a), ("b", b), ("c", c)):
+                    nursery.start_soon(sender, name, server)
+                for src, dst in ((a, b), (b, a), (a, b)):
+                    await trio.sleep(0.02)
+                    result = await src.relocate(SpotId(spot), to=dst.identity.node_rid)
+                    assert result.committed
+                await trio.sleep(0.02)
+                done.set()
+        total = sum(len(v) for v in sent.values())
+        await log.wait_for(lambda: len(log.payloads(spot, packet)) >= total)
+        assert wrong == []
+        handled = log.payloads(spot, packet)
+        if packet == "add-req":
+            handled = [p for p in handled if p != b"first"]
+        for name, payloads in sent.items():
+            mine = [(p, n) for s_, k, p, n in log.handled if s_ == spot and k == packet]
+            mine = [(p, n) for p, n in mine if p.startswith(name.encode())]
+            assert [p for p, _ in mine] == payloads, name
+        assert len(handled) == total
+        reply = await c.spots.request(spot, "get").timeout(LONG)
+        assert reply.startswith(f"{total + 1}@node1".encode()), reply

@@ -1,0 +1,70 @@
+"""Adversarial review of live Spot relocation: a Join racing the move of its PerActor
+User Spot (spec 04 §3.1 / A04-10; spec 06 §6.1, S06-18 "PerActor: Join goes to the
+target after the Spot commit"), over real TCP, through the public surface only."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import trio
+import trio.testing
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "actors"))
+
+from join_kit import JoinLog, create_on, make_join_app, spot_on
+
+from zlink_trio import JoinOutcome, Unavailable
+from zlink_trio.ids import SpotId
+from zlink_trio.store.api import ObjectKey
+from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
+from zlink_trio.wire.commands import Command
+
+LONG = 30.0
+
+
+async def test_review_a_join_during_the_seal_of_its_per_actor_spot(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-10 (Join vs Relocate seal: the seal came first): an Actor on node 1 joins a
+    PerActor User Spot of node 0 while that Spot is sealed for a move to node 1 (its 121
+    held on the wire). Either the Join fails Unavailable and the Actor has no Spot, or it
+    is accepted and then the moved Spot counts it: the Actor's row names the Spot and the
+    Spot on its new owner keeps it (its Close is False, S06-20)."""
+    log = JoinLog()
+    plan = FaultPlan(seed=21)
+    async with open_cluster(
+        2, store=store, app=make_join_app(log, spots=True), fault_plan=plan
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member = await create_on(first, cluster.servers, 1, "jm")
+        lobby = await spot_on(first, cluster.servers, 0, "lobby")
+        plan.delay(5.0, command=Command.RELOCATION_RESTORE)
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    await first.relocate(SpotId(lobby), to=second.identity.node_rid)
+
+                nursery.start_soon(move)
+                await trio.sleep(1)  # sealed, marked, 121 on its way
+                row = await store.read(ObjectKey.spot(lobby))
+                assert row is not None and row.relocation is not None
+                await second.actors.request(member, "join-spot", f"{lobby}|in".encode()).timeout(
+                    LONG
+                )
+                await log.wait_for(lambda: len(log.completions_of(member)) == 1)
+        (completion,) = log.completions_of(member)
+        actor_row = await store.read(ObjectKey.actor(member))
+        assert actor_row is not None
+        spot_row = await store.read(ObjectKey.spot(lobby))
+        assert spot_row is not None and spot_row.owner.node_rid == second.identity.node_rid
+        if completion.outcome is JoinOutcome.ACCEPTED:
+            assert actor_row.membership == SpotId(lobby)
+            ref = await first.spots.find(lobby)
+            assert ref is not None
+            assert await first.spots.close(ref) is False  # it still has its member
+        else:
+            assert isinstance(completion.error, Unavailable), completion
+            assert actor_row.membership is None or actor_row.membership != SpotId(lobby)
