@@ -494,3 +494,37 @@ async def _every_node_while_moving(store: CountingStore, packet: str) -> None:
         assert len(handled) == total
         reply = await c.spots.request(spot, "get").timeout(LONG)
         assert reply.startswith(f"{total + 1}@node1".encode()), reply
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: relocate(SpotRef) ignores the ref's ObjectGeneration: a ref of a closed incarnation moves the current one",
+)
+async def test_review_relocate_by_a_spot_ref_of_an_older_incarnation(
+    clock: object, store: CountingStore
+) -> None:
+    """S06-09 / S06-19 (a SpotRef names one incarnation; Close never re-targets a new
+    one, and neither may a move): a User Spot is closed and created again under the same
+    SpotId on the same node; ``relocate`` with the SpotRef of the first incarnation is
+    InvalidOperation and moves nothing — the current incarnation stays on its owner, its
+    row unchanged."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        old = await user_spot_on(b, cluster.servers, 0, "reinc", "hall")
+        spot = old.spot_id.value
+        assert await b.spots.close(old) is True
+        new = None
+        for _ in range(16):
+            created = await b.spots.get_or_create(spot, "hall").timeout(LONG)
+            if created.spot.node_rid == a.identity.node_rid:
+                new = created.spot
+                break
+            assert await b.spots.close(created.spot) is True
+        assert new is not None and new.object_generation != old.object_generation
+        row = await store.read(ObjectKey.spot(spot))
+        with pytest.raises(InvalidOperation):
+            await a.relocate(old, to=b.identity.node_rid)
+        assert await store.read(ObjectKey.spot(spot)) == row
+        assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"0@node0")
