@@ -4,6 +4,8 @@ the public surface and ``zlink_trio.testing`` hooks only."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import trio
 import trio.testing
@@ -29,6 +31,7 @@ from zlink_trio import (
     ZLinkError,
     on_request,
     on_send,
+    on_timer,
 )
 from zlink_trio.ids import NodeRid, SpotId
 from zlink_trio.store.api import ObjectKey
@@ -528,3 +531,85 @@ async def test_review_relocate_by_a_spot_ref_of_an_older_incarnation(
             await a.relocate(old, to=b.identity.node_rid)
         assert await store.read(ObjectKey.spot(spot)) == row
         assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"0@node0")
+
+
+def _periodic_app(node_name: str, ticks: list[tuple[str, float]], gate: list[trio.Event]) -> App:
+    app = App()
+
+    class Clocked:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+        @on_request("add-req")
+        async def add_req(self, payload: bytes) -> bytes:
+            return payload
+
+        @on_request("start")
+        async def start(self, payload: bytes) -> bytes:
+            self.context.timers.every("beat", 1.0)
+            return b"ok"
+
+        @on_request("stop")
+        async def stop(self, payload: bytes) -> bytes:
+            return str(self.context.timers.cancel("beat")).encode()
+
+        @on_timer("beat")
+        async def beat(self, payload: bytes) -> None:
+            ticks.append((node_name, trio.current_time()))
+
+    class Adapter:
+        async def capture(self, spot: Clocked) -> bytes:
+            return b""
+
+        async def restore(self, spot: Clocked, payload: bytes) -> None:
+            if gate:
+                await gate[0].wait()
+
+    app.register_spot(
+        "clocked", Clocked, kind=SpotKind.INSTANCE, relocation=PreserveStateWith(Adapter())
+    )
+    return app
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_periodic_timer_keeps_its_grid_across_a_move(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """Spec 06 §8 (timers move with the Spot, registered once): a 1 s periodic timer of a
+    Spot that moves (its target's Restore held 3 s) ticks on the source until the seal,
+    never on the source after it, on the target after the commit at most once per period
+    (the ticks missed while sealed coalesce), and its cancel on the target stops it for
+    good. (Memory store: exact virtual times.)"""
+    ticks: list[tuple[str, float]] = []
+    gate: list[trio.Event] = []
+    async with open_cluster(
+        2, store=store, app=lambda i: _periodic_app(f"node{i}", ticks, gate)
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "beat", "clocked", store)
+        assert await b.spots.request(spot, "start").timeout(LONG) == b"ok"
+        await trio.sleep(5.5)
+        before = len(ticks)
+        assert before == 5 and {n for n, _ in ticks} == {"node0"}
+        gate.append(trio.Event())
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(SpotId(spot), to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await trio.sleep(3)
+            assert len(ticks) == before  # sealed: nothing ticks
+            gate[0].set()
+        moved_at = trio.current_time()
+        await trio.sleep(10.2)
+        after = ticks[before:]
+        assert {n for n, _ in after} == {"node1"}, ticks
+        assert 10 <= len(after) <= 11, after
+        assert all(t2 - t1 >= 0.999 for (_, t1), (_, t2) in itertools.pairwise(after)), after
+        assert after[0][1] >= moved_at - 0.001
+        assert await a.spots.request(spot, "stop").timeout(LONG) == b"True"
+        count = len(ticks)
+        await trio.sleep(5)
+        assert len(ticks) == count

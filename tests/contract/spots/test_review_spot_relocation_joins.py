@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "actors"))
 
 from join_kit import JoinLog, create_on, make_join_app, spot_on
 
-from zlink_trio import JoinOutcome, Unavailable
+from zlink_trio import JoinOutcome, Unavailable, ZLinkError
 from zlink_trio.ids import SpotId
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
@@ -68,3 +68,45 @@ async def test_review_a_join_during_the_seal_of_its_per_actor_spot(
         else:
             assert isinstance(completion.error, Unavailable), completion
             assert actor_row.membership is None or actor_row.membership != SpotId(lobby)
+
+
+async def test_review_a_per_actor_spot_and_its_member_move_at_the_same_time(
+    clock: object, store: CountingStore
+) -> None:
+    """Spec 06 §6.1 (PerActor: the Spot and its member Actors move separately): a PerActor
+    User Spot of node 0 and its member Actor of node 0 are relocated to node 1 at the same
+    time; both commit, the Actor's row still names the Spot, the Spot still counts it (its
+    Close is False) and both answer from either node."""
+    log = JoinLog()
+    async with open_cluster(2, store=store, app=make_join_app(log, spots=True)) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member = await create_on(first, cluster.servers, 0, "pm")
+        lobby = await spot_on(first, cluster.servers, 0, "lobby")
+        await first.actors.request(member, "join-spot", f"{lobby}|in".encode()).timeout(LONG)
+        await log.wait_for(lambda: len(log.completions_of(member)) == 1)
+        assert log.completions_of(member)[0].outcome is JoinOutcome.ACCEPTED
+        results: list[object] = []
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def move(what: object) -> None:
+                    try:
+                        results.append(await first.relocate(what, to=second.identity.node_rid))  # type: ignore[call-overload]
+                    except ZLinkError as exc:
+                        results.append(exc)
+
+                nursery.start_soon(move, SpotId(lobby))
+                nursery.start_soon(move, member)
+        assert all(not isinstance(r, ZLinkError) and r.committed for r in results), results  # type: ignore[attr-defined]
+        actor_row = await store.read(ObjectKey.actor(member))
+        spot_row = await store.read(ObjectKey.spot(lobby))
+        assert actor_row is not None and spot_row is not None
+        assert actor_row.owner.node_rid == second.identity.node_rid
+        assert spot_row.owner.node_rid == second.identity.node_rid
+        assert actor_row.membership == SpotId(lobby)
+        for server in (first, second):
+            assert await server.actors.request(member, "echo", b"e").timeout(LONG) == b"e"
+        ref = await first.spots.find(lobby)
+        assert ref is not None
+        assert await first.spots.close(ref) is False
