@@ -35,7 +35,8 @@ from zlink_trio import (
 )
 from zlink_trio.ids import NodeRid, SpotId
 from zlink_trio.store.api import ObjectKey
-from zlink_trio.testing import CountingStore, open_cluster
+from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
+from zlink_trio.wire.commands import Command
 
 
 @pytest.mark.xfail(
@@ -613,3 +614,56 @@ async def test_review_a_periodic_timer_keeps_its_grid_across_a_move(
         count = len(ticks)
         await trio.sleep(5)
         assert len(ticks) == count
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: a relay-ready that comes after the source gave up (relocate raised, the Spot reopened on the source) still lets the target commit: the row moves to the target with a stale capture while the source keeps hosting it",
+)
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_relay_ready_after_the_source_gave_up_never_makes_two_owners(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (failure before relay-ready acceptance: the source stays owner): the 120 is
+    2 s late on the wire and the abort (124) 5 s late; the target's Restore ends just
+    after the source's ``relocation_timeout`` (the source gave up: DeadlineExceeded,
+    reopened). The target must not commit over it: afterwards the row still names the
+    source, only the source runs the Spot's messages, and its state is the source's.
+    (Memory store: exact virtual times.)"""
+    log = SpotLog()
+    plan = FaultPlan(seed=31)
+    async with open_cluster(3, store=store, app=apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "late", "bag", store)
+        before = await store.read(ObjectKey.spot(spot))
+        assert before is not None
+        plan.delay(2.0, command=Command.RELOCATION_PREPARE)
+        plan.delay(5.0, command=Command.RELOCATION_ABORT)
+        log.restore_gate = trio.Event()
+        errors: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                try:
+                    await a.relocate(SpotId(spot), to=b.identity.node_rid)
+                except ZLinkError as exc:
+                    errors.append(exc)
+
+            started = trio.current_time()
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            await trio.sleep_until(started + 10.5)  # the source's deadline passed
+            log.restore_gate.set()
+        assert len(errors) == 1, errors
+        await trio.sleep(10)  # the target's cutover fallback and its own timeout
+        await c.spots.send(spot, "add", b"after")
+        await log.wait_for(lambda: len(log.payloads(spot)) == 1)
+        replies = {
+            (await server.spots.request(spot, "get").timeout(LONG))[:7] for server in (a, b, c)
+        }
+        assert replies == {b"2@node0"}, replies  # one owner answers, with its state
+        assert log.nodes(spot) == {"node0"}
+        row = await store.read(ObjectKey.spot(spot))
+        assert row is not None and row.owner == before.owner, row
+        assert row.owner_generation == before.owner_generation
