@@ -14,7 +14,20 @@ sys.path.insert(0, str(Path(__file__).parents[1] / "actors"))
 
 from join_kit import JoinLog, create_on, make_join_app, spot_on
 
-from zlink_trio import JoinOutcome, Unavailable, ZLinkError
+from zlink_trio import (
+    App,
+    Approve,
+    JoinEvent,
+    JoinOutcome,
+    RecreateOnRelocation,
+    SpotCallback,
+    SpotContext,
+    SpotWide,
+    Unavailable,
+    ZLinkError,
+    on_lifecycle,
+    on_request,
+)
 from zlink_trio.ids import SpotId
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
@@ -110,3 +123,73 @@ async def test_review_a_per_actor_spot_and_its_member_move_at_the_same_time(
         ref = await first.spots.find(lobby)
         assert ref is not None
         assert await first.spots.close(ref) is False
+
+
+def _with_relocatable_hall(log: JoinLog) -> App:
+    """The join kit's app plus "whall": a SpotWide User Spot type that may relocate
+    (RecreateOnRelocation) and approves every Join."""
+    app = make_join_app(log, spots=True)
+
+    class WideRoom:
+        def __init__(self, context: SpotContext) -> None:
+            self.context = context
+
+        @on_lifecycle(SpotCallback.JOIN)
+        async def join(self, event: JoinEvent) -> Approve:
+            return Approve(reply=b"welcome")
+
+        @on_request("members")
+        async def members(self, payload: bytes) -> bytes:
+            return b"ok"
+
+    app.register_spot("whall", WideRoom, execution=SpotWide(), relocation=RecreateOnRelocation())
+    return app
+
+
+async def test_review_a_join_during_the_seal_of_a_spot_wide_spot(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-10 (Join vs Relocate seal: the seal came first → Join Unavailable) for a SpotWide
+    User Spot that had no member when its move was sealed (so it moves alone): an Actor
+    joining it while it is sealed (its 121 held on the wire) either fails Unavailable,
+    or, if accepted, is a member of the Spot wherever it ends up — never an Actor whose
+    row names a Spot that does not count it."""
+    log = JoinLog()
+    plan = FaultPlan(seed=22)
+    async with open_cluster(
+        2, store=store, app=lambda _: _with_relocatable_hall(log), fault_plan=plan
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member = await create_on(first, cluster.servers, 0, "wm")
+        hall = await spot_on(first, cluster.servers, 0, "whall")
+        plan.delay(5.0, command=Command.RELOCATION_RESTORE)
+        outcome: list[object] = []
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        outcome.append(
+                            await first.relocate(SpotId(hall), to=second.identity.node_rid)
+                        )
+                    except ZLinkError as exc:
+                        outcome.append(exc)
+
+                nursery.start_soon(move)
+                await trio.sleep(1)  # sealed, marked, 121 on its way
+                row = await store.read(ObjectKey.spot(hall))
+                assert row is not None and row.relocation is not None
+                await first.actors.request(member, "join-spot", f"{hall}|in".encode()).timeout(LONG)
+                await log.wait_for(lambda: len(log.completions_of(member)) == 1)
+        (completion,) = log.completions_of(member)
+        actor_row = await store.read(ObjectKey.actor(member))
+        assert actor_row is not None
+        ref = await first.spots.find(hall)
+        assert ref is not None
+        if completion.outcome is JoinOutcome.ACCEPTED:
+            assert actor_row.membership == SpotId(hall)
+            assert await first.spots.close(ref) is False, (outcome, completion)
+        else:
+            assert isinstance(completion.error, Unavailable), completion
+            assert actor_row.membership != SpotId(hall)
