@@ -667,3 +667,75 @@ async def test_review_a_relay_ready_after_the_source_gave_up_never_makes_two_own
         row = await store.read(ObjectKey.spot(spot))
         assert row is not None and row.owner == before.owner, row
         assert row.owner_generation == before.owner_generation
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_stale_spot_ref_after_the_follow_route_expired(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """S06-09 / S06-19 (a stale SpotRef after a move, once Message Follow is over): 40 s
+    after a User Spot moved node 0 → node 1 (MessageFollowDuration 30 s), messages by
+    SpotId from both nodes still reach node 1, ``find`` names node 1, and ``close`` with
+    the SpotRef taken before the move closes it (True), from the old owner."""
+    log = SpotLog()
+    async with open_cluster(3, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        ref = await user_spot_on(c, cluster.servers, 0, "expire", "hall")
+        spot = ref.spot_id.value
+        await c.spots.send(spot, "add", b"1")
+        assert (await c.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node0")
+        await a.relocate(ref, to=b.identity.node_rid)
+        await trio.sleep(40)
+        for server in (a, b, c):
+            assert (await server.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node1")
+        found = await a.spots.find(spot)
+        assert found is not None and found.node_rid == b.identity.node_rid
+        assert await a.spots.close(ref) is True
+        assert await c.spots.find(spot) is None
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: SpotHost.admit parks a local message in the move's temporary queue and then "
+    "raises StaleRoute: the caller follows and sends it again, so it runs twice",
+)
+async def test_review_a_local_send_on_the_target_during_its_restore_runs_once(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-04 / A04-06 (exactly once): a Spot moves node 0 → node 1 and then back to
+    node 0; while node 0 restores it (its Restore held), a local caller on node 0 (whose
+    route cache still names node 0) sends to it and requests from it: each runs exactly
+    once, on node 0, after the commit."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "local", "bag", store)
+        assert (await a.spots.request(spot, "get").timeout(LONG)).startswith(b"1@node0")
+        await a.relocate(SpotId(spot), to=b.identity.node_rid)
+        await a.spots.send(spot, "add", b"via-follow")
+        log.restore_gate = trio.Event()
+        log.restore_entered = trio.Event()
+        replies: list[object] = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    await b.relocate(SpotId(spot), to=a.identity.node_rid)
+
+                async def ask() -> None:
+                    replies.append(await a.spots.request(spot, "add-req", b"r").timeout(LONG))
+
+                nursery.start_soon(move)
+                await log.restore_entered.wait()
+                await a.spots.send(spot, "add", b"x")
+                nursery.start_soon(ask)
+                await trio.testing.wait_all_tasks_blocked()
+                log.restore_gate.set()
+        await log.wait_for(lambda: len(log.payloads(spot)) >= 2)
+        await trio.sleep(1)
+        assert log.payloads(spot) == [b"via-follow", b"x"]
+        assert replies == [b"r"]
+        assert log.payloads(spot, "add-req") == [b"first", b"r"]
+        assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node0")
