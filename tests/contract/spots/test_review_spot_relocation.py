@@ -739,3 +739,46 @@ async def test_review_a_local_send_on_the_target_during_its_restore_runs_once(
         assert replies == [b"r"]
         assert log.payloads(spot, "add-req") == [b"first", b"r"]
         assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node0")
+
+
+async def test_review_held_requests_of_an_aborted_move_are_answered_once_on_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-07 / S06-18 (an abort before relay-ready returns the held ingress to the source
+    queue): requests from the source itself and from a third node, held while the
+    target's Restore runs and then fails, are each answered once, by the source."""
+    log = SpotLog()
+    async with open_cluster(3, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b, c = cluster.servers
+        spot = await instance_on(c, cluster.servers, 0, "heldreq", "bag", store)
+        log.restore_gate = trio.Event()
+        log.fail_restore = True
+        replies: dict[str, object] = {}
+        errors: list[BaseException] = []
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        await a.relocate(SpotId(spot), to=b.identity.node_rid)
+                    except ZLinkError as exc:
+                        errors.append(exc)
+
+                async def ask(name: str, server: object) -> None:
+                    replies[name] = await server.spots.request(  # type: ignore[attr-defined]
+                        spot, "add-req", name.encode()
+                    ).timeout(LONG)
+
+                nursery.start_soon(move)
+                await log.restore_entered.wait()
+                nursery.start_soon(ask, "ra", a)
+                await trio.testing.wait_all_tasks_blocked()
+                nursery.start_soon(ask, "rc", c)
+                await trio.testing.wait_all_tasks_blocked()
+                log.restore_gate.set()
+        assert len(errors) == 1
+        assert replies == {"ra": b"ra", "rc": b"rc"}
+        # (two senders: their relative arrival order is not observable here)
+        assert sorted(log.payloads(spot, "add-req")) == [b"first", b"ra", b"rc"]
+        assert log.nodes(spot, "add-req") == {"node0"}
