@@ -125,10 +125,11 @@ async def test_review_a_per_actor_spot_and_its_member_move_at_the_same_time(
         assert await first.spots.close(ref) is False
 
 
-def _with_relocatable_hall(log: JoinLog) -> App:
+def _with_relocatable_hall(log: JoinLog, gate: list[trio.Event] | None = None) -> App:
     """The join kit's app plus "whall": a SpotWide User Spot type that may relocate
-    (RecreateOnRelocation) and approves every Join."""
+    (RecreateOnRelocation) and approves every Join (once ``gate[0]`` is set, if any)."""
     app = make_join_app(log, spots=True)
+    entered = log.spot_entered
 
     class WideRoom:
         def __init__(self, context: SpotContext) -> None:
@@ -136,6 +137,9 @@ def _with_relocatable_hall(log: JoinLog) -> App:
 
         @on_lifecycle(SpotCallback.JOIN)
         async def join(self, event: JoinEvent) -> Approve:
+            if gate:
+                entered.set()
+                await gate[0].wait()
             return Approve(reply=b"welcome")
 
         @on_request("members")
@@ -193,3 +197,52 @@ async def test_review_a_join_during_the_seal_of_a_spot_wide_spot(
         else:
             assert isinstance(completion.error, Unavailable), completion
             assert actor_row.membership != SpotId(hall)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="BUG: the SpotWide-with-members refusal is checked before the seal turn: a Join that completes ahead of the seal makes the Spot move away from its new member (Spot and member on two nodes)",
+)
+async def test_review_a_spot_wide_spot_whose_join_is_running_when_it_is_moved(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-10 (Join vs Relocate: the Join claim came first → the move waits for the Join
+    terminal) and spec 06 §6.1 (a SpotWide Spot never moves without its members): an
+    Actor's Join of a memberless SpotWide User Spot is in its JOIN callback when
+    ``relocate`` of the Spot is called; the Join completes ACCEPTED, and then the Spot —
+    which now has a member — is not moved away from it: the move is refused (or moves
+    both), so the Spot and its member are owned by the same node."""
+    log = JoinLog()
+    gate = [trio.Event()]
+    async with open_cluster(
+        2, store=store, app=lambda _: _with_relocatable_hall(log, gate)
+    ) as cluster:
+        await cluster.wait_all_admitted()
+        first, second = cluster.servers
+        member = await create_on(first, cluster.servers, 0, "jr")
+        hall = await spot_on(first, cluster.servers, 0, "whall")
+        outcome: list[object] = []
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        outcome.append(
+                            await first.relocate(SpotId(hall), to=second.identity.node_rid)
+                        )
+                    except ZLinkError as exc:
+                        outcome.append(exc)
+
+                await first.actors.request(member, "join-spot", f"{hall}|in".encode()).timeout(LONG)
+                await log.spot_entered.wait()  # the JOIN callback runs
+                nursery.start_soon(move)
+                await trio.testing.wait_all_tasks_blocked()
+                gate[0].set()
+                await log.wait_for(lambda: len(log.completions_of(member)) == 1)
+        (completion,) = log.completions_of(member)
+        assert completion.outcome is JoinOutcome.ACCEPTED, completion
+        actor_row = await store.read(ObjectKey.actor(member))
+        spot_row = await store.read(ObjectKey.spot(hall))
+        assert actor_row is not None and spot_row is not None
+        assert actor_row.membership == SpotId(hall)
+        assert actor_row.owner.node_rid == spot_row.owner.node_rid, outcome
