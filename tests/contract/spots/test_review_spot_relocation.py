@@ -825,7 +825,7 @@ async def test_review_local_senders_on_the_source_at_the_seal_edges_are_never_re
 
                 for k in range(8):
                     nursery.start_soon(sender, k)
-                await trio.sleep(0)
+                await trio.lowlevel.checkpoint()
                 try:
                     await a.relocate(SpotId(spot), to=b.identity.node_rid)
                 except ZLinkError:
