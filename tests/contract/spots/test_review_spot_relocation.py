@@ -419,16 +419,10 @@ async def test_review_target_stops_before_relay_ready_the_spot_stays(
         assert row is not None and row.relocation is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a send by a local caller on the node that is the move's target runs twice "
-    "(and out of order) on it",
-)
-@pytest.mark.parametrize("backend", ["postgres"], indirect=True)
 async def test_review_every_node_sends_while_the_spot_moves_back_and_forth(
     clock: object, store: CountingStore
 ) -> None:
-    """A04-05 / A04-06 / S06-18 (sends; the PostgreSQL store's timing): see
+    """A04-05 / A04-06 / S06-18 (sends): see
     ``test_review_every_node_requests_while_the_spot_moves_back_and_forth``."""
     await _every_node_while_moving(store, "add")
 
@@ -695,11 +689,6 @@ async def test_review_a_stale_spot_ref_after_the_follow_route_expired(
         assert await c.spots.find(spot) is None
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SpotHost.admit parks a local message in the move's temporary queue and then "
-    "raises StaleRoute: the caller follows and sends it again, so it runs twice",
-)
 async def test_review_a_local_send_on_the_target_during_its_restore_runs_once(
     clock: object, store: CountingStore
 ) -> None:
@@ -784,10 +773,6 @@ async def test_review_held_requests_of_an_aborted_move_are_answered_once_on_the_
         assert log.nodes(spot, "add-req") == {"node0"}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: SpotHost.admit checks the state, yields, then refuses: a local send that straddles the seal's end (abort: Ready again; commit: unpublished) ends Unavailable 'is closed' instead of being queued or followed",
-)
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
 @pytest.mark.parametrize("fail", [True, False], ids=["aborted", "committed"])
 async def test_review_local_senders_on_the_source_at_the_seal_edges_are_never_refused(
