@@ -100,6 +100,12 @@ MEMBERS_PARTICIPANT = "zlink_trio.spot.members"
 """The envelope entry carrying a User Spot's current members (a CBOR list of ids)."""
 
 
+_SPOT_WIDE_WITH_MEMBERS = (
+    "spot {!r} is a SpotWide User Spot with members: it moves with them in one aggregate "
+    "commit, which is not built yet"
+)
+
+
 @attrs.frozen
 class SpotRelocationResult:
     """A Spot relocation whose relay-ready reply was accepted: the Spot belongs to the
@@ -203,10 +209,7 @@ class SpotRelocator:
         if spot_id in self.in_flight or hosted.close_requested:
             raise Unavailable(f"spot {spot_id.value!r} is already moving or closing")
         if hosted.spot_wide and hosted.has_members:
-            raise NotConfigured(
-                f"spot {spot_id.value!r} is a SpotWide User Spot with members: it moves with "
-                "them in one aggregate commit, which is not built yet"
-            )
+            raise NotConfigured(_SPOT_WIDE_WITH_MEMBERS.format(spot_id.value))
         mesh = hosted.context.mesh_name
         generation, lease = await self._target_generation(mesh, to)
         row = await self._store.read(spot_key(spot_id))
@@ -361,6 +364,11 @@ class SpotRelocator:
             saved = host.seal_relocation(hosted, move.relocation_id)
             if saved is None:
                 return None
+            if hosted.spot_wide and hosted.has_members:
+                # A Join that was ahead of this turn completed: the Spot has a member now
+                # and moves only with it (spec 06 §6.1); it reopens, in order.
+                host.unseal_relocation(hosted, move.relocation_id, saved)
+                raise NotConfigured(_SPOT_WIDE_WITH_MEMBERS.format(move.spot_id.value))
             for item in saved:
                 if type(item) is not SpotMessage and type(item) is not TimerTick:
                     # Framework work is queued (a close's boundary, application work):
@@ -371,6 +379,8 @@ class SpotRelocator:
 
         try:
             saved = await hosted.run_lifecycle_work(seal)
+        except NotConfigured as exc:
+            raise _Abort(exc) from None
         except ZLinkError as exc:
             raise _Abort(Unavailable(f"the Spot cannot be sealed: {exc}")) from None
         if saved is None:

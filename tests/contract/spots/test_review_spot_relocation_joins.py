@@ -7,7 +7,6 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-import pytest
 import trio
 import trio.testing
 
@@ -200,10 +199,6 @@ async def test_review_a_join_during_the_seal_of_a_spot_wide_spot(
             assert actor_row.membership != SpotId(hall)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: the SpotWide-with-members refusal is checked before the seal turn: a Join that completes ahead of the seal makes the Spot move away from its new member (Spot and member on two nodes)",
-)
 async def test_review_a_spot_wide_spot_whose_join_is_running_when_it_is_moved(
     clock: object, store: CountingStore
 ) -> None:
