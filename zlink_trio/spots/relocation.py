@@ -339,19 +339,25 @@ class SpotRelocator:
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, move, saved, marked, abort.error)
+            if await self._abort(hosted, move, saved, marked, abort.error):
+                assert saved is not None
+                return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
                 raise
-            await self._abort(hosted, move, saved, marked, exc)
+            if await self._abort(hosted, move, saved, marked, exc):
+                assert saved is not None
+                return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
             raise
         except BaseException:
             if not accepted:
                 with trio.CancelScope(shield=True):
-                    await self._abort(
+                    taken = await self._abort(
                         hosted, move, saved, marked, Unavailable("the relocation was cancelled")
                     )
+                    if taken and saved is not None:
+                        await self._after_accepted(hosted, move, peer, saved, nursery, draining)
             raise
         assert saved is not None
         return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
@@ -511,21 +517,46 @@ class SpotRelocator:
         saved: list[SpotItem] | None,
         marked: list[AuthorityRow],
         error: ZLinkError,
-    ) -> None:
+    ) -> bool:
         """Before relay-ready acceptance: the source stays owner. The durable abort (the
         mark cleared) and the source-queue restore (saved work, then the held ingress, in
-        arrival order) come first, then the target is told one-way (124)."""
-        self.aborted += 1
+        arrival order) come first, then the target is told one-way (124).
+
+        Returns True, reopening nothing, when the durable abort lost to the target's
+        commit (its relay-ready came too late here, but its owner CAS, fenced by the
+        mark, won): the Spot is the target's and the caller goes on as after an
+        acceptance (the target commits only while the mark of this move is on the row,
+        so once the mark is cleared here no target can take it)."""
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
         if marked:
-            with contextlib.suppress(ZLinkError):
-                current = await self._store.read(marked[0].key)
-                if (
-                    current is not None
-                    and current.relocation is not None
-                    and current.relocation.relocation_id == move.relocation_id
-                ):
-                    await self._store.set_relocation(current.key, current.store_version, None)
+            for _ in range(3):
+                try:
+                    current = await self._store.read(marked[0].key)
+                    if current is not None and (
+                        current.owner.node_rid == move.target_rid
+                        and current.owner_generation == move.target_owner_generation
+                    ):
+                        logger.warning(
+                            "relocation of spot %r: the target committed before the abort; "
+                            "it is the target's",
+                            move.spot_id.value,
+                        )
+                        return True
+                    if (
+                        current is None
+                        or current.relocation is None
+                        or current.relocation.relocation_id != move.relocation_id
+                    ):
+                        break
+                    cleared = await self._store.set_relocation(
+                        current.key, current.store_version, None
+                    )
+                    if isinstance(cleared, Applied):
+                        break
+                except ZLinkError as exc:
+                    logger.info("clearing the mark of %r: %r", move.spot_id.value, exc)
+                    break
+        self.aborted += 1
         if saved is not None:
             self._host.unseal_relocation(hosted, move.relocation_id, saved)
             if hosted.orphans:
@@ -536,6 +567,7 @@ class SpotRelocator:
                 RelocationAbort(relocation_id=move.relocation_id, reason=error.kind),
                 wait=False,
             )
+        return False
 
     async def _after_accepted(
         self,

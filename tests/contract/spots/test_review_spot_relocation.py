@@ -610,10 +610,6 @@ async def test_review_a_periodic_timer_keeps_its_grid_across_a_move(
         assert len(ticks) == count
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a relay-ready that comes after the source gave up (relocate raised, the Spot reopened on the source) still lets the target commit: the row moves to the target with a stale capture while the source keeps hosting it",
-)
 @pytest.mark.parametrize("backend", ["memory"], indirect=True)
 async def test_review_a_relay_ready_after_the_source_gave_up_never_makes_two_owners(
     clock: trio.testing.MockClock, store: CountingStore
