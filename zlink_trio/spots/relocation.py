@@ -183,13 +183,19 @@ class SpotRelocator:
             event.set()
 
     async def relocate(
-        self, spot_id: SpotId, to: NodeRid, *, draining: bool = False
+        self,
+        spot_id: SpotId,
+        to: NodeRid,
+        *,
+        draining: bool = False,
+        generation: ObjectGeneration | None = None,
     ) -> SpotRelocationResult:
         """Move the Spot ``spot_id`` hosted here to node ``to`` (see the module docstring).
 
         Raises:
             NotFound: the Spot is not hosted (Ready) on this node.
-            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or
+                ``generation`` (a SpotRef's) is not the hosted incarnation's.
             NotConfigured: a SpotWide User Spot with members (they move with it in one
                 aggregate commit, not built yet).
             Unavailable: it is moving or closing already, or the target refused or could
@@ -201,6 +207,11 @@ class SpotRelocator:
         hosted = self._host.ready(spot_id)
         if hosted is None:
             raise NotFound(f"spot {spot_id.value!r} is not hosted (Ready) on this node")
+        if generation is not None and generation != hosted.generation:
+            raise InvalidOperation(
+                f"the SpotRef names another incarnation of spot {spot_id.value!r} than the "
+                "one hosted here"
+            )
         spot_type = hosted.spot_type
         me = self._node.identity
         refuse_unless_relocatable(

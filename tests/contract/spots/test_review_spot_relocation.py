@@ -494,10 +494,6 @@ async def _every_node_while_moving(store: CountingStore, packet: str) -> None:
         assert reply.startswith(f"{total + 1}@node1".encode()), reply
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: relocate(SpotRef) ignores the ref's ObjectGeneration: a ref of a closed incarnation moves the current one",
-)
 async def test_review_relocate_by_a_spot_ref_of_an_older_incarnation(
     clock: object, store: CountingStore
 ) -> None:
