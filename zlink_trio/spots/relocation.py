@@ -222,7 +222,7 @@ class SpotRelocator:
         if hosted.spot_wide and hosted.has_members:
             raise NotConfigured(_SPOT_WIDE_WITH_MEMBERS.format(spot_id.value))
         mesh = hosted.context.mesh_name
-        generation, lease = await self._target_generation(mesh, to)
+        target_generation, lease = await self._target_generation(mesh, to)
         row = await self._store.read(spot_key(spot_id))
         _check_row(hosted, row, me.node_rid, me.node_generation)
         assert row is not None
@@ -237,7 +237,7 @@ class SpotRelocator:
             source_generation=me.node_generation,
             source_owner_generation=row.owner_generation,
             target_rid=to,
-            target_generation=generation,
+            target_generation=target_generation,
             target_lease=lease,
         )
         self.in_flight[spot_id] = move.relocation_id
