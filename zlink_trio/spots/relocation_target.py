@@ -36,7 +36,7 @@ from ..config import ServerConfig
 from ..errors import (
     ApplicationError,
     InvalidOperation,
-    NotFound,
+    NotConfigured,
     StaleRoute,
     StoreOutcomeUnknown,
     Unavailable,
@@ -173,7 +173,9 @@ class SpotRelocationTarget:
             return
         if record.stable_type not in self._types:
             await sink.deliver(
-                failure(NotFound(f"spot type {record.stable_type.value!r} is not registered here"))
+                failure(
+                    NotConfigured(f"spot type {record.stable_type.value!r} is not registered here")
+                )
             )
             return
         try:
