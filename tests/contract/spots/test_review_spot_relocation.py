@@ -373,10 +373,6 @@ async def test_review_a_request_whose_deadline_passes_while_sealed(
         assert log.payloads(spot, "add-req") == [b"first", b"long"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a target stopped during a Spot move commits (relocate: committed=True) but drops the relayed messages (a closing node drops inbound 39): the held messages are lost",
-)
 async def test_review_target_stops_before_relay_ready_the_spot_stays(
     clock: object, store: CountingStore
 ) -> None:
