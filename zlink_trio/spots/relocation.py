@@ -57,6 +57,7 @@ from ..ids import (
     SpotId,
 )
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
+from ..objects.activity import Activity
 from ..objects.durable import remaining_ms
 from ..objects.follow import FollowTable
 from ..objects.policy import DisableRelocation, PreserveStateWith
@@ -170,6 +171,8 @@ class SpotRelocator:
         self._follow = follow
         self._nursery = nursery
         self.in_flight: dict[SpotId, OperationId] = {}
+        self._moves = Activity()
+        """The moves in flight from here (a clean stop lets them end before its own)."""
         self._commits: dict[OperationId, trio.Event] = {}
         self.moved_out = 0
         self.aborted = 0
@@ -242,6 +245,7 @@ class SpotRelocator:
         )
         self.in_flight[spot_id] = move.relocation_id
         self._commits[move.relocation_id] = trio.Event()
+        self._moves.begin()
         try:
             result: list[SpotRelocationResult] = []
             try:
@@ -253,6 +257,7 @@ class SpotRelocator:
         finally:
             self.in_flight.pop(spot_id, None)
             self._commits.pop(move.relocation_id, None)
+            self._moves.end()
 
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Spot hosted
@@ -260,6 +265,9 @@ class SpotRelocator:
         type (spread round-robin, 16 at a time); what cannot move (DisableRelocation, no
         such peer, a SpotWide Spot with members, a failed move) stays for the release
         step. Returns the number moved."""
+        # A move started before the stop ends first (its row is marked: released under
+        # it, the target's commit would lose its fence and the held work with it).
+        await self._moves.wait_idle()
         me = self._node.identity.node_rid
         plans: list[tuple[SpotId, NodeRid]] = []
         peers: dict[tuple[MeshName, object], list[NodeRid]] = {}
@@ -624,7 +632,7 @@ class SpotRelocator:
         committed = self._commits[move.relocation_id]
         key = spot_key(move.spot_id)
         with trio.move_on_after(self._config.relocation_timeout):
-            if draining:
+            if draining or not self._node.admitting:
                 # A closing node drops inbound commands (125 too): the Store tells.
                 await self._wait_committed_in_store(move, committed)
             else:

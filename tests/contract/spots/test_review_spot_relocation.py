@@ -28,6 +28,7 @@ from zlink_trio import (
     SpotContext,
     SpotCreated,
     SpotKind,
+    StaleRoute,
     Unavailable,
     ZLinkError,
     on_request,
@@ -40,10 +41,6 @@ from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
 from zlink_trio.wire.commands import Command
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a clean stop of the source during an in-flight Spot move releases the row under it: the target's commit loses its fence, the held messages and the state are lost",
-)
 async def test_review_source_stops_while_its_spot_move_waits_for_the_target(
     clock: object, store: CountingStore
 ) -> None:
@@ -74,7 +71,10 @@ async def test_review_source_stops_while_its_spot_move_waits_for_the_target(
                 await trio.testing.wait_all_tasks_blocked()
                 log.restore_gate.set()
         assert len(outcome) == 1
-        reply = await c.spots.request(spot, "get").instance("bag").timeout(LONG)
+        try:
+            reply = await c.spots.request(spot, "get").instance("bag").timeout(LONG)
+        except StaleRoute:  # c's cache named the stopped node: the next call resolves
+            reply = await c.spots.request(spot, "get").instance("bag").timeout(LONG)
         assert log.payloads(spot) == [f"held-{i}".encode() for i in range(3)], (reply, outcome)
         assert reply is not None and reply.startswith(b"4@node"), (reply, outcome)
 
