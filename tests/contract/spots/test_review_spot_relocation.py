@@ -804,3 +804,45 @@ async def test_review_local_senders_on_the_source_at_the_seal_edges_are_never_re
         assert refused == []
         await log.wait_for(lambda: len(log.payloads(spot)) >= len(sent))
         assert sorted(log.payloads(spot)) == sorted(sent)
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_restore_slower_than_the_relocation_timeout(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (121's deadline): the target's Restore takes 15 s (relocation_timeout 10 s):
+    ``relocate`` ends DeadlineExceeded, the Spot stays Ready on the source with the work
+    held meanwhile run there once, in order; the target discards its shell (nothing runs
+    there), no mark is left, and the next move commits. (Memory store: exact times.)"""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "slow", "bag", store)
+        log.restore_gate = trio.Event()
+        errors: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                try:
+                    await a.relocate(SpotId(spot), to=b.identity.node_rid)
+                except ZLinkError as exc:
+                    errors.append(exc)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            for i in range(3):
+                await b.spots.send(spot, "add", f"held-{i}".encode())
+            await trio.sleep(15)
+            log.restore_gate.set()
+        assert len(errors) == 1 and type(errors[0]).__name__ == "DeadlineExceeded", errors
+        await log.wait_for(lambda: len(log.payloads(spot)) == 3)
+        await trio.sleep(5)
+        assert log.payloads(spot) == [f"held-{i}".encode() for i in range(3)]
+        assert log.nodes(spot) == {"node0"}
+        row = await store.read(ObjectKey.spot(spot))
+        assert row is not None and row.relocation is None
+        assert row.owner.node_rid == a.identity.node_rid
+        log.restore_gate = None
+        assert (await a.relocate(SpotId(spot), to=b.identity.node_rid)).committed
+        assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node1")
