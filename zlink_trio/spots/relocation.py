@@ -384,11 +384,19 @@ class SpotRelocator:
     async def _seal(self, hosted: HostedSpot, move: _Move) -> list[SpotItem]:
         """The seal turn (a lifecycle turn of the Spot's lane); the saved work."""
         host = self._host
+        waiting = [True]  # False once this move stopped waiting for its seal turn
+        sealed: list[list[SpotItem]] = []
 
         async def seal(_: Any) -> list[SpotItem] | None:
+            if not waiting[0]:
+                # This move gave up (its deadline) while its seal turn waited behind a
+                # running handler: the stale turn seals nothing (it would hold the Spot's
+                # ingress forever, with no move to relay or reopen it).
+                return None
             saved = host.seal_relocation(hosted, move.relocation_id)
             if saved is None:
                 return None
+            sealed.append(saved)
             if hosted.spot_wide and hosted.has_members:
                 # A Join that was ahead of this turn completed: the Spot has a member now
                 # and moves only with it (spec 06 §6.1); it reopens, in order.
@@ -402,12 +410,22 @@ class SpotRelocator:
                     raise Unavailable("framework work is pending for the Spot: retry later")
             return saved
 
+        done = False
         try:
             saved = await hosted.run_lifecycle_work(seal)
+            done = True
         except NotConfigured as exc:
+            done = True
             raise _Abort(exc) from None
         except ZLinkError as exc:
+            done = True
             raise _Abort(Unavailable(f"the Spot cannot be sealed: {exc}")) from None
+        finally:
+            waiting[0] = False
+            if not done and sealed:
+                # Cancelled after the turn sealed it, before the result came back here:
+                # nobody else reopens it.
+                host.unseal_relocation(hosted, move.relocation_id, sealed[0])
         if saved is None:
             raise _Abort(Unavailable(f"spot {move.spot_id.value!r} is closing or moving"))
         return saved

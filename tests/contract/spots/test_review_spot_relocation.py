@@ -846,3 +846,49 @@ async def test_review_a_restore_slower_than_the_relocation_timeout(
         log.restore_gate = None
         assert (await a.relocate(SpotId(spot), to=b.identity.node_rid)).committed
         assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node1")
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_move_whose_seal_waits_past_its_deadline_leaves_the_spot_open(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """A04-07 (the move's deadline before relay-ready) while its seal turn still waits: the
+    Spot's handler runs 15 s (relocation_timeout 10 s), so the seal turn queued behind it
+    never ran when ``relocate`` gave up (DeadlineExceeded). Once the handler ends, the
+    Spot is not sealed by that stale turn: what was sent meanwhile and afterwards runs on
+    the source, in order, no mark is left, and the next move commits. (Memory store.)"""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "stale-seal", "bag", store)
+        log.gate = trio.Event()
+        errors: list[BaseException] = []
+        async with trio.open_nursery() as nursery:
+
+            async def hold() -> None:
+                await b.spots.request(spot, "hold").timeout(LONG)
+
+            async def move() -> None:
+                try:
+                    await a.relocate(SpotId(spot), to=b.identity.node_rid)
+                except ZLinkError as exc:
+                    errors.append(exc)
+
+            nursery.start_soon(hold)
+            await log.entered.wait()
+            nursery.start_soon(move)
+            await trio.testing.wait_all_tasks_blocked()
+            await b.spots.send(spot, "add", b"during")
+            await trio.sleep(15)
+            assert len(errors) == 1, errors
+            log.gate.set()
+        with trio.fail_after(30):
+            await b.spots.send(spot, "add", b"after")
+            await log.wait_for(lambda: len(log.payloads(spot)) == 2)
+        assert log.payloads(spot) == [b"during", b"after"]
+        assert log.nodes(spot) == {"node0"}
+        row = await store.read(ObjectKey.spot(spot))
+        assert row is not None and row.relocation is None
+        assert (await a.relocate(SpotId(spot), to=b.identity.node_rid)).committed
+        assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node1")
