@@ -892,3 +892,34 @@ async def test_review_a_move_whose_seal_waits_past_its_deadline_leaves_the_spot_
         assert row is not None and row.relocation is None
         assert (await a.relocate(SpotId(spot), to=b.identity.node_rid)).committed
         assert (await b.spots.request(spot, "get").timeout(LONG)).startswith(b"4@node1")
+
+
+@pytest.mark.parametrize("backend", ["memory"], indirect=True)
+async def test_review_a_timer_due_during_a_committed_move_fires_once_on_the_target(
+    clock: trio.testing.MockClock, store: CountingStore
+) -> None:
+    """Spec 06 §8 (timers move with the Spot): a one-shot timer that comes due while the
+    Spot is sealed (its target's Restore held 5 s) fires exactly once, on the target,
+    after the commit; never on the source; and it is no longer registered afterwards.
+    (Memory store: exact times.)"""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        spot = await instance_on(b, cluster.servers, 0, "tcommit", "bag", store)
+        assert await b.spots.request(spot, "once", b"2").timeout(LONG) == b"ok"
+        log.restore_gate = trio.Event()
+        async with trio.open_nursery() as nursery:
+
+            async def move() -> None:
+                await a.relocate(SpotId(spot), to=b.identity.node_rid)
+
+            nursery.start_soon(move)
+            await log.restore_entered.wait()
+            await trio.sleep(5)
+            assert log.ticks == []
+            log.restore_gate.set()
+        await log.wait_for(lambda: len(log.ticks) >= 1)
+        await trio.sleep(10)
+        assert log.ticks == [(spot, "node1", b"ding")]
+        assert await b.spots.request(spot, "timers").timeout(LONG) == b""
