@@ -923,3 +923,49 @@ async def test_review_a_timer_due_during_a_committed_move_fires_once_on_the_targ
         await trio.sleep(10)
         assert log.ticks == [(spot, "node1", b"ding")]
         assert await b.spots.request(spot, "timers").timeout(LONG) == b""
+
+
+@pytest.mark.parametrize("delay", [0, 1, 2, 3])
+async def test_review_close_and_relocate_of_one_user_spot_at_once(
+    clock: object, store: CountingStore, delay: int
+) -> None:
+    """S06-19 (Close during a move seal → Unavailable) racing the start of the move: a
+    ``close`` of a User Spot's SpotRef from another node and its ``relocate`` start
+    together (``delay`` checkpoints apart). Exactly one wins: either the Spot is closed
+    (gone everywhere, the move refused) or it moved (the close refused Unavailable, the
+    Spot answers on the target) — never both, never neither with a wedged Spot."""
+    log = SpotLog()
+    async with open_cluster(2, store=store, app=apps(log)) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        ref = await user_spot_on(b, cluster.servers, 0, f"cr{delay}", "hall")
+        spot = ref.spot_id.value
+        results: dict[str, object] = {}
+        with trio.fail_after(60):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        results["move"] = await a.relocate(ref, to=b.identity.node_rid)
+                    except ZLinkError as exc:
+                        results["move"] = exc
+
+                async def close() -> None:
+                    for _ in range(delay):
+                        await trio.lowlevel.checkpoint()
+                    try:
+                        results["close"] = await b.spots.close(ref)
+                    except ZLinkError as exc:
+                        results["close"] = exc
+
+                nursery.start_soon(move)
+                nursery.start_soon(close)
+        moved = not isinstance(results["move"], ZLinkError)
+        closed = results["close"] is True
+        assert moved != closed, results
+        if closed:
+            assert await a.spots.find(spot) is None
+        else:
+            assert isinstance(results["close"], Unavailable), results
+            reply = await a.spots.request(spot, "get").timeout(LONG)
+            assert reply.startswith(b"0@node1"), reply
