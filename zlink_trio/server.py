@@ -202,8 +202,9 @@ class Server(metaclass=NoPublicConstructor):
             NotConfigured: Actor dispatch is not enabled (an Actor, or a SpotWide User
                 Spot with members), or this node hosts no Spots (a Spot).
             NotFound: the Actor (Spot, or a member of a SpotWide Spot) is not hosted here.
-            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or the
-                Actor is a member of a SpotWide User Spot (it moves only with its Spot).
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, the
+                Actor is a member of a SpotWide User Spot (it moves only with its Spot), or
+                the SpotRef names another incarnation than the one hosted here.
             Unavailable: it is moving, joining or closing already, or the target refused
                 or could not be reached before relay-ready (it stays here, in order).
         """
@@ -211,8 +212,12 @@ class Server(metaclass=NoPublicConstructor):
             spots = self._runtime.spots.runtime
             if spots is None:
                 raise NotConfigured("this node hosts no Spots")
-            spot_id = actor.spot_id if isinstance(actor, SpotRef) else actor
-            return await spots.relocator.relocate(spot_id, to)
+            if isinstance(actor, SpotRef):
+                # A SpotRef names one incarnation: a move never re-targets a newer one.
+                return await spots.relocator.relocate(
+                    actor.spot_id, to, generation=actor.object_generation
+                )
+            return await spots.relocator.relocate(actor, to)
         actors = self._runtime.actors
         if actors is None:
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")

@@ -407,10 +407,13 @@ class SpotHost:
             return Unavailable(f"spot {hosted.spot_id.value!r} is closing")
         return Unavailable(f"spot {hosted.spot_id.value!r} is closed")
 
-    async def admit(self, spot_id: SpotId, item: SpotMessage) -> HostedSpot:
+    async def admit(self, spot_id: SpotId, item: SpotMessage) -> HostedSpot | None:
         """Put ``item`` on the current Ready Spot's application queue, waiting while its
         queue is full (backpressure). A Spot staging here gets it parked (see the module
-        docstring).
+        docstring; None: parked for a Spot not published yet), a Spot sealed for a move
+        gets it held. The state is looked at and acted on in one synchronous step: a
+        parked or held item is never refused afterwards (it runs once, where the
+        staging or the move takes it).
 
         Raises:
             StaleRoute: the Spot is not hosted here.
@@ -419,16 +422,14 @@ class SpotHost:
         hosted = self._spots.get(spot_id)
         if hosted is None:
             self.admit_nowait(spot_id, item)  # parks it (or raises StaleRoute)
-            await trio.lowlevel.checkpoint()
-            hosted = self._spots.get(spot_id)
-            if hosted is None:
-                raise StaleRoute(f"spot {spot_id.value!r} is not hosted on this node")
-            return hosted
+            await trio.lowlevel.cancel_shielded_checkpoint()  # parked: never withdrawn
+            return self._spots.get(spot_id)
         if hosted.state is not SPOT_READY:
-            await trio.lowlevel.checkpoint()
             if hosted.state is SPOT_RELOCATING:
                 hosted.parked.append(item)  # the relocation hold: never refused
+                await trio.lowlevel.cancel_shielded_checkpoint()
                 return hosted
+            await trio.lowlevel.checkpoint()
             raise self._not_admitting(hosted)
         lane = hosted.lane
         assert lane is not None

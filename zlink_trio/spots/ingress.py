@@ -68,7 +68,9 @@ class SpotIngress:
         """Where a followed request's reply relay runs (the Spot runtime's)."""
 
     def register(self) -> None:
-        self._node.on(Command.SPOT_DIRECT_ROUTE, self.on_spot_direct)
+        # draining: a move's relay still reaches this node while it closes (a clean stop
+        # after it accepted the move); everything else is refused then, as before.
+        self._node.on(Command.SPOT_DIRECT_ROUTE, self.on_spot_direct, draining=True)
 
     async def on_spot_direct(self, peer: PeerIdentity, record: SpotDirectRoute) -> None:
         # A followed record (follow_hops > 0) keeps its original caller's operation id,
@@ -83,6 +85,11 @@ class SpotIngress:
             return
         route = record.route
         if not isinstance(route, ReadyFence):
+            if not self._node.admitting:
+                if record.message_kind is _REQUEST and record.correlation:
+                    refusal = RemoteSink(self._node, peer.address, record.correlation)
+                    await refusal.fail_nowait(Unavailable("the node is not admitting"))
+                return
             await self._activation.on_envelope(peer, record)
             return
         sink = (
@@ -95,6 +102,13 @@ class SpotIngress:
         if route.target_rid != me.node_rid or route.target_generation != me.node_generation:
             error = StaleRoute("the route names another node lifecycle")
         elif not self._node.admitting:
+            # The relay of a move this node accepted before it stopped admitting (a clean
+            # stop) is still taken: the move's commit runs it (it was admitted at the
+            # source; refusing it here would lose it).
+            if record.follow_hops == 0 and self._host.admit_relayed_nowait(
+                route.spot_id, _item(record, route, sink), (peer.node_rid, peer.node_generation)
+            ):
+                return
             error = Unavailable("this owner's lease expired: it admits nothing")
         elif (follow := self._follow_or_fence(record, route)) is not None:
             if not isinstance(follow, FollowRoute):
@@ -103,12 +117,7 @@ class SpotIngress:
                 await self._follow_on(record, route, follow, sink)
                 return
         else:
-            run_by = math.inf  # an accepted send never expires
-            if sink is not None and route.timeout_ms is not None:
-                run_by = trio.current_time() + route.timeout_ms / 1000
-            item = SpotMessage(
-                record.message_kind, record.packet_name, record.payload, sink, run_by
-            )
+            item = _item(record, route, sink)
             try:
                 if record.follow_hops != 0 or not self._host.admit_relayed_nowait(
                     route.spot_id, item, (peer.node_rid, peer.node_generation)
@@ -203,3 +212,12 @@ class SpotIngress:
         nursery.start_soon(
             relay_reply_to, sink, deadline, pending, "the followed owner did not answer"
         )
+
+
+def _item(record: SpotDirectRoute, route: ReadyFence, sink: RemoteSink | None) -> SpotMessage:
+    """The queued item of an inbound 39 (a request runs by its caller's deadline; an
+    accepted send never expires)."""
+    run_by = math.inf
+    if sink is not None and route.timeout_ms is not None:
+        run_by = trio.current_time() + route.timeout_ms / 1000
+    return SpotMessage(record.message_kind, record.packet_name, record.payload, sink, run_by)

@@ -58,6 +58,7 @@ from ..ids import (
     SpotId,
 )
 from ..mesh.api import LinkLost, MeshNodeApi, PeerAddress, PeerGone, PeerNotAdmitted
+from ..objects.activity import Activity
 from ..objects.durable import remaining_ms
 from ..objects.follow import FollowTable
 from ..objects.policy import DisableRelocation, PreserveStateWith
@@ -169,6 +170,8 @@ class SpotRelocator:
         self._follow = follow
         self._nursery = nursery
         self.in_flight: dict[SpotId, OperationId] = {}
+        self._moves = Activity()
+        """The moves in flight from here (a clean stop lets them end before its own)."""
         self._commits: dict[OperationId, trio.Event] = {}
         self.moved_out = 0
         self.aborted = 0
@@ -184,13 +187,19 @@ class SpotRelocator:
             event.set()
 
     async def relocate(
-        self, spot_id: SpotId, to: NodeRid, *, draining: bool = False
+        self,
+        spot_id: SpotId,
+        to: NodeRid,
+        *,
+        draining: bool = False,
+        generation: ObjectGeneration | None = None,
     ) -> SpotRelocationResult:
         """Move the Spot ``spot_id`` hosted here to node ``to`` (see the module docstring).
 
         Raises:
             NotFound: the Spot is not hosted (Ready) on this node.
-            InvalidOperation: its type is DisableRelocation, or ``to`` is this node.
+            InvalidOperation: its type is DisableRelocation, ``to`` is this node, or
+                ``generation`` (a SpotRef's) is not the hosted incarnation's.
             NotConfigured: a SpotWide User Spot with members on a node without Actor
                 dispatch (its members move with it, in one aggregate commit).
             Unavailable: it is moving or closing already, or the target refused or could
@@ -202,6 +211,11 @@ class SpotRelocator:
         hosted = self._host.ready(spot_id)
         if hosted is None:
             raise NotFound(f"spot {spot_id.value!r} is not hosted (Ready) on this node")
+        if generation is not None and generation != hosted.generation:
+            raise InvalidOperation(
+                f"the SpotRef names another incarnation of spot {spot_id.value!r} than the "
+                "one hosted here"
+            )
         spot_type = hosted.spot_type
         me = self._node.identity
         refuse_unless_relocatable(
@@ -216,7 +230,7 @@ class SpotRelocator:
                 "it in one aggregate commit, and this node runs no Actor dispatch"
             )
         mesh = hosted.context.mesh_name
-        generation, lease = await self._target_generation(mesh, to)
+        target_generation, lease = await self._target_generation(mesh, to)
         row = await self._store.read(spot_key(spot_id))
         _check_row(hosted, row, me.node_rid, me.node_generation)
         assert row is not None
@@ -231,7 +245,7 @@ class SpotRelocator:
             source_generation=me.node_generation,
             source_owner_generation=row.owner_generation,
             target_rid=to,
-            target_generation=generation,
+            target_generation=target_generation,
             target_lease=lease,
         )
         plan: SpotWideMemberMoves | None = None
@@ -239,10 +253,11 @@ class SpotRelocator:
             assert self.members is not None
             # Every member reserved before anything is sealed (a refusal leaves all here).
             plan = self.members.plan(
-                sorted(hosted.members, key=lambda actor: actor.value), to, generation, lease
+                sorted(hosted.members, key=lambda actor: actor.value), to, target_generation, lease
             )
         self.in_flight[spot_id] = move.relocation_id
         self._commits[move.relocation_id] = trio.Event()
+        self._moves.begin()
         try:
             result: list[SpotRelocationResult] = []
             try:
@@ -254,6 +269,7 @@ class SpotRelocator:
         finally:
             self.in_flight.pop(spot_id, None)
             self._commits.pop(move.relocation_id, None)
+            self._moves.end()
 
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Spot hosted
@@ -262,6 +278,9 @@ class SpotRelocator:
         (a peer that lacks a member's type refuses the move); what cannot move
         (DisableRelocation, no such peer, a failed move) stays for the release step.
         Returns the number moved."""
+        # A move started before the stop ends first (its row is marked: released under
+        # it, the target's commit would lose its fence and the held work with it).
+        await self._moves.wait_idle()
         me = self._node.identity.node_rid
         plans: list[tuple[SpotId, NodeRid]] = []
         peers: dict[tuple[MeshName, object], list[NodeRid]] = {}
@@ -346,7 +365,7 @@ class SpotRelocator:
         marked: list[AuthorityRow] = []
         try:
             with trio.move_on_at(deadline) as scope:
-                saved = await self._seal(hosted, move)
+                saved = await self._seal(hosted, move, plan)
                 marked.append(await self._mark(move, row))
                 envelope = await self._capture(hosted, saved, plan)
                 ref = await self._store.put_root(envelope.encode(), retain_for=timeout * 2)
@@ -360,17 +379,21 @@ class SpotRelocator:
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, move, saved, marked, abort.error, plan)
+            if await self._abort(hosted, move, saved, marked, abort.error, plan):
+                assert saved is not None
+                return await self._go_on(hosted, move, peer, saved, nursery, draining, plan)
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
                 raise
-            await self._abort(hosted, move, saved, marked, exc, plan)
+            if await self._abort(hosted, move, saved, marked, exc, plan):
+                assert saved is not None
+                return await self._go_on(hosted, move, peer, saved, nursery, draining, plan)
             raise
         except BaseException:
             if not accepted:
                 with trio.CancelScope(shield=True):
-                    await self._abort(
+                    taken = await self._abort(
                         hosted,
                         move,
                         saved,
@@ -378,12 +401,27 @@ class SpotRelocator:
                         Unavailable("the relocation was cancelled"),
                         plan,
                     )
+                    if taken and saved is not None:
+                        await self._go_on(hosted, move, peer, saved, nursery, draining, plan)
             raise
         assert saved is not None
+        return await self._go_on(hosted, move, peer, saved, nursery, draining, plan)
+
+    async def _go_on(
+        self,
+        hosted: HostedSpot,
+        move: _Move,
+        peer: PeerAddress,
+        saved: list[SpotItem],
+        nursery: trio.Nursery,
+        draining: bool,
+        plan: SpotWideMemberMoves | None,
+    ) -> SpotRelocationResult:
+        """After relay-ready acceptance (or an abort that lost to the target's commit):
+        never back. The Spot's and every member's relay and cutover, side by side (the
+        target commits them together once all cutovers arrived)."""
         if plan is None:
             return await self._after_accepted(hosted, move, peer, saved, nursery, draining)
-        # Never back: the Spot's and every member's relay and cutover, side by side (the
-        # target commits them together once all cutovers arrived).
         members_committed: list[bool] = []
         done = trio.Event()
 
@@ -404,14 +442,34 @@ class SpotRelocator:
             members=tuple(actor for actor, _ in plan.units),
         )
 
-    async def _seal(self, hosted: HostedSpot, move: _Move) -> list[SpotItem]:
+    async def _seal(
+        self, hosted: HostedSpot, move: _Move, plan: SpotWideMemberMoves | None
+    ) -> list[SpotItem]:
         """The seal turn (a lifecycle turn of the Spot's lane); the saved work."""
         host = self._host
+        waiting = [True]  # False once this move stopped waiting for its seal turn
+        sealed: list[list[SpotItem]] = []
 
         async def seal(_: Any) -> list[SpotItem] | None:
+            if not waiting[0]:
+                # This move gave up (its deadline) while its seal turn waited behind a
+                # running handler: the stale turn seals nothing (it would hold the Spot's
+                # ingress forever, with no move to relay or reopen it).
+                return None
             saved = host.seal_relocation(hosted, move.relocation_id)
             if saved is None:
                 return None
+            sealed.append(saved)
+            planned = frozenset(() if plan is None else (actor for actor, _ in plan.units))
+            if hosted.spot_wide and frozenset(hosted.members) != planned:
+                # A Join (or leave) that was ahead of this turn completed: the members
+                # this move planned are not the Spot's members any more, and a SpotWide
+                # Spot moves only with all of them (spec 06 §6.1); it reopens, in order.
+                host.unseal_relocation(hosted, move.relocation_id, saved)
+                raise Unavailable(
+                    f"spot {move.spot_id.value!r}: its members changed while the move "
+                    "started; retry"
+                )
             for item in saved:
                 if type(item) is not SpotMessage and type(item) is not TimerTick:
                     # Framework work is queued (a close's boundary, application work):
@@ -420,10 +478,22 @@ class SpotRelocator:
                     raise Unavailable("framework work is pending for the Spot: retry later")
             return saved
 
+        done = False
         try:
             saved = await hosted.run_lifecycle_work(seal)
+            done = True
+        except NotConfigured as exc:
+            done = True
+            raise _Abort(exc) from None
         except ZLinkError as exc:
+            done = True
             raise _Abort(Unavailable(f"the Spot cannot be sealed: {exc}")) from None
+        finally:
+            waiting[0] = False
+            if not done and sealed:
+                # Cancelled after the turn sealed it, before the result came back here:
+                # nobody else reopens it.
+                host.unseal_relocation(hosted, move.relocation_id, sealed[0])
         if saved is None:
             raise _Abort(Unavailable(f"spot {move.spot_id.value!r} is closing or moving"))
         return saved
@@ -558,22 +628,47 @@ class SpotRelocator:
         marked: list[AuthorityRow],
         error: ZLinkError,
         plan: SpotWideMemberMoves | None = None,
-    ) -> None:
+    ) -> bool:
         """Before relay-ready acceptance: the source stays owner. The durable abort (the
         mark cleared) and the source-queue restore (saved work, then the held ingress, in
         arrival order) come first, then the target is told one-way (124); then the
-        members (a SpotWide Spot's) reopen the same way."""
-        self.aborted += 1
+        members (a SpotWide Spot's) reopen the same way.
+
+        Returns True, reopening nothing, when the durable abort lost to the target's
+        commit (its relay-ready came too late here, but its owner CAS, fenced by the
+        mark, won): the Spot (and a SpotWide Spot's members) is the target's and the
+        caller goes on as after an acceptance (the target commits only while the mark of
+        this move is on the row, so once the mark is cleared here no target can take it)."""
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
         if marked:
-            with contextlib.suppress(ZLinkError):
-                current = await self._store.read(marked[0].key)
-                if (
-                    current is not None
-                    and current.relocation is not None
-                    and current.relocation.relocation_id == move.relocation_id
-                ):
-                    await self._store.set_relocation(current.key, current.store_version, None)
+            for _ in range(3):
+                try:
+                    current = await self._store.read(marked[0].key)
+                    if current is not None and (
+                        current.owner.node_rid == move.target_rid
+                        and current.owner_generation == move.target_owner_generation
+                    ):
+                        logger.warning(
+                            "relocation of spot %r: the target committed before the abort; "
+                            "it is the target's",
+                            move.spot_id.value,
+                        )
+                        return True
+                    if (
+                        current is None
+                        or current.relocation is None
+                        or current.relocation.relocation_id != move.relocation_id
+                    ):
+                        break
+                    cleared = await self._store.set_relocation(
+                        current.key, current.store_version, None
+                    )
+                    if isinstance(cleared, Applied):
+                        break
+                except ZLinkError as exc:
+                    logger.info("clearing the mark of %r: %r", move.spot_id.value, exc)
+                    break
+        self.aborted += 1
         if saved is not None:
             self._host.unseal_relocation(hosted, move.relocation_id, saved)
             if hosted.orphans:
@@ -586,6 +681,7 @@ class SpotRelocator:
             )
         if plan is not None:
             await plan.abort(error)
+        return False
 
     async def _after_accepted(
         self,
@@ -631,7 +727,7 @@ class SpotRelocator:
         committed = self._commits[move.relocation_id]
         key = spot_key(move.spot_id)
         with trio.move_on_after(self._config.relocation_timeout):
-            if draining:
+            if draining or not self._node.admitting:
                 # A closing node drops inbound commands (125 too): the Store tells.
                 await self._wait_committed_in_store(move, committed)
             else:

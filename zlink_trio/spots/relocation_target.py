@@ -37,7 +37,7 @@ from ..config import ServerConfig
 from ..errors import (
     ApplicationError,
     InvalidOperation,
-    NotFound,
+    NotConfigured,
     StaleRoute,
     StoreOutcomeUnknown,
     Unavailable,
@@ -194,7 +194,9 @@ class SpotRelocationTarget:
             return
         if record.stable_type not in self._types:
             await sink.deliver(
-                failure(NotFound(f"spot type {record.stable_type.value!r} is not registered here"))
+                failure(
+                    NotConfigured(f"spot type {record.stable_type.value!r} is not registered here")
+                )
             )
             return
         try:
@@ -411,6 +413,10 @@ class SpotRelocationTarget:
                 or row.owner_generation != prepare.authority_owner_generation
                 or row.owner.node_rid != prepare.source_rid
                 or row.owner.node_generation != prepare.source_generation
+                # the mark of this move: the source cleared it when it gave up (its
+                # deadline passed before this relay-ready reached it) and reopened
+                or row.relocation is None
+                or row.relocation.relocation_id != prepare.relocation_id
             ):
                 logger.warning(
                     "relocation of spot %r: the source fence no longer holds",
