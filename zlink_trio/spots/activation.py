@@ -273,7 +273,8 @@ class Activation:
         self._activity.begin()
         self._host.begin_staging(spot_id)
         try:
-            self._host.park_first(spot_id, item)  # restored at the head of its queue
+            # restored at the head of its queue
+            self._host.park_first(spot_id, row.object_generation, item)
             staging = self._target_kind.begin(order, row, None)
             if isinstance(staging, ZLinkError):
                 raise staging
@@ -640,6 +641,7 @@ class Activation:
             first.bind(reserved.object_generation)
             self._host.park_first(
                 spot_id,
+                reserved.object_generation,
                 SpotMessage(envelope.message_kind, envelope.packet_name, payload, first, NEVER),
             )
             order = CreateOrder(

@@ -64,12 +64,16 @@ __all__ = ["SpotHost"]
 class _Staging:
     """Attempts staging one id here, and what was admitted for it meanwhile."""
 
-    __slots__ = ("attempts", "event", "parked", "relay_from", "relayed")
+    __slots__ = ("attempts", "event", "firsts", "parked", "relay_from", "relayed")
 
     def __init__(self, relay_from: tuple[NodeRid, NodeGeneration] | None) -> None:
         self.attempts = 1
         self.event = trio.Event()
         self.parked: list[SpotMessage] = []
+        self.firsts: dict[ObjectGeneration, SpotMessage] = {}
+        """Each cold activation's first message, by the incarnation it reserved: only
+        that incarnation's Spot ever takes it (an attempt that ended without a Spot never
+        hands its first message to a later attempt of the id)."""
         self.relay_from = relay_from
         """A relocation's temporary queue: the source lifecycle whose relay it takes
         (then nothing it parks is count-bounded, spec 06 §6); None for a creation."""
@@ -220,13 +224,15 @@ class SpotHost:
         dispatch parks there, before any follow route is looked at (A04-04)."""
         return spot_id in self._staging
 
-    def park_first(self, spot_id: SpotId, item: SpotMessage) -> None:
-        """Put ``item`` at the HEAD of what is parked for the staging ``spot_id`` (the
-        first message of a cold activation). Raises StaleRoute when nothing stages it."""
+    def park_first(self, spot_id: SpotId, generation: ObjectGeneration, item: SpotMessage) -> None:
+        """Park ``item``, the first message of the cold activation of ``spot_id`` that
+        reserved incarnation ``generation``: the Spot of that incarnation, once published,
+        runs it before anything parked; no other incarnation ever takes it. Raises
+        StaleRoute when nothing stages the id."""
         staging = self._staging.get(spot_id)
         if staging is None:
             raise StaleRoute(f"spot {spot_id.value!r} is not staging on this node")
-        staging.parked.insert(0, item)
+        staging.firsts[generation] = item
 
     def end_staging_of(self, spot_id: SpotId) -> list[SpotMessage]:
         """One :meth:`begin_staging` of ``spot_id`` ended. Returns the messages parked for
@@ -240,8 +246,8 @@ class SpotHost:
             return []
         del self._staging[spot_id]
         staging.event.set()
-        parked = [*staging.relayed, *staging.parked]
-        staging.relayed, staging.parked = [], []
+        parked = [*staging.firsts.values(), *staging.relayed, *staging.parked]
+        staging.firsts, staging.relayed, staging.parked = {}, [], []
         return parked
 
     def publish(self, hosted: HostedSpot, owner_generation: AuthorityOwnerGeneration) -> None:
@@ -257,8 +263,11 @@ class SpotHost:
             hosted.retire_lane()
         else:
             hosted.state = SPOT_READY
-            if staging is not None and staging.parked:
+            first = None if staging is None else staging.firsts.pop(hosted.generation, None)
+            if staging is not None and (first is not None or staging.parked):
                 parked, staging.parked = staging.parked, []
+                if first is not None:
+                    parked.insert(0, first)
                 lane = hosted.lane
                 assert lane is not None
                 for item in parked:
@@ -273,10 +282,15 @@ class SpotHost:
         """``hosted``'s attempt ended. Unpublished, its lane is closed (nothing it holds
         runs). Returns the messages parked for the id that no published Spot took, once
         no other attempt of it stages here (the caller fails them, StaleRoute)."""
+        own: list[SpotMessage] = []
         if isinstance(hosted.state, SpotStaging):
             hosted.state = SPOT_CLOSED
             hosted.retire_lane()
-        return self.end_staging_of(hosted.spot_id)
+            staging = self._staging.get(hosted.spot_id)
+            first = None if staging is None else staging.firsts.pop(hosted.generation, None)
+            if first is not None:
+                own.append(first)  # its attempt is over: it never runs on another one
+        return [*own, *self.end_staging_of(hosted.spot_id)]
 
     def retire(self, hosted: HostedSpot) -> None:
         """Unpublish ``hosted`` (close: its cleanup ran) and retire its lane."""

@@ -42,7 +42,14 @@ from zlink_trio.server import Server, runtime_of
 from zlink_trio.spots.hosted import SPOT_READY, HostedSpot, SpotMessage
 from zlink_trio.spots.kind import spot_key
 from zlink_trio.spots.runtime import SpotRuntime
-from zlink_trio.store.api import Applied, ObjectKind, OperationKey, OwnerFence, Reservation
+from zlink_trio.store.api import (
+    Applied,
+    AuthorityRow,
+    ObjectKind,
+    OperationKey,
+    OwnerFence,
+    Reservation,
+)
 from zlink_trio.testing import open_cluster, spot_statistics
 from zlink_trio.wire.enums import TerminalResult
 from zlink_trio.wire.payloads import TypedPayload
@@ -103,6 +110,7 @@ def _app() -> App:
     app.register_spot("room", Room, execution=SpotWide(), relocation=DisableRelocation())
     app.register_spot("lobby", Room, execution=PerActor(), relocation=RecreateOnRelocation())
     app.register_spot("cart", Cart, kind=SpotKind.INSTANCE, relocation=DisableRelocation())
+    app.register_spot("bag", Room, kind=SpotKind.INSTANCE, relocation=DisableRelocation())
     return app
 
 
@@ -236,8 +244,11 @@ async def _nothing(_: Any) -> None:
     await trio.lowlevel.checkpoint()
 
 
-async def _instance(server: Server, spot_id: str) -> HostedSpot:
-    """Create an Instance Spot the way a cold activation's target does."""
+async def _reserve(
+    server: Server, spot_id: str, stable_type: str = "cart"
+) -> tuple[AuthorityRow, CreateOrder[SpotId]]:
+    """Reserve an Instance Spot the way a cold activation's target does: the Creating row
+    and the order of its attempt."""
     runtime = _runtime(server)
     store = runtime.store
     me = server.identity
@@ -250,7 +261,7 @@ async def _instance(server: Server, spot_id: str) -> HostedSpot:
         Reservation(
             key=spot_key(SpotId(spot_id)),
             kind=ObjectKind.INSTANCE_SPOT,
-            stable_type=StableType("cart"),
+            stable_type=StableType(stable_type),
             owner=owner,
             operation=operation,
             attempt_ttl=5.0,
@@ -267,7 +278,13 @@ async def _instance(server: Server, spot_id: str) -> HostedSpot:
         target_owner_lease_generation=row.owner.lease_generation,
         pending_capacity_delta=1,
     )
-    order = CreateOrder(operation, SpotId(spot_id), row.key, row.stable_type, fence, 5000)
+    return row, CreateOrder(operation, SpotId(spot_id), row.key, row.stable_type, fence, 5000)
+
+
+async def _instance(server: Server, spot_id: str) -> HostedSpot:
+    """Create an Instance Spot the way a cold activation's target does."""
+    row, order = await _reserve(server, spot_id)
+    runtime = _runtime(server)
     terminal = await runtime.target.run_reserved(order, row, trio.current_time() + 5)
     assert terminal.terminal_result is TerminalResult.OK
     hosted = runtime.host.get(SpotId(spot_id))
@@ -301,8 +318,12 @@ async def test_messages_parked_while_staging_run_first(server: Server) -> None:
         host.admit_nowait(sid, SpotMessage(MessageKind.SEND, "note", b"x", None, 1e9))
     host.begin_staging(sid)
     host.admit_nowait(sid, SpotMessage(MessageKind.SEND, "note", b"second", None, 1e9))
-    host.park_first(sid, SpotMessage(MessageKind.SEND, "note", b"first", None, 1e9))
-    await _spot(server, "r6")
+    row, order = await _reserve(server, "r6", "bag")
+    host.park_first(
+        sid, row.object_generation, SpotMessage(MessageKind.SEND, "note", b"first", None, 1e9)
+    )
+    terminal = await _runtime(server).target.run_reserved(order, row, trio.current_time() + 5)
+    assert terminal.terminal_result is TerminalResult.OK
     assert host.end_staging_of(sid) == []
     await _request(server, "r6", "echo", b"after")
     assert LOG == ["note:first", "note:second", "echo:after"]
@@ -310,6 +331,43 @@ async def test_messages_parked_while_staging_run_first(server: Server) -> None:
     host.admit_nowait(SpotId("gone"), SpotMessage(MessageKind.SEND, "note", b"y", None, 1e9))
     (left,) = host.end_staging_of(SpotId("gone"))
     assert left.payload == b"y"
+
+
+async def test_a_given_up_attempts_first_message_never_runs_on_a_later_attempt(
+    server: Server,
+) -> None:
+    """S06-10: a cold activation's attempt ends without a Spot (its deadline passed) while
+    its hold of the id is still open; the next attempt of the id (another incarnation)
+    publishes: it runs its own first message and what was parked, never the given-up
+    first message — that one fails (not created) as its attempt ends, and never runs."""
+    runtime = _runtime(server)
+    host = runtime.host
+    sid = SpotId("r9")
+    given_up: OneShot[Any] = OneShot()
+    host.begin_staging(sid)  # attempt A's hold, from before its reserve
+    row_a, order_a = await _reserve(server, "r9", "bag")
+    host.park_first(
+        sid, row_a.object_generation, SpotMessage(MessageKind.REQUEST, "echo", b"a", given_up, 1e9)
+    )
+    host.admit_nowait(sid, SpotMessage(MessageKind.SEND, "note", b"parked", None, 1e9))
+    failed = await runtime.target.run_reserved(order_a, row_a, trio.current_time())
+    assert failed.terminal_result is not TerminalResult.OK  # A's deadline passed: given back
+    with trio.fail_after(5), pytest.raises(Unavailable, match="was not created"):
+        await given_up.wait()  # StaleRoute, as the caller sees it
+    host.begin_staging(sid)  # attempt B's hold, while A's is still open
+    row_b, order_b = await _reserve(server, "r9", "bag")
+    assert row_b.object_generation != row_a.object_generation
+    reply: OneShot[Any] = OneShot()
+    host.park_first(
+        sid, row_b.object_generation, SpotMessage(MessageKind.REQUEST, "echo", b"b", reply, 1e9)
+    )
+    created = await runtime.target.run_reserved(order_b, row_b, trio.current_time() + 5)
+    assert created.terminal_result is TerminalResult.OK
+    assert await reply.wait() == b"b"
+    assert host.end_staging_of(sid) == []  # A's hold ends
+    assert host.end_staging_of(sid) == []  # B's hold ends
+    assert await _request(server, "r9", "echo", b"after") == b"after"
+    assert LOG == ["echo:b", "note:parked", "echo:after"]
 
 
 async def test_a_close_runs_what_was_accepted_before_its_seal_and_refuses_the_rest(
