@@ -3,14 +3,18 @@ restartable, sharing one Location Store (memory, or PostgreSQL)."""
 
 from __future__ import annotations
 
-from typing import Any
+import json
+from typing import Any, Literal
 
 import attrs
 import trio
 
 from ..config import MeshConfig, PostgresStoreConfig, ServerConfig, StreamConfig
+from ..errors import Unavailable
+from ..ids import ActorId, NodeRid, SpotId
 from ..server import Server, open_server
 from .app import Tally, make_app
+from .control import LineSplitter, RelocationAnswer, decode_answer, encode_request
 
 __all__ = ["DemoNode", "node_config"]
 
@@ -57,6 +61,25 @@ class DemoNode:
     def url(self) -> str | None:
         return None if self.server is None else self.server.stream.url
 
+    @property
+    def node_rid(self) -> NodeRid | None:
+        return None if self.server is None else self.server.identity.node_rid
+
+    async def relocate(self, what: ActorId | SpotId, to: NodeRid) -> RelocationAnswer:
+        """Move a player (ActorId) or a room (SpotId) hosted here live to ``to``.
+
+        Raises:
+            ZLinkError: ``Server.relocate``'s errors; Unavailable when this node is down.
+        """
+        if self.server is None:
+            raise Unavailable(f"{self.label} is down")
+        if isinstance(what, SpotId):
+            spot = await self.server.relocate(what, to=to)
+            members = tuple(str(m) for m in spot.members)
+            return RelocationAnswer(spot.relayed, spot.committed, members)
+        actor = await self.server.relocate(what, to=to)
+        return RelocationAnswer(actor.relayed, actor.committed)
+
     async def start(self, nursery: trio.Nursery) -> None:
         """Start a new lifecycle; returns once it is registered and serving."""
         await nursery.start(self._run)
@@ -96,11 +119,22 @@ def store_config(store: str, schema: str) -> Any:
     return MemoryLocationStore()
 
 
+def _event(line: bytes | None) -> dict[str, Any] | None:
+    """One event line of a node process; None for anything else on its stdout."""
+    try:
+        event = json.loads(line) if line is not None else None
+    except ValueError:
+        return None
+    return event if isinstance(event, dict) and "event" in event else None
+
+
 @attrs.define(eq=False)
 class ProcessNode:
     """One node of the demo as its own process (:mod:`zlink_trio.demo.node`) on a
     PostgreSQL store: stopped with SIGTERM (its counters come back), or killed with SIGKILL
-    (its lifecycle's counters die with it)."""
+    (its lifecycle's counters die with it). Its stdin is the driver's control channel
+    (:mod:`zlink_trio.demo.control`): :meth:`relocate` asks it to move a player or a room
+    it hosts."""
 
     index: int
     label: str
@@ -110,10 +144,15 @@ class ProcessNode:
     tally: Tally
     host_rooms: bool
     url: str | None = None
+    node_rid: NodeRid | None = None
+    """This lifecycle's NodeRid (from its ready line); None while it is down."""
     process: trio.Process | None = None
     lifecycles: int = 0
     killed: int = 0
     server: None = None
+    _requests: int = 0
+    _waiting: dict[int, trio.MemorySendChannel[dict[str, Any]]] = attrs.field(factory=dict)
+    _send_lock: trio.StrictFIFOLock = attrs.field(factory=trio.StrictFIFOLock)
 
     @property
     def up(self) -> bool:
@@ -123,7 +162,6 @@ class ProcessNode:
         await nursery.start(self._run)
 
     async def _run(self, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        import json
         import os
         import subprocess
         import sys
@@ -134,19 +172,31 @@ class ProcessNode:
             *(() if self.host_rooms else ("--no-rooms",)),
         ]  # fmt: skip
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        process = await trio.lowlevel.open_process(command, stdout=subprocess.PIPE, env=env)
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env
+        )
         self.process = process
         started = False
-        buffer = b""
+        lines = LineSplitter(limit=1 << 20)
         try:
             assert process.stdout is not None
             async for chunk in process.stdout:
-                buffer += chunk
-                while b"\n" in buffer:
-                    line, buffer = buffer.split(b"\n", 1)
-                    event = json.loads(line)
-                    if event["event"] == "ready":
+                for line in lines.feed(chunk):
+                    event = _event(line)
+                    if event is None:
+                        continue
+                    if event["event"] == "answer":
+                        request_id = event.get("id")
+                        waiter = (
+                            self._waiting.pop(request_id, None)
+                            if isinstance(request_id, int)
+                            else None
+                        )
+                        if waiter is not None:  # else its caller gave up waiting
+                            waiter.send_nowait(event)
+                    elif event["event"] == "ready":
                         self.url = event["url"]
+                        self.node_rid = NodeRid.from_hex(event["node_rid"])
                         self.lifecycles += 1
                         started = True
                         task_status.started()
@@ -158,11 +208,16 @@ class ProcessNode:
                         self.tally.lobby_moves += event["lobby_moves"]
                         self.tally.room_moves += event["room_moves"]
         finally:
-            self.url = None
+            self.url = self.node_rid = None
+            for waiter in self._waiting.values():  # their callers: Unavailable
+                waiter.close()
+            self._waiting.clear()
             with trio.CancelScope(shield=True):
                 if process.returncode is None:
                     process.kill()
                 await process.wait()
+                if process.stdin is not None:
+                    await process.stdin.aclose()
         if not started:
             raise OSError(f"{self.label} exited before it was ready (status {process.returncode})")
 
@@ -173,7 +228,7 @@ class ProcessNode:
         if self.process is not None and self.process.returncode is None:
             self.process.send_signal(signal.SIGTERM)
             await self.process.wait()
-        self.url = None
+        self.url = self.node_rid = None
 
     async def kill(self) -> None:
         """SIGKILL; returns once the process is gone."""
@@ -181,4 +236,36 @@ class ProcessNode:
             self.process.kill()
             await self.process.wait()
             self.killed += 1
-        self.url = None
+        self.url = self.node_rid = None
+
+    async def relocate(self, what: ActorId | SpotId, to: NodeRid) -> RelocationAnswer:
+        """Ask this node's process to move a player (ActorId) or a room (SpotId) it hosts
+        live to ``to``; returns its answer. The caller owns the timeout (a late answer is
+        dropped).
+
+        Raises:
+            ZLinkError: the node's typed error (``Server.relocate``'s, by kind);
+                Unavailable when the process is down or exits before it answers.
+        """
+        process = self.process
+        if process is None or process.stdin is None or self.node_rid is None:
+            raise Unavailable(f"{self.label} is down")
+        self._requests += 1
+        request_id = self._requests
+        kind: Literal["player", "room"] = "room" if isinstance(what, SpotId) else "player"
+        send, receive = trio.open_memory_channel[dict[str, Any]](1)
+        self._waiting[request_id] = send
+        try:
+            try:
+                async with self._send_lock:
+                    await process.stdin.send_all(encode_request(request_id, kind, str(what), to))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                raise Unavailable(f"{self.label} exited") from None
+            try:
+                answer = await receive.receive()
+            except trio.EndOfChannel:
+                raise Unavailable(f"{self.label} exited before it answered") from None
+        finally:
+            self._waiting.pop(request_id, None)
+            receive.close()
+        return decode_answer(answer)

@@ -4,16 +4,22 @@
 
     python -m zlink_trio.demo.node --label node1 --dsn DSN --schema S --secret-hex HEX [--no-rooms]
 
-Prints ``{"event": "ready", "url": STREAM url}`` once serving, and at SIGTERM/SIGINT (a clean
-stop) ``{"event": "tally", ...}`` with what its handlers did, then ``{"event": "stopped"}``.
+Prints ``{"event": "ready", "url": STREAM url, "node_rid": hex}`` once serving, and at
+SIGTERM/SIGINT (a clean stop) ``{"event": "tally", ...}`` with what its handlers did, then
+``{"event": "stopped"}``. While serving it reads control requests on stdin (one JSON line
+each: relocate a player or a room to another node) and answers each on stdout with its id
+(:mod:`zlink_trio.demo.control`); a line it cannot read gets a typed error answer. The end
+of stdin ends the control channel only (the node serves on until SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
+from typing import Any
 
 import trio
 
@@ -23,6 +29,11 @@ from ..errors import ZLinkError
 from ..server import open_server
 from .app import Tally, make_app
 from .cluster import node_config
+from .control import serve_control
+
+
+def emit(event: dict[str, Any]) -> None:
+    print(json.dumps(event), flush=True)
 
 
 async def main(args: argparse.Namespace) -> None:
@@ -33,9 +44,14 @@ async def main(args: argparse.Namespace) -> None:
         async with open_server(
             config, make_app(args.label, tally, host_rooms=args.rooms)
         ) as server:
-            print(json.dumps({"event": "ready", "url": server.stream.url}), flush=True)
-            async for _ in signals:
-                break
+            rid = server.identity.node_rid.hex
+            emit({"event": "ready", "url": server.stream.url, "node_rid": rid})
+            stdin = trio.lowlevel.FdStream(os.dup(sys.stdin.fileno()))
+            async with stdin, trio.open_nursery() as nursery:
+                nursery.start_soon(serve_control, server, stdin, emit)
+                async for _ in signals:
+                    break
+                nursery.cancel_scope.cancel()
     counts = {
         "handled": sum(tally.handled.values()),
         "pushed": sum(tally.pushed.values()),
@@ -44,8 +60,8 @@ async def main(args: argparse.Namespace) -> None:
         "lobby_moves": tally.lobby_moves,
         "room_moves": tally.room_moves,
     }
-    print(json.dumps({"event": "tally", **counts}), flush=True)
-    print(json.dumps({"event": "stopped"}), flush=True)
+    emit({"event": "tally", **counts})
+    emit({"event": "stopped"})
 
 
 if __name__ == "__main__":

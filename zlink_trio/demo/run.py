@@ -30,8 +30,8 @@ of a moved room's clients) was refused after its move (until the script's next n
 in flight on a session whose node stops is that stop's refusal, not the move's). A chat
 refused while a node stopped (the client saw an error) is counted as refused, never re-sent.
 
-Relocation: at 20 % and 80 % (in process, when the build's ``Server`` has ``relocate``)
-player-1 and every browser player (``web-*``) are moved live to another node mid-traffic,
+Relocation: at 20 % and 80 % (when the build's ``Server`` has ``relocate``) player-1 and
+every browser player (``web-*``) are moved live to another node mid-traffic,
 then the busiest room (the one most scripted clients chat in) is moved live to the other
 room-hosting node while its clients keep chatting; the summary lists each move (how long
 ``relocate()`` took, whether the target committed, and what the moved player's client saw
@@ -42,7 +42,9 @@ its timer is the restored one, never registered twice). Every chat the moved roo
 accepted is still in its history (lost = 0). A clean stop also moves the lobby and the
 rooms to a live node (drain by relocation): the lobby's factory runs again there, then its
 restore; "cold-activated exactly once" counts instances built minus restores. Without
-``relocate`` the summary says that relocation is not shown.
+``relocate`` the summary says that relocation is not shown. With one process per node the
+driver asks the owner's process to move (its control channel on stdin,
+:mod:`zlink_trio.demo.control`): the same moves, the same checks.
 """
 
 from __future__ import annotations
@@ -55,18 +57,24 @@ import sys
 import time
 import uuid
 from collections import Counter
+from contextlib import AsyncExitStack
 from typing import Any, TextIO
 
 import attrs
 import trio
 
 from .._exceptions import startup_failure
-from ..errors import ZLinkError
+from ..errors import Unavailable, ZLinkError
+from ..ids import ActorId, NodeRid, SpotId
 from .app import Tally
 from .clients import ClientStats, ScriptedClient
 from .cluster import DemoNode, ProcessNode, is_postgres, node_config, store_config
+from .control import RelocationAnswer
 
 __all__ = ["add_demo_parser", "run"]
+
+MOVE_WAIT = 30.0
+"""How long the script waits for one live move's answer."""
 
 RELOCATION_NOTE = (
     "relocation: not shown: this build has no server.relocate, so the demo does not move "
@@ -135,6 +143,9 @@ class Demo:
         """When the script stopped a node or disconnected a client (``trio.current_time()``):
         a chat refused after one of them is that event's, not an earlier move's."""
         self.relocation_errors: list[str] = []
+        self.rows: Any = store if not self.processes else None
+        """The Location Store the driver reads owners from (in process the nodes' own; one
+        process per node: the driver's own connection to their schema)."""
 
     # --- output ------------------------------------------------------------------------------
     def log(self, text: str) -> None:
@@ -209,7 +220,15 @@ class Demo:
 
                 await migrate_schema(args.store, self.schema)
                 migrated = True
-            async with trio.open_nursery() as nursery:
+            async with AsyncExitStack() as stack, trio.open_nursery() as nursery:
+                if self.processes:
+                    from ..store.postgres import open_postgres_store
+
+                    self.rows = await stack.enter_async_context(
+                        open_postgres_store(
+                            args.store, schema=self.schema, connections=1, migrate=False
+                        )
+                    )
                 async with trio.open_nursery() as starting:  # one after another in process
                     starting.start_soon(self._starting)
                     async with trio.open_nursery() as each:
@@ -296,7 +315,7 @@ class Demo:
                 side.start_soon(live_view)
             else:
                 side.start_soon(progress)
-            if self.clients and can_relocate() and not self.processes:
+            if self.clients and can_relocate():
                 await at(0.2)
                 await self._relocate_players()
                 await self._relocate_room()
@@ -331,7 +350,7 @@ class Demo:
                     nursery.start_soon(self._start, victim, nursery)
                 else:
                     await self._start(victim, nursery)
-            if self.clients and can_relocate() and not self.processes:
+            if self.clients and can_relocate():
                 await at(0.8)
                 await self._relocate_players()
                 await self._relocate_room()
@@ -352,28 +371,28 @@ class Demo:
         player (``web-*``), each from its owner to the next live node."""
         from ..store.api import Namespace, ObjectKey
 
-        store = self.store
+        store = self.rows
         web = [r.key.object_id for r in await store.list_rows(Namespace.ACTOR, after=None, limit=1000)
                if r.key.object_id.startswith("web-")]  # fmt: skip
         for actor in ["player-1", *web]:
-            by_rid = {n.server.identity.node_rid: n for n in self.nodes if n.server is not None}
+            by_rid = self._live_nodes()
             row = await store.read(ObjectKey.actor(actor))
             if row is None or row.owner.node_rid not in by_rid:
                 continue
             source = by_rid[row.owner.node_rid]
-            targets = [n for n in self.nodes if n.server is not None and n is not source]
+            targets = [n for n in by_rid.values() if n is not source]
             if not targets:
                 return
             target = targets[0]
             started = trio.current_time()
             try:
-                result = await source.server.relocate(actor, to=target.server.identity.node_rid)
+                result = await self._move(source, ActorId(actor), target)
             except ZLinkError as exc:
                 self.relocation_errors.append(f"{actor}: {type(exc).__name__}: {exc}")
                 self.log(f"{actor}: relocation {source.label} -> {target.label} refused: {exc}")
                 continue
             pause = trio.current_time() - started
-            committed = bool(getattr(result, "committed", True))
+            committed = result.committed
             owner = self._client_of(actor)
             sessions = owner.sessions if owner is not None else 0
             self.relocations.append(
@@ -381,15 +400,29 @@ class Demo:
             )
             self.log(
                 f"{actor}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
-                f" ({getattr(result, 'relayed', 0)} messages relayed)"
+                f" ({result.relayed} messages relayed)"
             )
 
+    def _live_nodes(self) -> dict[NodeRid, Any]:
+        """The nodes up now, by their lifecycle's NodeRid."""
+        return {n.node_rid: n for n in self.nodes if n.node_rid is not None}
+
+    async def _move(self, source: Any, what: ActorId | SpotId, target: Any) -> RelocationAnswer:
+        """``source`` moves ``what`` live to ``target``: in process its ``relocate()``, one
+        process per node the request on its control channel. Its answer is awaited for
+        ``MOVE_WAIT`` seconds at most.
+
+        Raises:
+            ZLinkError: the move's typed error; Unavailable: no answer in time.
+        """
+        with trio.move_on_after(MOVE_WAIT):
+            answer: RelocationAnswer = await source.relocate(what, target.node_rid)
+            return answer
+        raise Unavailable(f"{source.label} did not answer within {MOVE_WAIT:.0f} s")
+
     def _label_of(self, node_rid: Any) -> str | None:
-        return next(
-            (n.label for n in self.nodes
-             if n.server is not None and n.server.identity.node_rid == node_rid),
-            None,
-        )  # fmt: skip
+        node = self._live_nodes().get(node_rid)
+        return None if node is None else str(node.label)
 
     def _busiest_room(self) -> str:
         """The room most scripted clients chat in (the first on a tie)."""
@@ -401,12 +434,11 @@ class Demo:
         clients keep chatting: what reaches it meanwhile is held and relayed; its members,
         history and ticks move with it, ``PreserveStateWith``; its timer is the restored
         one)."""
-        from ..ids import SpotId
         from ..store.api import ObjectKey
 
         room = self._busiest_room()
-        row = await self.store.read(ObjectKey.spot(room))
-        by_rid = {n.server.identity.node_rid: n for n in self.nodes if n.server is not None}
+        row = await self.rows.read(ObjectKey.spot(room))
+        by_rid = self._live_nodes()
         if row is None or row.owner.node_rid not in by_rid:
             return
         source = by_rid[row.owner.node_rid]
@@ -416,19 +448,19 @@ class Demo:
         target = targets[0]
         started = trio.current_time()
         try:
-            result = await source.server.relocate(SpotId(room), to=target.server.identity.node_rid)
+            result = await self._move(source, SpotId(room), target)
         except ZLinkError as exc:
             self.relocation_errors.append(f"{room}: {type(exc).__name__}: {exc}")
             self.log(f"{room}: relocation {source.label} -> {target.label} refused: {exc}")
             return
         pause = trio.current_time() - started
-        committed = bool(getattr(result, "committed", True))
+        committed = result.committed
         self.relocations.append((room, source.label, target.label, pause, committed, 0, started))
         if committed:
             self.room_nodes[room] = target.label
         self.log(
             f"{room}: relocated live {source.label} -> {target.label} in {pause * 1000:.0f} ms"
-            f" ({getattr(result, 'relayed', 0)} messages relayed; members, history and ticks"
+            f" ({result.relayed} messages relayed; members, history and ticks"
             " kept)"
         )
 
@@ -509,9 +541,9 @@ class Demo:
             self.log(f"{up}/{len(self.nodes)} nodes up, waiting for the others")
 
     def _relocates(self) -> bool:
-        """Whether this run moves players live (in process, on a build with ``relocate``,
-        with clients to move)."""
-        return can_relocate() and not self.processes and len(self.clients) >= 2
+        """Whether this run moves players live (on a build with ``relocate``, with clients
+        to move)."""
+        return can_relocate() and len(self.clients) >= 2
 
     def _moves_rooms(self) -> bool:
         """Whether this run can move a room (two nodes at least host rooms)."""
@@ -596,9 +628,6 @@ class Demo:
             )
         if not can_relocate():
             console.print(RELOCATION_NOTE)
-        elif self.processes:
-            console.print("relocation: not shown with one process per node (the demo moves "
-                          "players and rooms from inside their owner's process only)")  # fmt: skip
         else:
             moves = Table(title="relocations (live, mid-traffic)", title_justify="left")
             for column in ("moved", "from", "to", "relocate() took", "committed",
