@@ -3,7 +3,9 @@ the page joins a room over the JSON subprotocol, shows the room's players, which
 hosts the session, the player and the room, chats, notices its player's live move (and
 chats again after it) and its room's live move (the room's node changes, its chat and
 players stay), and notices the rebind when its node stops; the demo then finishes with its invariants holding. A screenshot is saved
-(``ZLINK_E2E_ARTIFACTS``, default ``<tmp>/browser-demo.png``).
+(``ZLINK_E2E_ARTIFACTS``, default ``<tmp>/browser-demo.png``). The same on PostgreSQL, one
+process per node (the moves go over each node's control channel; its node is SIGKILLed):
+``browser-demo-postgresql.png``.
 
 Skipped, with the reason, only when Chromium, chromedriver or selenium is missing outside
 CI (`.ci/run` installs them)."""
@@ -42,7 +44,12 @@ def _missing() -> str | None:
     return None
 
 
-def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    "store", ["memory", pytest.param("postgresql", marks=pytest.mark.postgres)]
+)
+def test_browser_client_shows_the_room_and_the_rebind(
+    tmp_path: Path, store: str, request: pytest.FixtureRequest
+) -> None:
     missing = _missing()
     if missing is not None:
         if os.environ.get("CI") == "true":
@@ -63,13 +70,14 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
     command = [
         sys.executable, "-m", "zlink_trio.cli", "demo", "--web-port", "0",
         "--duration", "30", "--clients", "3", "--rooms", "1",
+        "--store", request.getfixturevalue("pg_dsn") if store == "postgresql" else "memory",
     ]  # fmt: skip
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "COLUMNS": "120"}
     output: list[str] = []
     try:
         with subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env) as demo:
             try:
-                _drive(driver, demo, output, tmp_path)
+                _drive(driver, demo, output, tmp_path, store)
             finally:
                 if demo.poll() is None:
                     demo.kill()
@@ -86,7 +94,9 @@ def test_browser_client_shows_the_room_and_the_rebind(tmp_path: Path) -> None:
         assert "relocation: not shown" in out, out
 
 
-def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path) -> None:
+def _drive(
+    driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path: Path, store: str
+) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
     from selenium.webdriver.support.ui import WebDriverWait
@@ -139,7 +149,9 @@ def _drive(driver: Any, demo: subprocess.Popen[str], output: list[str], tmp_path
         assert "your player moved: node" in notices, notices
         assert "room room-1 moved: node" in notices, notices
     assert "chat refused" not in notices, notices
-    shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / "browser-demo.png"
+    shot = Path(os.environ.get("ZLINK_E2E_ARTIFACTS", tmp_path)) / (
+        "browser-demo.png" if store == "memory" else f"browser-demo-{store}.png"
+    )
     shot.parent.mkdir(parents=True, exist_ok=True)
     assert driver.save_screenshot(str(shot))
     print(f"screenshot: {shot}")
