@@ -98,9 +98,7 @@ class FakeServer:
         )
 
 
-async def test_a_bad_line_is_answered_with_its_type_and_kind_and_never_reaches_the_server() -> (
-    None
-):
+async def test_a_bad_line_is_answered_typed_and_never_reaches_the_server() -> None:
     server = FakeServer()
     answer = await answer_line(server, b'{"id": 9, "relocate": "room", "name": "r", "to": "x"}')
     assert answer["event"] == "answer" and answer["id"] == 9 and answer["ok"] is False
