@@ -9,7 +9,8 @@ SIGTERM/SIGINT (a clean stop) ``{"event": "tally", ...}`` with what its handlers
 ``{"event": "stopped"}``. While serving it reads control requests on stdin (one JSON line
 each: relocate a player or a room to another node) and answers each on stdout with its id
 (:mod:`zlink_trio.demo.control`); a line it cannot read gets a typed error answer. The end
-of stdin ends the control channel only (the node serves on until SIGTERM).
+of stdin ends the control channel only (the node serves on until SIGTERM). The demo runs
+it with stdin a pipe of its own (read non-blocking through ``trio.lowlevel.FdStream``).
 """
 
 from __future__ import annotations
