@@ -51,6 +51,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
+from ..ids import ActorId
 from ..objects.handlers import TypedHandler
 from ..observe import FlowEvent
 from ..wire.enums import MessageKind
@@ -187,6 +188,15 @@ class Connection:
     def send_app(self, frame: ServerFrame) -> bool:
         """Queue a reply, push or notice; a full queue closes the slow consumer."""
         if not self.outbound.put(self.codec.encode(frame)):
+            if not self.outbound_closed:
+                self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
+            return False
+        return True
+
+    def send_push(self, actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bool:
+        """:meth:`send_app` of a Push frame with these fields, encoded without building
+        the frame."""
+        if not self.outbound.put(self.codec.encode_push(actor_id, sequence, packet, payload)):
             if not self.outbound_closed:
                 self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
             return False
