@@ -274,6 +274,7 @@ class ActorBindings:
         "_flow",
         "_host",
         "_max_payload",
+        "_me",
         "_node",
         "_nursery",
         "_on_disconnect",
@@ -299,6 +300,8 @@ class ActorBindings:
         max_payload: int,
     ) -> None:
         self._node = node
+        self._me = node.identity
+        """(A node's identity never changes: read once, not per push.)"""
         self._host = host
         self._flow = flow
         self._nursery = nursery
@@ -719,7 +722,7 @@ class ActorBindings:
         binding, hosted = self._current_for(actor_id, generation)
         data = self._bytes(payload)
         identity = binding.identity
-        me = self._node.identity
+        me = self._me
         if binding.mesh is None:
             port = self.local_sessions
             if port is None:

@@ -125,6 +125,7 @@ class Connection:
     __slots__ = (
         "_close_reason",
         "_closed",
+        "_closed_now",
         "_lane",
         "_reader",
         "_readers",
@@ -151,6 +152,8 @@ class Connection:
         self.session_rid = secrets.token_bytes(CONNECTION_ID_BYTES)
         self.outbound = Outbound(server.stream_config.outbound_queue)
         self._closed = trio.Event()
+        self._closed_now = False
+        """``_closed.is_set()`` as a plain attribute (read once per relayed frame)."""
         self._reader: StreamReader | None = None
         """The task reading the connection now (a closing connection reads nothing more
         at once: its scope is cancelled, unless it runs an inline turn)."""
@@ -179,6 +182,7 @@ class Connection:
         if self._closed.is_set():
             return
         self._close_reason = (reason, message)
+        self._closed_now = True
         self._closed.set()
         reader = self._reader
         if reader is not None:
@@ -236,6 +240,7 @@ class Connection:
                         self._start_reader()
                         await self._closed.wait()
                     else:
+                        self._closed_now = True
                         self._closed.set()
                     with trio.CancelScope(shield=True):
                         await self._teardown(ws)
@@ -435,7 +440,7 @@ class Connection:
                         if routed:
                             # Relayed, its turn perhaps run here: if that turn waited,
                             # another reader reads on.
-                            if reader.released or self._closed.is_set():
+                            if reader.released or self._closed_now:
                                 break
                             continue
                     try:

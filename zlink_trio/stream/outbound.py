@@ -83,7 +83,8 @@ class Outbound:
         if self._closed or len(self._app) >= self._bound:
             return False
         self._app.append(frame)
-        self._wake()
+        if not self._corked:  # (``_wake``'s own test first: no call while corked)
+            self._wake()
         return True
 
     def put_control(self, frame: bytes | str) -> bool:

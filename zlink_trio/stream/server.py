@@ -163,7 +163,8 @@ class StreamServer:
         self._store = store
         self.actor_runtime = actors
         self.deadlines = ReplyDeadlines()
-        me = node.identity
+        me = self._me = node.identity
+        """(A node's identity never changes: read once, not per relayed frame.)"""
         self.aggregate = SessionBindingAggregate(
             SessionOwnerIdentity(
                 me.node_rid, me.node_generation, secrets.randbits(63) | 1, OwnerLeaseGeneration(1)
@@ -572,7 +573,7 @@ class StreamServer:
         if binding is None or binding.state is not BOUND:
             return False
         route_to = binding.route
-        me = self.node.identity
+        me = self._me
         rid, node_generation = route_to.node_rid, route_to.node_generation
         # (``is`` first: the same value object, no attrs ``__eq__``/``__ne__`` call.)
         if (rid is not me.node_rid and rid != me.node_rid) or (
