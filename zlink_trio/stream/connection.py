@@ -4,7 +4,7 @@
 
     connection task (the websocket handler)          Connection.run
     ├─ reader nursery (outlives the rest: a waiting inline Actor turn finishes in it)
-    │  └─ "zlink_trio.stream.reader" StreamReader.run: decode; Ping → Pong at once;
+    │  └─ "zlink_trio.stream.reader" Connection._read: decode; Ping → Pong at once;
     │                                Send/Request → the session lane's application queue
     │                                (never waits: a full lane answers CapacityExceeded), or
     │                                a route_packet frame for an idle local Actor: its turn
