@@ -1,6 +1,7 @@
 """The websocket round trip relay → Actor → push, next to a raw trio-websocket echo.
 
 Usage: python benchmarks/bench_stream.py [--seconds S] [--rounds N] [--same-process] [--count]
+    [--profile [--profile-dump FILE]] [--stream-client bare|full]
 
 One server process runs both endpoints in one ``trio.run``:
 
@@ -19,6 +20,16 @@ The clients run in a SECOND OS process (``--same-process``: in the server's proc
 client and 64 clients, each for ``--seconds``, ``--rounds`` times interleaved (stream, raw,
 stream, raw, ...); the best round of each is printed, the ratio stream/raw LAST.
 Machines are shared and noisy: only the same-run ratio means anything.
+
+The clients of both modes are written alike (``--stream-client bare``, the default): a bare
+trio-websocket connection each, one message out, wait for the answer; the stream client
+encodes its frames with the STREAM codec (CBOR) and decodes every frame it gets, in the
+same task. ``--stream-client full`` uses :func:`zlink_trio.client.open_stream_client`
+instead, whose reader task and event queue cost the client process about a third more per
+round trip than the raw echo's client: with both processes CPU-bound on a shared machine,
+the ratio then also measures that client. Each figure line gives, per mode, the server's
+CPU per round trip over the whole round (connects, binds and closes included), over the
+steady state only, and the client process's CPU per round trip over its measuring window.
 
 ``--count``: instead of rates, the server's scheduler work per round trip, which depends
 far less on the machine's load: trio run-loop passes (``before_io_wait`` calls), task
@@ -53,12 +64,18 @@ from zlink_trio import (
 from zlink_trio.client import open_stream_client
 from zlink_trio.config import StreamConfig
 from zlink_trio.stream import Authenticated, AutoBind, Packet
-from zlink_trio.wire.stream import Push, Send, encode_frame
+from zlink_trio.wire.stream import PROTOCOL_VERSION, Bound, Hello, Push, Send, encode_frame
+from zlink_trio.wire.stream_codec import CBOR
 
 PAYLOAD = b"x" * 64
 FRAME = encode_frame(Send(packet="move", payload=PAYLOAD))
 SERVED = [0]
 """Round trips the server completed (Actor pushes and raw echoes): CPU per round trip."""
+STREAM_CLIENT = ["bare"]
+"""``--stream-client``: ``bare`` (a trio-websocket connection and the codec, as the raw
+echo's client) or ``full`` (:func:`~zlink_trio.client.open_stream_client`)."""
+CLIENT_CPU = [0.0]
+"""The client process's CPU µs per round trip over its measuring window."""
 WATCH: list[tuple[int, trio.Event]] = []
 """``--count``: (a SERVED value, the event set when it is reached)."""
 
@@ -154,9 +171,50 @@ async def _stream_clients(url: str, clients: int, seconds: float, packet: str) -
         for i in range(clients):
             nursery.start_soon(one, i)
         await ready.wait()
-        base, start = done, time.perf_counter()
+        base, start, cpu = done, time.perf_counter(), time.process_time()
         await trio.sleep(seconds)
         rate = (done - base) / (time.perf_counter() - start)
+        CLIENT_CPU[0] = (time.process_time() - cpu) * 1e6 / max(1, done - base)
+        nursery.cancel_scope.cancel()
+    return rate
+
+
+async def _bare_stream_clients(url: str, clients: int, seconds: float, packet: str) -> float:
+    """The stream clients as the raw echo's clients are written: a bare trio-websocket
+    connection each, the frames encoded and decoded by the STREAM codec (CBOR) in the
+    client's own task (no :class:`~zlink_trio.client.StreamClient` reader task and event
+    queue in between), so that the two modes' clients cost about the same."""
+    done = 0
+    ready = trio.Event()
+    started = 0
+    frame = CBOR.encode(Send(packet=packet, payload=PAYLOAD))
+    decode = CBOR.decode_server
+
+    async def one(index: int) -> None:
+        nonlocal done, started
+        async with open_websocket_url(url) as ws:
+            hello = Hello(version=PROTOCOL_VERSION, credentials=f"bench-{index}".encode())
+            await ws.send_message(CBOR.encode(hello))
+            while type(decode(await ws.get_message())) is not Bound:
+                pass  # Welcome, then the automatic bind's Bound
+            started += 1
+            if started == clients:
+                ready.set()
+            await ready.wait()
+            while True:
+                await ws.send_message(frame)
+                while type(decode(await ws.get_message())) is not Push:
+                    pass
+                done += 1
+
+    async with trio.open_nursery() as nursery:
+        for i in range(clients):
+            nursery.start_soon(one, i)
+        await ready.wait()
+        base, start, cpu = done, time.perf_counter(), time.process_time()
+        await trio.sleep(seconds)
+        rate = (done - base) / (time.perf_counter() - start)
+        CLIENT_CPU[0] = (time.process_time() - cpu) * 1e6 / max(1, done - base)
         nursery.cancel_scope.cancel()
     return rate
 
@@ -182,38 +240,62 @@ async def _raw_clients(url: str, clients: int, seconds: float) -> float:
         for _ in range(clients):
             nursery.start_soon(one)
         await ready.wait()
-        base, start = done, time.perf_counter()
+        base, start, cpu = done, time.perf_counter(), time.process_time()
         await trio.sleep(seconds)
         rate = (done - base) / (time.perf_counter() - start)
+        CLIENT_CPU[0] = (time.process_time() - cpu) * 1e6 / max(1, done - base)
         nursery.cancel_scope.cancel()
     return rate
 
 
 async def client_main(mode: str, url: str, clients: int, seconds: float) -> float:
-    if mode == "handler":
-        return await _stream_clients(url, clients, seconds, "move")
-    if mode == "route":
-        return await _stream_clients(url, clients, seconds, "step")
-    return await _raw_clients(url, clients, seconds)
+    if mode == "raw":
+        return await _raw_clients(url, clients, seconds)
+    packet = "move" if mode == "handler" else "step"
+    if STREAM_CLIENT[0] == "full":
+        return await _stream_clients(url, clients, seconds, packet)
+    return await _bare_stream_clients(url, clients, seconds, packet)
 
 
 # ----- server + driver ---------------------------------------------------------------------
 async def _measure(
     mode: str, url: str, clients: int, seconds: float, same_process: bool
-) -> tuple[float, float]:
-    """(round trips/s, server CPU µs per round trip: this process's CPU time over the
-    whole measurement, connects included, divided by the round trips served)."""
+) -> tuple[float, float, float, float]:
+    """(round trips/s; server CPU µs per round trip: this process's CPU time over the
+    whole measurement, connects included, divided by the round trips served; the same
+    over the steady state only, as ``--count`` windows it: from once every client made 5
+    round trips on average, for ``seconds / 2``; the client process's CPU µs per round
+    trip over its own measuring window (0 with ``--same-process``))."""
     cpu, served = time.process_time(), SERVED[0]
-    rate = await _run_clients(mode, url, clients, seconds, same_process)
+    window: list[tuple[float, int]] = []
+
+    async def steady() -> None:
+        reached = trio.Event()
+        WATCH.append((SERVED[0] + 5 * clients, reached))
+        await reached.wait()
+        window.append((time.process_time(), SERVED[0]))
+        await trio.sleep(seconds / 2)
+        window.append((time.process_time(), SERVED[0]))
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(steady)
+        rate, client_us = await _run_clients(mode, url, clients, seconds, same_process)
+        nursery.cancel_scope.cancel()
+    WATCH.clear()
     cpu_us = (time.process_time() - cpu) * 1e6 / max(1, SERVED[0] - served)
-    return rate, cpu_us
+    steady_us = float("nan")
+    if len(window) == 2:
+        (c0, n0), (c1, n1) = window
+        steady_us = (c1 - c0) * 1e6 / max(1, n1 - n0)
+    return rate, cpu_us, steady_us, client_us
 
 
 async def _run_clients(
     mode: str, url: str, clients: int, seconds: float, same_process: bool
-) -> float:
+) -> tuple[float, float]:
+    """(round trips/s, the client process's CPU µs per round trip)."""
     if same_process:
-        return await client_main(mode, url, clients, seconds)
+        return await client_main(mode, url, clients, seconds), 0.0
     command = [
         sys.executable,
         __file__,
@@ -225,9 +307,12 @@ async def _run_clients(
         str(clients),
         "--seconds",
         str(seconds),
+        "--stream-client",
+        STREAM_CLIENT[0],
     ]
     result = await trio.run_process(command, capture_stdout=True)
-    return float(json.loads(result.stdout.decode().strip().splitlines()[-1])["rate"])
+    answer = json.loads(result.stdout.decode().strip().splitlines()[-1])
+    return float(answer["rate"]), float(answer["cpu_us"])
 
 
 PROFILE: list[cProfile.Profile] = []
@@ -320,26 +405,42 @@ async def server_main(seconds: float, rounds: int, same_process: bool, count: bo
             nursery.cancel_scope.cancel()
             return
         where = "same process" if same_process else "client in a 2nd process"
+        if STREAM_CLIENT[0] == "full":
+            where += ", StreamClient"
         for clients in (1, 64):
             best = {"handler": 0.0, "route": 0.0, "raw": 0.0}
             cpu = {"handler": 1e9, "route": 1e9, "raw": 1e9}
+            steady = {"handler": 1e9, "route": 1e9, "raw": 1e9}
+            client = {"handler": 1e9, "route": 1e9, "raw": 1e9}
             for _ in range(rounds):
                 for mode, url in (
                     ("route", stream_url),
                     ("raw", raw_url),
                     ("handler", stream_url),
                 ):
-                    rate, cpu_us = await _measure(mode, url, clients, seconds, same_process)
+                    rate, cpu_us, steady_us, client_us = await _measure(
+                        mode, url, clients, seconds, same_process
+                    )
                     best[mode] = max(best[mode], rate)
                     cpu[mode] = min(cpu[mode], cpu_us)
+                    if steady_us == steady_us:  # (nan: the window did not end in time)
+                        steady[mode] = min(steady[mode], steady_us)
+                    client[mode] = min(client[mode], client_us)
+
+            cpus = {
+                mode: f"{cpu[mode]:4.0f} us server CPU, {steady[mode]:4.0f} steady, "
+                f"{client[mode]:4.0f} client"
+                for mode in cpu
+            }
+
             for mode, what in (
                 ("route", "route_packet relay->actor->push"),
                 ("handler", "on_packet handler relay->actor->push"),
             ):
                 print(
                     f"websocket round trip, {clients:2d} client(s), {where}: "
-                    f"{what} {best[mode]:8.0f}/s ({cpu[mode]:5.0f} us server CPU) | "
-                    f"raw trio-websocket echo {best['raw']:8.0f}/s ({cpu['raw']:5.0f} us) | "
+                    f"{what} {best[mode]:8.0f}/s ({cpus[mode]}) | "
+                    f"raw trio-websocket echo {best['raw']:8.0f}/s ({cpus['raw']}) | "
                     f"ratio {best[mode] / best['raw']:.2f}",
                     flush=True,
                 )
@@ -358,13 +459,21 @@ def main() -> None:
         help="with --count: the server's Python calls per round trip (cProfile)",
     )
     parser.add_argument("--profile-dump", help="with --profile: write FILE-mode-clients.prof")
+    parser.add_argument(
+        "--stream-client",
+        choices=["bare", "full"],
+        default="bare",
+        help="the stream mode's client: a bare trio-websocket connection with the STREAM "
+        "codec, as the raw echo's client (default), or zlink_trio.client's StreamClient",
+    )
     parser.add_argument("--client", choices=["handler", "route", "raw"])
     parser.add_argument("--url")
     parser.add_argument("--clients", type=int, default=1)
     args = parser.parse_args()
+    STREAM_CLIENT[0] = args.stream_client
     if args.client:
         rate = trio.run(client_main, args.client, args.url, args.clients, args.seconds)
-        print(json.dumps({"rate": rate}))
+        print(json.dumps({"rate": rate, "cpu_us": CLIENT_CPU[0]}))
         return
     if args.profile:
         PROFILE.append(cProfile.Profile())

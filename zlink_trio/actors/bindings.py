@@ -137,6 +137,21 @@ class SessionPort(Protocol):
 
     def deliver_push(self, record: BoundSessionSend) -> None: ...
 
+    def push_local(
+        self,
+        identity: BindingIdentity,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+        source_rid: NodeRid,
+        source_generation: NodeGeneration,
+        owner_generation: AuthorityOwnerGeneration,
+        packet: str,
+        payload: bytes,
+    ) -> None:
+        """``deliver_push`` of the record with these fields (``identity``: the session
+        fields), which it builds only when it needs one."""
+        ...
+
     def replaced(self, record: BoundSessionReplaced) -> None: ...
 
     def control(self, record: BoundSessionClose) -> None: ...
@@ -259,6 +274,7 @@ class ActorBindings:
         "_flow",
         "_host",
         "_max_payload",
+        "_me",
         "_node",
         "_nursery",
         "_on_disconnect",
@@ -284,6 +300,8 @@ class ActorBindings:
         max_payload: int,
     ) -> None:
         self._node = node
+        self._me = node.identity
+        """(A node's identity never changes: read once, not per push.)"""
         self._host = host
         self._flow = flow
         self._nursery = nursery
@@ -704,7 +722,26 @@ class ActorBindings:
         binding, hosted = self._current_for(actor_id, generation)
         data = self._bytes(payload)
         identity = binding.identity
-        me = self._node.identity
+        me = self._me
+        if binding.mesh is None:
+            port = self.local_sessions
+            if port is None:
+                await trio.lowlevel.checkpoint()
+                raise Unavailable("no session owner on this node")
+            await trio.lowlevel.checkpoint_if_cancelled()
+            # The record's fields, handed over in-process (no record built for a push the
+            # session owner queues at once); queued for the connection: never waits.
+            port.push_local(
+                identity, actor_id, binding.generation, me.node_rid, me.node_generation,
+                hosted.owner_generation, packet, data,
+            )  # fmt: skip
+            self._unyielded += 1
+            if self._unyielded >= _PUSH_YIELD_EVERY:
+                # A burst of local pushes is a schedule point once per this many (as
+                # local sends are: the engine drains the burst in batches).
+                self._unyielded = 0
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            return
         record = BoundSessionSend(
             actor_id=actor_id,
             object_generation=binding.generation,
@@ -718,20 +755,6 @@ class ActorBindings:
             packet_name=packet,
             payload=data,
         )
-        if binding.mesh is None:
-            port = self.local_sessions
-            if port is None:
-                await trio.lowlevel.checkpoint()
-                raise Unavailable("no session owner on this node")
-            await trio.lowlevel.checkpoint_if_cancelled()
-            port.deliver_push(record)  # queued for the connection's writer: never waits
-            self._unyielded += 1
-            if self._unyielded >= _PUSH_YIELD_EVERY:
-                # A burst of local pushes is a schedule point once per this many (as
-                # local sends are: the engine drains the burst in batches).
-                self._unyielded = 0
-                await trio.lowlevel.cancel_shielded_checkpoint()
-            return
         await self._node.send(PeerAddress(binding.mesh, identity.owner_rid), record)
 
     async def close(self, actor_id: ActorId, generation: ObjectGeneration) -> None:
@@ -758,7 +781,11 @@ class ActorBindings:
             binding is None
             or (binding.generation is not generation and binding.generation != generation)
             or hosted is None
-            or (hosted.generation is not generation and hosted.generation != generation)
+            # (the context's slot, not ``hosted.generation``: two Python calls fewer)
+            or (
+                (hosted_generation := hosted.context._generation) is not generation
+                and hosted_generation != generation
+            )
         ):
             raise SessionNotBound(f"actor {actor_id.value!r} has no bound session")
         return binding, hosted

@@ -28,7 +28,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
-__all__ = ["TurnHost", "watch_first_block", "watch_first_wait"]
+__all__ = ["SCHEDULE_POINT", "TurnHost", "watch_first_block", "watch_first_wait"]
 
 
 class TurnHost(Protocol):
@@ -85,7 +85,10 @@ def _schedule_point_trap() -> object:
     return trap
 
 
-_SCHEDULE_POINT: Final = _schedule_point_trap()
+SCHEDULE_POINT: Final = _schedule_point_trap()
+"""The trap a bare schedule point yields (for code that drives an awaitable by hand, as
+:func:`watch_first_block` does)."""
+_SCHEDULE_POINT: Final = SCHEDULE_POINT
 
 
 @types.coroutine

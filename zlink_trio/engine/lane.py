@@ -15,8 +15,8 @@ they apply to: ``seal`` exists for ``Lane[SpotLane, T]`` only, ``close_connectio
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Hashable, Iterable
-from typing import TYPE_CHECKING, Final, Generic, Literal, TypeVar, final
+from collections.abc import Awaitable, Callable, Coroutine, Hashable, Iterable
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, TypeVar, final
 
 import attrs
 import trio
@@ -209,7 +209,7 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
             result = self._admit(item, lifecycle)
         return result
 
-    async def run_here(self, item: T, host: TurnHost) -> bool:
+    def run_here(self, item: T, host: TurnHost) -> Coroutine[Any, Any, bool]:
         """Run ``item`` (an application item) as this lane's next turn in the calling task,
         now, instead of queueing it for a runner — when that keeps the engine's order and
         fairness: the lane is idle (nothing queued or held, no turn running) and open, it
@@ -221,8 +221,11 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
         cancel it if the engine halts meanwhile (:mod:`.inline`). Items admitted during
         the turn run on a runner afterwards. For a connection's reader handling a lone
         frame: an exception to the rule that submitting never runs a handler in the
-        submitter's task, made where the submitter has nothing else to do."""
-        return await self._engine._run_here(self, item, host)
+        submitter's task, made where the submitter has nothing else to do.
+
+        (A plain method returning the engine's coroutine, to be awaited: one coroutine
+        frame fewer per inline turn.)"""
+        return self._engine._run_here(self, item, host)
 
     def _admit(self, item: T, lifecycle: bool) -> Admission:
         # ACCEPTED, HELD or FULL; raises the other rejections.

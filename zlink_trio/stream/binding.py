@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterator
-from typing import Final, TypeAlias, final
+from typing import TYPE_CHECKING, Final, TypeAlias, final
 
 import attrs
 
@@ -43,6 +43,9 @@ from ..ids import (
 )
 from ..wire.records import BoundSessionClose, BoundSessionReplaced, BoundSessionSend
 from ..wire.tails import BindTail, SessionRouteAbort, SessionRouteCommit
+
+if TYPE_CHECKING:
+    from ..actors.bindings import BindingIdentity
 
 __all__ = [
     "BOUND",
@@ -450,6 +453,32 @@ class SessionBindingAggregate:
             state.early.append(record)
             return None
         return _STALE_FENCE
+
+    def push_binding(
+        self,
+        identity: BindingIdentity,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+        source_rid: NodeRid,
+        source_generation: NodeGeneration,
+        owner_generation: AuthorityOwnerGeneration,
+    ) -> Binding | None:
+        """:meth:`accept_push` of a local push (the Actor owner is this node) by the
+        fields its record would carry, without building the record: the binding when
+        the push may be submitted through it (accept_push would return it), else None
+        — then the caller builds the record and asks :meth:`accept_push`, which
+        answers from the same state (these checks change nothing)."""
+        binding = self._current_binding(
+            identity.owner_rid,
+            identity.owner_generation,
+            identity.session_rid,
+            identity.binding_generation,
+        )
+        if type(binding) is Binding and _fence_holds(
+            binding, actor_id, object_generation, source_rid, source_generation, owner_generation
+        ):
+            return binding
+        return None
 
     def accept_control(self, record: BoundSessionClose) -> Binding | str | None:
         """As :meth:`accept_push` for a command 140 (None: kept with a sealed binding's

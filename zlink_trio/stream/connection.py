@@ -4,7 +4,7 @@
 
     connection task (the websocket handler)          Connection.run
     ├─ reader nursery (outlives the rest: a waiting inline Actor turn finishes in it)
-    │  └─ "zlink_trio.stream.reader" StreamReader.run: decode; Ping → Pong at once;
+    │  └─ "zlink_trio.stream.reader" Connection._read: decode; Ping → Pong at once;
     │                                Send/Request → the session lane's application queue
     │                                (never waits: a full lane answers CapacityExceeded), or
     │                                a route_packet frame for an idle local Actor: its turn
@@ -30,6 +30,7 @@ notification, all-settled, within ``StreamConfig.disconnect_timeout``.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
@@ -50,6 +51,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
+from ..ids import ActorId
 from ..objects.handlers import TypedHandler
 from ..observe import FlowEvent
 from ..wire.enums import MessageKind
@@ -123,6 +125,7 @@ class Connection:
     __slots__ = (
         "_close_reason",
         "_closed",
+        "_closed_now",
         "_lane",
         "_reader",
         "_readers",
@@ -149,6 +152,8 @@ class Connection:
         self.session_rid = secrets.token_bytes(CONNECTION_ID_BYTES)
         self.outbound = Outbound(server.stream_config.outbound_queue)
         self._closed = trio.Event()
+        self._closed_now = False
+        """``_closed.is_set()`` as a plain attribute (read once per relayed frame)."""
         self._reader: StreamReader | None = None
         """The task reading the connection now (a closing connection reads nothing more
         at once: its scope is cancelled, unless it runs an inline turn)."""
@@ -177,6 +182,7 @@ class Connection:
         if self._closed.is_set():
             return
         self._close_reason = (reason, message)
+        self._closed_now = True
         self._closed.set()
         reader = self._reader
         if reader is not None:
@@ -186,6 +192,15 @@ class Connection:
     def send_app(self, frame: ServerFrame) -> bool:
         """Queue a reply, push or notice; a full queue closes the slow consumer."""
         if not self.outbound.put(self.codec.encode(frame)):
+            if not self.outbound_closed:
+                self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
+            return False
+        return True
+
+    def send_push(self, actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bool:
+        """:meth:`send_app` of a Push frame with these fields, encoded without building
+        the frame."""
+        if not self.outbound.put(self.codec.encode_push(actor_id, sequence, packet, payload)):
             if not self.outbound_closed:
                 self.close(CloseReason.SLOW_CONSUMER, "the client does not read its frames")
             return False
@@ -225,6 +240,7 @@ class Connection:
                         self._start_reader()
                         await self._closed.wait()
                     else:
+                        self._closed_now = True
                         self._closed.set()
                     with trio.CancelScope(shield=True):
                         await self._teardown(ws)
@@ -334,7 +350,7 @@ class Connection:
         readers, ws = self._readers, self._ws
         assert readers is not None and ws is not None
         reader = self._reader = StreamReader(self)
-        readers.start_soon(reader.run, ws, name="zlink_trio.stream.reader")
+        readers.start_soon(self._read, ws, reader, name="zlink_trio.stream.reader")
 
     def reader_released(self, reader: StreamReader) -> None:
         """``reader``'s inline turn waits: another task reads on (unless closing)."""
@@ -343,93 +359,105 @@ class Connection:
             if not self._closed.is_set():
                 self._start_reader()
 
-    async def read_frames(self, ws: WebSocketConnection, reader: StreamReader) -> None:
-        """Read and dispatch frames until the connection closes, or until an inline turn
-        ``reader`` ran waited (``reader.released``: another reader took over)."""
+    async def _read(self, ws: WebSocketConnection, reader: StreamReader) -> None:
+        """One reader task (.reader): read and dispatch frames until the connection
+        closes, or until an inline turn ``reader`` ran waited (``reader.released``:
+        another reader took over; this task ends once that turn ended).
+
+        One coroutine frame holds the whole loop — the frame dispatch, the relay of a
+        ``route_packet`` frame (``StreamServer.route_now``) and the direct write of what
+        its inline turn queued — since every resume of the task (a message in, each
+        schedule point of a send) passes every frame between the task and trio."""
         lane = self._lane
         assert lane is not None
         server = self.server
+        outbound = self.outbound
+        codec_decode = self.codec.decode_client
         default_timeout = server.config.default_request_timeout
         packets = server.callbacks.packets
         routes = any(type(h) is PacketRoute for h in packets.values())
+        route_now = server.route_now
         while True:
-            message = await ws.get_message()
-            try:
-                frame = self.codec.decode_client(message)
-            except ProtocolError as exc:
-                server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", exc)
-                self.send_error(0, exc)
-                self.close(CloseReason.PROTOCOL_ERROR, str(exc)[:120])
-                return
-            # (A decoded frame is exactly its class: the wire builds no subclass.)
-            if type(frame) is Ping:
-                self.send_control(Pong(nonce=frame.nonce))
+            with reader.scope, contextlib.suppress(ConnectionClosed):  # (the client closed it)
+                while True:
+                    message = await ws.get_message()
+                    try:
+                        frame = codec_decode(message)
+                    except ProtocolError as exc:
+                        server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", exc)
+                        self.send_error(0, exc)
+                        self.close(CloseReason.PROTOCOL_ERROR, str(exc)[:120])
+                        break
+                    # (A decoded frame is exactly its class: the wire builds no subclass.)
+                    if type(frame) is Ping:
+                        self.send_control(Pong(nonce=frame.nonce))
+                        continue
+                    if type(frame) is Hello:
+                        error = ProtocolError("a second Hello")
+                        server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", error)
+                        self.send_error(0, error)
+                        self.close(CloseReason.PROTOCOL_ERROR, "a second Hello")
+                        break
+                    pending: PendingRequest | None = None
+                    if type(frame) is Request:
+                        timeout = frame.timeout_ms
+                        seconds = default_timeout if timeout is None else timeout / 1000
+                        pending = PendingRequest(
+                            self, frame.correlation, trio.current_time() + seconds
+                        )
+                    if self.entry.status is not SessionStatus.OPEN:
+                        self._reject(pending, Unavailable("the session is closing"))
+                        continue
+                    if (
+                        routes
+                        and type(route := packets.get(frame.packet)) is PacketRoute
+                        and lane.idle
+                    ):
+                        # The relay at once (nothing of this session is queued), with the
+                        # outbound queue corked: what an inline turn pushes or replies is
+                        # written by this reader itself if the writer is idle (.outbound:
+                        # direct write), one task wake-up fewer.
+                        outbound.cork()
+                        reader.corked = True
+                        try:
+                            routed = await route_now(self, route, frame, pending, reader)
+                        except BaseException:
+                            reader.uncork()
+                            raise
+                        if reader.corked:  # (not uncorked by a turn that waited)
+                            reader.corked = False
+                            if outbound.writable_here:
+                                # (StreamReader.write_here, inlined)
+                                reader.writing = True
+                                try:
+                                    await outbound.write_here(ws, reader.release, reader.scope)
+                                except ConnectionClosed:
+                                    self.close(None)
+                                finally:
+                                    reader.write_ended()
+                            else:
+                                outbound.uncork()
+                        if routed:
+                            # Relayed, its turn perhaps run here: if that turn waited,
+                            # another reader reads on.
+                            if reader.released or self._closed_now:
+                                break
+                            continue
+                    try:
+                        lane.submit_nowait(_Inbound(frame, pending))
+                    except CapacityExceeded:
+                        self._reject(pending, CapacityExceeded("the session's queue is full"))
+                    except ZLinkError as exc:  # connection closed, shutting down
+                        self._reject(pending, exc)
+            if reader.released:
+                return  # its turn ended; the reader that took over reads on
+            if reader.scope.cancelled_caught and not self._closed.is_set():
+                # The engine halted an inline turn while the connection lives on: read on
+                # (what arrives now is refused as the engine refuses it).
+                reader.scope = trio.CancelScope()
                 continue
-            if type(frame) is Hello:
-                error = ProtocolError("a second Hello")
-                server.flow.emit(FlowEvent.SESSION_PROTOCOL_ERROR, "%r", error)
-                self.send_error(0, error)
-                self.close(CloseReason.PROTOCOL_ERROR, "a second Hello")
-                return
-            pending: PendingRequest | None = None
-            if type(frame) is Request:
-                timeout = frame.timeout_ms
-                seconds = default_timeout if timeout is None else timeout / 1000
-                pending = PendingRequest(self, frame.correlation, trio.current_time() + seconds)
-            if self.entry.status is not SessionStatus.OPEN:
-                self._reject(pending, Unavailable("the session is closing"))
-                continue
-            if (
-                routes
-                and type(route := packets.get(frame.packet)) is PacketRoute
-                and lane.idle
-                and await self._route_now(ws, reader, route, frame, pending)
-            ):
-                # Relayed at once (nothing of this session was queued), its turn perhaps
-                # run here: if that turn waited, another reader reads on.
-                if reader.released or self._closed.is_set():
-                    return
-                continue
-            try:
-                lane.submit_nowait(_Inbound(frame, pending))
-            except CapacityExceeded:
-                self._reject(pending, CapacityExceeded("the session's queue is full"))
-            except ZLinkError as exc:  # connection closed, shutting down
-                self._reject(pending, exc)
-
-    async def _route_now(
-        self,
-        ws: WebSocketConnection,
-        reader: StreamReader,
-        route: PacketRoute,
-        frame: Send | Request,
-        pending: PendingRequest | None,
-    ) -> bool:
-        """``StreamServer.route_now`` with the outbound queue corked: what an inline
-        turn pushes or replies is written by this reader itself if the writer is idle
-        (.outbound: direct write), one task wake-up fewer."""
-        outbound = self.outbound
-        outbound.cork()
-        reader.corked = True
-        try:
-            routed = await self.server.route_now(self, route, frame, pending, reader)
-        except BaseException:
-            reader.uncork()
-            raise
-        if reader.corked:  # (not uncorked by a turn that waited)
-            reader.corked = False
-            if outbound.writable_here:
-                # (StreamReader.write_here, inlined: one coroutine frame fewer per resume)
-                reader.writing = True
-                try:
-                    await outbound.write_here(ws, reader.release, reader.scope)
-                except ConnectionClosed:
-                    self.close(None)
-                finally:
-                    reader.write_ended()
-            else:
-                outbound.uncork()
-        return routed
+            self.close(None)  # the client or the transport closed it (no-op if closing)
+            return
 
     def _reject(self, pending: PendingRequest | None, error: ZLinkError) -> None:
         if pending is None:

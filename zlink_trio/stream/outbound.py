@@ -21,13 +21,14 @@ the middle); :meth:`Outbound.abort` cancels it when the connection's tasks stop.
 
 from __future__ import annotations
 
+import types
 from collections import deque
-from collections.abc import Callable
-from typing import Final, Protocol, final
+from collections.abc import Callable, Generator
+from typing import Any, Final, Protocol, final
 
 import trio
 
-from ..engine.inline import watch_first_block
+from ..engine.inline import SCHEDULE_POINT
 
 __all__ = ["Outbound", "Sink"]
 
@@ -82,7 +83,8 @@ class Outbound:
         if self._closed or len(self._app) >= self._bound:
             return False
         self._app.append(frame)
-        self._wake()
+        if not self._corked:  # (``_wake``'s own test first: no call while corked)
+            self._wake()
         return True
 
     def put_control(self, frame: bytes | str) -> bool:
@@ -125,12 +127,13 @@ class Outbound:
         frames wait and the writer is idle (parked, writing nothing)."""
         return self._corked == 1 and self._task is not None and bool(self._control or self._app)
 
-    async def write_here(
+    @types.coroutine
+    def write_here(
         self,
         sink: Sink,
         on_block: Callable[[], object],
         scope: trio.CancelScope | None = None,
-    ) -> None:
+    ) -> Generator[Any, Any, None]:
         """Write what is queued (up to :data:`_DIRECT_FRAMES`, control first) in the
         calling task, which holds the only cork (:attr:`writable_here`); uncorks at the end
         (the writer then writes the rest). ``on_block()`` is called before a send first
@@ -140,10 +143,14 @@ class Outbound:
         :meth:`abort` cancels while this runs (the connection's reader defers its own
         stop until the write ended: :class:`~.reader.StreamReader`) — no scope of its own
         to enter and leave per write. None: the write runs in a shielded scope of its own.
+
+        A generator-based coroutine that drives each ``send_message`` itself
+        (:func:`~zlink_trio.engine.inline.watch_first_block`, inlined): one coroutine
+        layer for every resume of a send, not two.
         """
         if scope is None:
-            with trio.CancelScope(shield=True) as shielded:
-                await self.write_here(sink, on_block, shielded)
+            with trio.CancelScope(shield=True) as shielded:  # noqa: ASYNC100 (yield from awaits)
+                yield from self.write_here(sink, on_block, shielded)
             return
         control, app = self._control, self._app
         self._direct = scope
@@ -155,9 +162,28 @@ class Outbound:
                     frame = app.popleft()
                 else:
                     break
-                blocked = await watch_first_block(sink.send_message(frame), on_block)
+                send = sink.send_message(frame)
+                watching = True
+                sent: Any = None
+                thrown: BaseException | None = None
+                while True:
+                    try:
+                        trap = send.send(sent) if thrown is None else send.throw(thrown)
+                    except StopIteration:
+                        break
+                    if watching and trap is not SCHEDULE_POINT:
+                        watching = False  # the send waits for the socket
+                        on_block()
+                    sent, thrown = None, None
+                    try:
+                        sent = yield trap
+                    except GeneratorExit:
+                        send.close()
+                        raise
+                    except BaseException as exc:  # Cancelled (abort): the send decides
+                        thrown = exc
                 self.written += 1
-                if blocked:
+                if not watching:
                     break
         finally:
             self._direct = None

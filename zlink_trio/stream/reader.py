@@ -22,11 +22,10 @@ turn's :class:`~zlink_trio.engine.TurnHost`:
 
 from __future__ import annotations
 
-import contextlib
 from typing import TYPE_CHECKING, final
 
 import trio
-from trio_websocket import ConnectionClosed, WebSocketConnection
+from trio_websocket import WebSocketConnection
 
 if TYPE_CHECKING:
     from .connection import Connection
@@ -36,7 +35,8 @@ __all__ = ["StreamReader"]
 
 @final
 class StreamReader:
-    """One reader task of a connection (see the module docstring)."""
+    """The state of one reader task of a connection (see the module docstring); the
+    task's loop is ``Connection._read``."""
 
     __slots__ = ("conn", "corked", "in_turn", "released", "scope", "stop_deferred", "writing")
 
@@ -54,21 +54,6 @@ class StreamReader:
         self.stop_deferred = False
         """:meth:`stop` came while :attr:`writing`: it takes effect once the write ended."""
 
-    async def run(self, ws: WebSocketConnection) -> None:
-        conn = self.conn
-        while True:
-            with self.scope, contextlib.suppress(ConnectionClosed):  # (the client closed it)
-                await conn.read_frames(ws, self)
-            if self.released:
-                return  # its turn ended; the reader that took over reads on
-            if self.scope.cancelled_caught and not conn.closed:
-                # The engine halted an inline turn while the connection lives on: read on
-                # (what arrives now is refused as the engine refuses it).
-                self.scope = trio.CancelScope()
-                continue
-            conn.close(None)  # the client or the transport closed it (no-op if closing)
-            return
-
     def stop(self) -> None:
         """The connection closes: stop reading at once, unless running a turn (which
         finishes; the reader then sees the close and ends)."""
@@ -82,7 +67,7 @@ class StreamReader:
         idle: .outbound direct write), in this reader's own scope: a stop of the reader
         meanwhile is deferred to the end of the write (a frame is never cut in the
         middle), only :meth:`Outbound.abort <.outbound.Outbound.abort>` cancels it. No
-        cancel scope is entered per write. (``Connection._route_now`` inlines this.)"""
+        cancel scope is entered per write. (``Connection._read`` inlines this.)"""
         self.writing = True
         try:
             await self.conn.outbound.write_here(ws, self.release, self.scope)

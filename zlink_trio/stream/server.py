@@ -37,7 +37,16 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorRef, OwnerLeaseGeneration, check_text_id
+from ..ids import (
+    ActorId,
+    ActorRef,
+    AuthorityOwnerGeneration,
+    NodeGeneration,
+    NodeRid,
+    ObjectGeneration,
+    OwnerLeaseGeneration,
+    check_text_id,
+)
 from ..mesh.api import PeerAddress, PeerIdentity, PeerState
 from ..objects.activity import Activity
 from ..observe import FlowEvent, FlowTrace
@@ -81,6 +90,7 @@ from .session import PacketRoute, PendingRequest, Session
 from .values import Authenticated, AuthRequest, AutoBind, SessionReplaced
 
 if TYPE_CHECKING:
+    from ..actors.bindings import BindingIdentity
     from ..actors.runtime import ActorRuntime
     from ..engine.engine import Engine
     from ..mesh.node import MeshNode
@@ -153,7 +163,8 @@ class StreamServer:
         self._store = store
         self.actor_runtime = actors
         self.deadlines = ReplyDeadlines()
-        me = node.identity
+        me = self._me = node.identity
+        """(A node's identity never changes: read once, not per relayed frame.)"""
         self.aggregate = SessionBindingAggregate(
             SessionOwnerIdentity(
                 me.node_rid, me.node_generation, secrets.randbits(63) | 1, OwnerLeaseGeneration(1)
@@ -562,7 +573,7 @@ class StreamServer:
         if binding is None or binding.state is not BOUND:
             return False
         route_to = binding.route
-        me = self.node.identity
+        me = self._me
         rid, node_generation = route_to.node_rid, route_to.node_generation
         # (``is`` first: the same value object, no attrs ``__eq__``/``__ne__`` call.)
         if (rid is not me.node_rid and rid != me.node_rid) or (
@@ -674,6 +685,65 @@ class StreamServer:
         )
         if not conn.send_app(frame):
             self._rejected(record, "the connection's outbound queue is full (slow consumer)")
+
+    def push_local(
+        self,
+        identity: BindingIdentity,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+        source_rid: NodeRid,
+        source_generation: NodeGeneration,
+        owner_generation: AuthorityOwnerGeneration,
+        packet: str,
+        payload: bytes,
+    ) -> None:
+        """:meth:`deliver_push` of the record a push of an Actor owned HERE would carry
+        (the fields, ``identity`` its binding's), without building the record or the
+        Push frame when the push is accepted and queued. Anything else builds the
+        record: a full queue is reported as :meth:`deliver_push` reports it; the rest
+        (kept, refused, no connection) goes through :meth:`deliver_push`, which decides
+        from the same state (``push_binding`` changed nothing)."""
+        binding = self.aggregate.push_binding(
+            identity, actor_id, object_generation, source_rid, source_generation, owner_generation
+        )
+        conn: Connection | None = None
+        if binding is not None:
+            conn = self._connections.get(identity.session_rid)
+            if conn is not None and conn.send_push(actor_id, binding.generation, packet, payload):
+                return
+        record = self._push_record(
+            identity, actor_id, object_generation, source_rid, source_generation,
+            owner_generation, packet, payload,
+        )  # fmt: skip
+        if conn is not None:  # (accepted, but its queue is full: closed as a slow consumer)
+            self._rejected(record, "the connection's outbound queue is full (slow consumer)")
+            return
+        self.deliver_push(record)
+
+    @staticmethod
+    def _push_record(
+        identity: BindingIdentity,
+        actor_id: ActorId,
+        object_generation: ObjectGeneration,
+        source_rid: NodeRid,
+        source_generation: NodeGeneration,
+        owner_generation: AuthorityOwnerGeneration,
+        packet: str,
+        payload: bytes,
+    ) -> BoundSessionSend:
+        return BoundSessionSend(
+            actor_id=actor_id,
+            object_generation=object_generation,
+            source_rid=source_rid,
+            source_node_generation=source_generation,
+            authority_owner_generation=owner_generation,
+            session_owner_rid=identity.owner_rid,
+            session_owner_generation=identity.owner_generation,
+            session_rid=identity.session_rid,
+            expected_binding_generation=identity.binding_generation,
+            packet_name=packet,
+            payload=payload,
+        )
 
     def rejected_push(self, record: BoundSessionSend, reason: str) -> None:
         self._rejected(record, reason)

@@ -20,7 +20,7 @@ import attrs
 import cbor2
 
 from ..errors import ErrorKind, ProtocolError
-from ..ids import ActorId, ObjectGeneration
+from ..ids import MAX_ID_BYTES, ActorId, ObjectGeneration
 from .codec import (
     _NO_TAGS,
     _SENTINEL,
@@ -81,6 +81,7 @@ __all__ = [
     "decode_client_message",
     "decode_server_frame",
     "encode_frame",
+    "encode_push",
 ]
 
 PROTOCOL_VERSION: Final = 1
@@ -346,6 +347,29 @@ def encode_frame(frame: StreamFrame) -> bytes:
         except WireValueError as exc:
             raise ProtocolError(f"cannot encode {entry.label}: {_where(exc)}") from None
     return _dumps(items)
+
+
+_PUSH_KIND: Final = int(FrameKind.PUSH)
+_U64_MAX: Final = U64.maximum
+
+
+def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bytes:
+    """``encode_frame(Push(actor_id=..., sequence=..., packet=..., payload=...))`` without
+    building the frame (the session owner's push path): the same bytes, the same errors.
+    The common values (an ASCII packet name, bytes within the limit) are checked here as
+    the generated encoder checks them; anything else goes through the frame."""
+    if (
+        type(actor_id) is ActorId
+        and type(sequence) is int
+        and 0 <= sequence <= _U64_MAX
+        and type(packet) is str
+        and 0 < len(packet) <= MAX_ID_BYTES
+        and packet.isascii()
+        and type(payload) is bytes
+        and len(payload) <= MAX_PAYLOAD_BYTES
+    ):
+        return _dumps([_PUSH_KIND, actor_id.value, sequence, packet, payload])
+    return encode_frame(Push(actor_id=actor_id, sequence=sequence, packet=packet, payload=payload))
 
 
 def decode_client_frame(data: bytes | bytearray | memoryview) -> ClientFrame:

@@ -23,12 +23,14 @@ from typing import Any, Final
 import attrs
 
 from ..errors import ProtocolError
+from ..ids import ActorId
 from .fields import Bytes, FieldType, FixedBytes, Nullable, WireValueError
 from .stream import (
     _BY_CLASS,
     _CLIENT,
     _SERVER,
     ClientFrame,
+    Push,
     ServerFrame,
     StreamFrame,
     _Entry,
@@ -36,6 +38,7 @@ from .stream import (
     decode_client_message,
     decode_server_frame,
     encode_frame,
+    encode_push,
 )
 
 __all__ = [
@@ -64,6 +67,9 @@ class FrameCodec:
     """Raises ProtocolError for anything but one valid client frame (a message of the
     wrong websocket type included)."""
     decode_server: Callable[[bytes | str], ServerFrame]
+    encode_push: Callable[[ActorId, int, str, bytes], bytes | str]
+    """``encode(Push(actor_id=..., sequence=..., packet=..., payload=...))`` without
+    building the frame (the session owner's push path; the same message)."""
 
 
 def _is_bytes(ftype: FieldType) -> bool:
@@ -151,6 +157,7 @@ CBOR: Final = FrameCodec(
     encode=encode_frame,
     decode_client=decode_client_message,
     decode_server=_decode_cbor(decode_server_frame),
+    encode_push=encode_push,
 )
 JSON: Final = FrameCodec(
     name="json",
@@ -159,6 +166,9 @@ JSON: Final = FrameCodec(
     encode=_encode_json,
     decode_client=lambda message: _decode_json(message, _CLIENT, "client"),
     decode_server=lambda message: _decode_json(message, _SERVER, "server"),
+    encode_push=lambda actor_id, sequence, packet, payload: _encode_json(
+        Push(actor_id=actor_id, sequence=sequence, packet=packet, payload=payload)
+    ),
 )
 _BY_SUBPROTOCOL: Final = {CBOR.subprotocol: CBOR, JSON.subprotocol: JSON}
 
