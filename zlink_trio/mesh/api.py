@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 import attrs
 import trio
@@ -59,6 +59,7 @@ __all__ = [
     "PeerState",
     "PendingReply",
     "connect_until",
+    "peer_address",
 ]
 
 
@@ -93,8 +94,26 @@ class PeerAddress:
     node_rid: NodeRid
 
 
+_ADDRESSES: dict[tuple[str, bytes], PeerAddress] = {}
+_ADDRESSES_MAX: Final = 4096
+
+
+def peer_address(mesh_name: MeshName, node_rid: NodeRid) -> PeerAddress:
+    """The :class:`PeerAddress` of ``node_rid`` in ``mesh_name``, one instance per peer
+    (remembered, up to :data:`_ADDRESSES_MAX` peers): a route's address and its
+    connection's are then the same object, and looking the connection up by it is one
+    identity check instead of the generated ``__eq__`` of the address and its ids."""
+    key = (mesh_name.value, node_rid.value)
+    address = _ADDRESSES.get(key)
+    if address is None:
+        if len(_ADDRESSES) >= _ADDRESSES_MAX:
+            _ADDRESSES.clear()
+        address = _ADDRESSES[key] = PeerAddress(mesh_name, node_rid)
+    return address
+
+
 def _address_of(identity: PeerIdentity) -> PeerAddress:
-    return PeerAddress(identity.mesh_name, identity.node_rid)
+    return peer_address(identity.mesh_name, identity.node_rid)
 
 
 @attrs.frozen(slots=True, cache_hash=True)

@@ -24,7 +24,7 @@ from ..ids import (
     OwnerLeaseGeneration as LeaseGen,
     StableType,
 )
-from ..mesh.api import PeerAddress
+from ..mesh.api import PeerAddress, peer_address
 from ..store.api import ObjectKind
 
 __all__ = ["Route", "RouteCache", "RouteCacheStatistics"]
@@ -35,7 +35,7 @@ DEFAULT_MAX_ENTRIES: Final = 100_000
 
 
 def _peer_of(route: Route) -> PeerAddress:
-    return PeerAddress(route.mesh_name, route.node_rid)
+    return peer_address(route.mesh_name, route.node_rid)
 
 
 @attrs.frozen(slots=True)
