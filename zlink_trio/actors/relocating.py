@@ -54,13 +54,15 @@ from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relocation import (
     ActorRelocationParticipant,
     RelocationUnit,
+    clear_mark,
     refuse_unless_relocatable,
     release_unconfirmed,
+    set_mark,
 )
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
-from ..store.api import LocationStore
+from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence, RelocationMark
 from ..wire.enums import MessageKind, ObjectKind, RelayReadyResult, RelocationPolicy
 from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
@@ -289,29 +291,48 @@ class ActorRelocator:
         draining: bool,
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
+        marked: list[AuthorityRow] = []
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         timeout = self._config.relocation_timeout
         deadline = trio.current_time() + timeout
         accepted = False
         try:
             with trio.move_on_at(deadline) as scope:
-                accepted = await self._to_relay_ready(hosted, unit, policy, sealed, deadline)
+                accepted = await self._to_relay_ready(
+                    hosted, unit, policy, sealed, deadline, mark=(lease, marked)
+                )
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, unit, sealed, abort.error, reopen=abort.reopen)
+            if await self._abort(
+                hosted, unit, sealed, abort.error, reopen=abort.reopen, marked=marked
+            ):
+                return await self._after_accepted(
+                    hosted, unit, peer, sealed, lease, nursery, draining
+                )
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
                 raise
-            await self._abort(hosted, unit, sealed, exc)
+            if await self._abort(hosted, unit, sealed, exc, marked=marked):
+                return await self._after_accepted(
+                    hosted, unit, peer, sealed, lease, nursery, draining
+                )
             raise
         except BaseException:
             if not accepted:
                 with trio.CancelScope(shield=True):
-                    await self._abort(
-                        hosted, unit, sealed, Unavailable("the relocation was cancelled")
+                    taken = await self._abort(
+                        hosted,
+                        unit,
+                        sealed,
+                        Unavailable("the relocation was cancelled"),
+                        marked=marked,
                     )
+                    if taken:
+                        await self._after_accepted(
+                            hosted, unit, peer, sealed, lease, nursery, draining
+                        )
             raise
         return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
 
@@ -324,12 +345,19 @@ class ActorRelocator:
         deadline: float,
         *,
         member: bool = False,
+        mark: tuple[OwnerLeaseGeneration, list[AuthorityRow]] | None = None,
     ) -> bool:
-        """The seal turn, the participants' seal, the capture, 120, 121: True once the
-        relay-ready reply is accepted (raises _Abort or ZLinkError otherwise). ``member``:
-        a SpotWide Spot's member moving with its Spot."""
+        """The seal turn, the relocation mark, the participants' seal, the capture, 120,
+        121: True once the relay-ready reply is accepted (raises _Abort or ZLinkError
+        otherwise). ``member``: a SpotWide Spot's member moving with its Spot (its row
+        gets no mark: the target commits it only in its Spot's aggregate CAS, fenced by
+        the Spot's mark). ``mark``: the target's lease generation and the list the marked
+        row is appended to (the abort clears the mark)."""
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         await self._seal(hosted, member=member)
+        if mark is not None:
+            lease, marked = mark
+            marked.append(await self._mark(unit, lease))
         states: list[tuple[str, bytes]] = []
         for participant in self._participants:
             state = await participant.seal(unit)
@@ -390,6 +418,35 @@ class ActorRelocator:
         for item in hosted.parked or ():
             if type(item) is not Deliver and type(item) is not TimerTick:
                 raise _Abort(Unavailable("framework work is pending for the Actor: retry later"))
+
+    async def _mark(self, unit: RelocationUnit, lease: OwnerLeaseGeneration) -> AuthorityRow:
+        """The relocation mark on the Actor's row, by CAS, right after the seal turn: the
+        target commits only while the row carries the mark of this RelocationId, and the
+        abort clears it before the Actor reopens here (so a relay-ready reply that comes
+        after this source gave up can never make the target a second owner). A mark left
+        by an earlier move of this lifecycle (its clear failed) is replaced: that move's
+        target can then never commit either."""
+        row = await self._store.read(actor_key(unit.actor_id))
+        if (
+            row is None
+            or row.state is not AuthorityState.READY
+            or row.object_generation != unit.object_generation
+            or row.owner_generation != unit.source_owner_generation
+            or row.owner.node_rid != unit.source_rid
+            or row.owner.node_generation != unit.source_generation
+        ):
+            raise _Abort(Unavailable("the Actor's authority changed before its move"))
+        mark = RelocationMark(
+            relocation_id=unit.relocation_id,
+            target=OwnerFence(unit.mesh_name, unit.target_rid, unit.target_generation, lease),
+            sealed=True,
+        )
+        try:
+            return await set_mark(
+                self._store, row, mark, source_owner_generation=unit.source_owner_generation
+            )
+        except Unavailable:
+            raise _Abort(Unavailable("the Actor's authority changed before its move")) from None
 
     def _capture_framework(
         self, hosted: HostedActor, states: list[tuple[str, bytes]]
@@ -483,11 +540,26 @@ class ActorRelocator:
         error: ZLinkError,
         *,
         reopen: bool = True,
-    ) -> None:
-        """Before relay-ready acceptance: the source stays owner. The Store row never
-        changed (nothing durable to undo); the held work returns to a fresh lane in
-        arrival order, then the participants hear the abort, then the target is told
-        one-way to drop its temporary queue."""
+        marked: Sequence[AuthorityRow] = (),
+    ) -> bool:
+        """Before relay-ready acceptance: the source stays owner. The durable abort (the
+        row's relocation mark cleared by CAS, ``marked``) comes first, then the held work
+        returns to a fresh lane in arrival order, then the participants hear the abort,
+        then the target is told one-way to drop its temporary queue.
+
+        Returns True, reopening nothing, when the durable abort lost to the target's
+        commit (its relay-ready reply came too late here, but its owner CAS, fenced by
+        this move's mark, won): the Actor is the target's and the caller goes on as after
+        an acceptance (never back to the source)."""
+        if marked and await clear_mark(
+            self._store,
+            marked[0].key,
+            relocation_id=unit.relocation_id,
+            target_rid=unit.target_rid,
+            target_owner_generation=unit.target_owner_generation,
+            what=repr(unit.actor_id.value),
+        ):
+            return True
         self.aborted += 1
         logger.info("relocation of %r aborted: %r", unit.actor_id, error)
         if reopen and hosted.state is RELOCATING:
@@ -505,6 +577,7 @@ class ActorRelocator:
                 RelocationAbort(relocation_id=unit.relocation_id, reason=error.kind),
                 wait=False,
             )
+        return False
 
     async def _after_accepted(
         self,

@@ -48,7 +48,14 @@ from ..objects.policy import PreserveStateWith
 from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
-from ..store.api import UNCHANGED, Applied, AuthorityState, ContentRef, LocationStore
+from ..store.api import (
+    UNCHANGED,
+    Applied,
+    AuthorityRow,
+    AuthorityState,
+    ContentRef,
+    LocationStore,
+)
 from ..wire.enums import RelayReadyResult
 from ..wire.relocation import (
     RelocationAbort,
@@ -235,6 +242,18 @@ class RelocationTarget:
         if record.relocation_id in self._attempts:
             await sink.deliver(ok())
             return
+        group: OperationId | None = None
+        if row.membership is not None and self.spot_wide_staging is not None:
+            # A member of a SpotWide Spot that stages here from the same source: it moves
+            # with it, in its aggregate commit (spec 06 §6.1), fenced by the Spot's mark.
+            group = self.spot_wide_staging(
+                row.membership, (record.source_rid, record.source_generation)
+            )
+        if group is None and not _marked_for(row, record.relocation_id):
+            # A move alone commits only under its own mark (the source sets it after the
+            # seal turn, and clears it when it gives up).
+            await sink.deliver(failure(Unavailable("the Actor's row is not marked for this move")))
+            return
         unit = RelocationUnit(
             relocation_id=record.relocation_id,
             actor_id=actor_id,
@@ -247,12 +266,7 @@ class RelocationTarget:
             target_generation=me.node_generation,
         )
         attempt = _Attempt(record, unit, actor_type)
-        if row.membership is not None and self.spot_wide_staging is not None:
-            # A member of a SpotWide Spot that stages here from the same source: it moves
-            # with it, in its aggregate commit (spec 06 §6.1).
-            attempt.group = self.spot_wide_staging(
-                row.membership, (record.source_rid, record.source_generation)
-            )
+        attempt.group = group
         self._attempts[record.relocation_id] = attempt
         self._host.begin_staging(actor_id)  # the temporary queue, before anything looks
         self._journal.relocations[(actor_id, record.relocation_id)] = attempt.held
@@ -449,6 +463,9 @@ class RelocationTarget:
                 or row.owner_generation != unit.source_owner_generation
                 or row.owner.node_rid != unit.source_rid
                 or row.owner.node_generation != unit.source_generation
+                # the mark of this move: the source cleared it when it gave up (its
+                # deadline passed before this relay-ready reached it) and reopened
+                or not _marked_for(row, unit.relocation_id)
             ):
                 logger.warning("relocation of %r: the source fence no longer holds", unit.actor_id)
                 return False
@@ -531,3 +548,8 @@ class RelocationTarget:
                 await participant.discarded(unit)
             except Exception:
                 logger.exception("relocation participant %r: discarded", participant)
+
+
+def _marked_for(row: AuthorityRow, relocation_id: OperationId) -> bool:
+    """Whether ``row`` carries the relocation mark of ``relocation_id``."""
+    return row.relocation is not None and row.relocation.relocation_id == relocation_id

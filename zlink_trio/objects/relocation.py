@@ -39,7 +39,7 @@ from typing import Protocol
 
 import attrs
 
-from ..errors import InvalidOperation, ZLinkError
+from ..errors import InvalidOperation, Unavailable, ZLinkError
 from ..ids import (
     ActorId,
     AuthorityOwnerGeneration,
@@ -50,14 +50,23 @@ from ..ids import (
     OperationId,
     StableType,
 )
-from ..store.api import LocationStore, ObjectKey
+from ..store.api import (
+    Applied,
+    AuthorityRow,
+    AuthorityState,
+    LocationStore,
+    ObjectKey,
+    RelocationMark,
+)
 from .policy import DisableRelocation
 
 __all__ = [
     "ActorRelocationParticipant",
     "RelocationUnit",
+    "clear_mark",
     "refuse_unless_relocatable",
     "release_unconfirmed",
+    "set_mark",
 ]
 
 logger = logging.getLogger("zlink_trio.relocation")
@@ -188,3 +197,73 @@ async def release_unconfirmed(
         )
     except ZLinkError as exc:
         logger.info("cleanup of the unconfirmed move of %s: %r", what, exc)
+
+
+async def set_mark(
+    store: LocationStore,
+    row: AuthorityRow,
+    mark: RelocationMark,
+    *,
+    source_owner_generation: AuthorityOwnerGeneration,
+) -> AuthorityRow:
+    """The source's relocation mark on ``row`` (one CAS, right after the seal turn): the
+    target commits only while the row carries the mark of its RelocationId
+    (:func:`clear_mark` takes it away when the source gives up). Returns the marked row.
+
+    Raises:
+        Unavailable: the row changed since ``row`` was read, or it is not Ready at
+            ``source_owner_generation`` any more (the move does not start).
+    """
+    result = await store.set_relocation(row.key, row.store_version, mark)
+    if (
+        not isinstance(result, Applied)
+        or result.row.owner_generation != source_owner_generation
+        or result.row.state is not AuthorityState.READY
+    ):
+        raise Unavailable("the authority changed before the move")
+    return result.row
+
+
+async def clear_mark(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    relocation_id: OperationId,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    what: str,
+) -> bool:
+    """The durable abort of a move that failed before its relay-ready reply was accepted:
+    the mark of ``relocation_id`` is cleared by CAS, before the source reopens (so a late
+    ACCEPTED can no longer let the target commit: its owner CAS needs that mark).
+
+    Returns True, clearing nothing, when the target's commit won the race (the row
+    already names the target at ``target_owner_generation``): the object is the target's
+    and the caller goes on as after an acceptance (never back to the source). A row
+    without this mark (cleared already, or never marked) is left alone: False. A lost
+    CAS or a Store error is retried a few times (then False: logged)."""
+    for _ in range(4):
+        try:
+            current = await store.read(key)
+            if current is not None and (
+                current.owner.node_rid == target_rid
+                and current.owner_generation == target_owner_generation
+            ):
+                logger.warning(
+                    "relocation of %s: the target committed before the abort; it is the target's",
+                    what,
+                )
+                return True
+            if (
+                current is None
+                or current.relocation is None
+                or current.relocation.relocation_id != relocation_id
+            ):
+                return False
+            cleared = await store.set_relocation(current.key, current.store_version, None)
+            if isinstance(cleared, Applied):
+                return False
+        except ZLinkError as exc:
+            logger.info("clearing the relocation mark of %s: %r", what, exc)
+    logger.warning("relocation of %s: its relocation mark could not be cleared", what)
+    return False

@@ -63,12 +63,16 @@ from ..objects.durable import remaining_ms
 from ..objects.follow import FollowTable
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relay import fail_terminal, relay_reply_to
-from ..objects.relocation import refuse_unless_relocatable, release_unconfirmed
+from ..objects.relocation import (
+    clear_mark,
+    refuse_unless_relocatable,
+    release_unconfirmed,
+    set_mark,
+)
 from ..objects.relocation_envelope import RelocationEnvelope
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..store.api import (
-    Applied,
     AuthorityRow,
     AuthorityState,
     LocationStore,
@@ -507,15 +511,12 @@ class SpotRelocator:
             ),
             sealed=True,
         )
-        result = await self._store.set_relocation(row.key, row.store_version, mark)
-        if not isinstance(result, Applied):
-            raise _Abort(Unavailable("the Spot's authority changed before its move"))
-        if (
-            result.row.owner_generation != move.source_owner_generation
-            or result.row.state is not AuthorityState.READY
-        ):
-            raise _Abort(Unavailable("the Spot's authority changed before its move"))
-        return result.row
+        try:
+            return await set_mark(
+                self._store, row, mark, source_owner_generation=move.source_owner_generation
+            )
+        except Unavailable:
+            raise _Abort(Unavailable("the Spot's authority changed before its move")) from None
 
     async def _capture(
         self, hosted: HostedSpot, saved: list[SpotItem], plan: SpotWideMemberMoves | None
@@ -640,34 +641,15 @@ class SpotRelocator:
         caller goes on as after an acceptance (the target commits only while the mark of
         this move is on the row, so once the mark is cleared here no target can take it)."""
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
-        if marked:
-            for _ in range(3):
-                try:
-                    current = await self._store.read(marked[0].key)
-                    if current is not None and (
-                        current.owner.node_rid == move.target_rid
-                        and current.owner_generation == move.target_owner_generation
-                    ):
-                        logger.warning(
-                            "relocation of spot %r: the target committed before the abort; "
-                            "it is the target's",
-                            move.spot_id.value,
-                        )
-                        return True
-                    if (
-                        current is None
-                        or current.relocation is None
-                        or current.relocation.relocation_id != move.relocation_id
-                    ):
-                        break
-                    cleared = await self._store.set_relocation(
-                        current.key, current.store_version, None
-                    )
-                    if isinstance(cleared, Applied):
-                        break
-                except ZLinkError as exc:
-                    logger.info("clearing the mark of %r: %r", move.spot_id.value, exc)
-                    break
+        if marked and await clear_mark(
+            self._store,
+            marked[0].key,
+            relocation_id=move.relocation_id,
+            target_rid=move.target_rid,
+            target_owner_generation=move.target_owner_generation,
+            what=f"spot {move.spot_id.value!r}",
+        ):
+            return True
         self.aborted += 1
         if saved is not None:
             self._host.unseal_relocation(hosted, move.relocation_id, saved)
