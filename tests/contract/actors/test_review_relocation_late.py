@@ -8,7 +8,7 @@ from __future__ import annotations
 import trio
 from relocation_kit import RelocLog, create_on, make_reloc_app
 
-from zlink_trio import DeadlineExceeded, ZLinkError
+from zlink_trio import DeadlineExceeded, RelocationResult, ZLinkError
 from zlink_trio.store.api import ObjectKey
 from zlink_trio.testing import CountingStore, FaultPlan, open_cluster
 from zlink_trio.wire.commands import Command
@@ -75,3 +75,55 @@ async def test_review_a_late_relay_ready_never_makes_two_actor_owners(
         target = b.statistics().actors
         assert target is not None
         assert target.relocation.committed == 0 and target.relocation.discarded == 1
+
+
+async def test_review_an_abort_that_lost_to_the_target_commit_never_reopens_the_source(
+    clock: object, store: CountingStore
+) -> None:
+    """A04-07 (after acceptance: never back to the source): the target's relay-ready reply
+    (122) is 12 s late on the wire, so the source's ``relocation_timeout`` passes first —
+    but the target already committed (its cutover fallback). The source's durable abort
+    then loses to that commit: the source does not reopen, it goes on as after an
+    acceptance (``relocate`` returns the committed move), and what it held while sealed
+    runs once, in order, on the target only."""
+    log = RelocLog()
+    plan = FaultPlan(seed=15)
+    async with open_cluster(2, store=store, app=_apps(log), fault_plan=plan) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = cluster.servers
+        actor = await create_on(b, cluster.servers, 0, "lost", "counter")
+        await b.actors.send(actor, "add", b"before")
+        assert await b.actors.request(actor, "get", b"").timeout(10) == b"1@node0"
+        before = await store.read(ObjectKey.actor(actor))
+        assert before is not None
+        late = plan.delay(12.0, command=Command.RELOCATION_RELAY_READY, count=1)
+        log.restore_gate = trio.Event()
+        outcome: list[object] = []
+        with trio.fail_after(120):
+            async with trio.open_nursery() as nursery:
+
+                async def move() -> None:
+                    try:
+                        outcome.append(await a.relocate(actor, to=b.identity.node_rid))
+                    except ZLinkError as exc:
+                        outcome.append(exc)
+
+                nursery.start_soon(move)
+                await log.restore_entered.wait()
+                for i in range(3):
+                    await a.actors.send(actor, "add", f"held-{i}".encode())  # held: sealed
+                log.restore_gate.set()
+        assert late.fired == 1
+        assert len(outcome) == 1 and isinstance(outcome[0], RelocationResult), outcome
+        assert outcome[0].committed and outcome[0].relayed == 3, outcome
+        await log.wait_for(lambda: len(log.payloads(actor)) == 4)
+        assert log.payloads(actor) == [b"before"] + [f"held-{i}".encode() for i in range(3)]
+        assert [n for x, p, _, n in log.handled if x == actor and p == "add"][1:] == ["node1"] * 3
+        replies = {await server.actors.request(actor, "get", b"").timeout(10) for server in (a, b)}
+        assert replies == {b"4@node1"}, replies
+        row = await store.read(ObjectKey.actor(actor))
+        assert row is not None and row.owner.node_rid == b.identity.node_rid, row
+        assert row.owner_generation == before.owner_generation.next()
+        assert row.relocation is None, row
+        source = a.statistics().actors
+        assert source is not None and source.relocation.aborted == 0
