@@ -1,10 +1,13 @@
 """The source side of an Actor relocation and its coordinator (docs/relocation.md).
 
 ``ActorRelocator.relocate`` runs one move in a child nursery of its own (one per
-relocation in flight) inside the Actor runtime's nursery: the seal turn, the participants'
-seal, the capture, 120 prepare, 121 restore and its relay-ready reply (122). Before the
-reply is accepted every failure aborts (the Actor reopens here with its work in order);
-once accepted the move never comes back: the activation is unpublished, a Message Follow
+relocation in flight) inside the Actor runtime's nursery: the seal turn, the row's
+relocation mark (by CAS), the participants' seal, the capture, 120 prepare, 121 restore
+and its relay-ready reply (122). Before the reply is accepted every failure aborts: the
+mark is cleared by CAS (the target commits only under it, so a late relay-ready can never
+make it a second owner) and the Actor reopens here with its work in order — unless that
+CAS lost to the target's commit, which then goes on as an acceptance. Once accepted the
+move never comes back: the activation is unpublished, a Message Follow
 route installed, the saved work and the held ingress relayed (113 … 114, requests' replies
 relayed back to their callers) and the one-way cutover (123) sent.
 """

@@ -3,7 +3,8 @@
 123 cutover and 124 abort.
 
 * 120: the row is checked against the source fence (Ready, same ObjectGeneration, owned
-  by the source lifecycle at the named AuthorityOwnerGeneration) and the TEMPORARY QUEUE
+  by the source lifecycle at the named AuthorityOwnerGeneration, marked for this move —
+  a SpotWide member is fenced by its Spot's mark instead) and the TEMPORARY QUEUE
   registered (the host's staging record: inbound dispatch finds it before any instance,
   parks what arrives, never runs it). One attempt per RelocationId.
 * 121: idempotent per (RelocationId, this target lifecycle, the source owner generation):
@@ -12,7 +13,8 @@
   keeps the activation HIDDEN; a repeat gets the same answer and builds nothing.
 * after the relay-ready reply: the cutover (123), or after ``cutover_fallback`` without
   it the ``cutover_timeout`` warning and the fallback; then the target-only owner CAS with
-  the source fence (AuthorityOwnerGeneration + 1, ObjectGeneration unchanged); the
+  the source fence and this move's mark (AuthorityOwnerGeneration + 1, ObjectGeneration
+  unchanged, the mark cleared; a source that gave up cleared the mark: discard); the
   merge (saved work and pre-boundary relay, by relay index, then the temporary queue) and
   the regular-route switch in one step; timers resumed; participants committed.
 * an abort (124) or ``relocation_timeout`` without a restore or a commit discards the
