@@ -32,7 +32,6 @@ from ..errors import (
     NotFound,
     Unavailable,
     ZLinkError,
-    error_from_kind,
 )
 from ..ids import (
     ActorId,
@@ -58,15 +57,18 @@ from ..objects.relocation import (
     ActorRelocationParticipant,
     RelocationUnit,
     clear_mark,
+    live_target,
     refuse_unless_relocatable,
+    relay_ready_error,
     release_unconfirmed,
     set_mark,
+    wait_committed_in_store,
 )
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
 from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence, RelocationMark
-from ..wire.enums import MessageKind, ObjectKind, RelayReadyResult, RelocationPolicy
+from ..wire.enums import MessageKind, ObjectKind, RelocationPolicy
 from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
 from ..wire.relocation import (
@@ -74,7 +76,6 @@ from ..wire.relocation import (
     RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
-    RelocationRelayReady,
     RelocationRestore,
 )
 from .authority import actor_key
@@ -171,7 +172,7 @@ class ActorRelocator:
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         _refuse_spot_wide_member(hosted)
-        generation, lease = await self._target_generation(hosted, to)
+        generation, lease = await live_target(self._store, hosted.mesh_name, to, "Actor")
         # Re-checked after the await: a concurrent relocate of the same Actor may have
         # started meanwhile (the check above and the reservation below must not be split).
         if actor_id in self.in_flight or hosted.join is not None or hosted.state is not READY:
@@ -273,15 +274,6 @@ class ActorRelocator:
         event = self._commits.get(record.relocation_id)
         if event is not None:
             event.set()
-
-    async def _target_generation(
-        self, hosted: HostedActor, to: NodeRid
-    ) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
-        for record in await self._store.list_nodes(hosted.mesh_name):
-            descriptor = record.descriptor
-            if descriptor.node_rid == to and record.live:
-                return descriptor.node_generation, record.lease_generation
-        raise Unavailable(f"node {to.hex[:12]} is not a live node of the Actor's mesh")
 
     # --- the move ------------------------------------------------------------------------
     async def _run(
@@ -522,18 +514,10 @@ class ActorRelocator:
                 timeout_ms=remaining_ms(deadline),
             )
 
-        reply = await self._request(peer, build)
-        if isinstance(reply, RelocationRelayReady):
-            if reply.result is RelayReadyResult.ACCEPTED:
-                return True
-            assert reply.failure_code is not None
-            raise _Abort(error_from_kind(reply.failure_code, "the target rejected the restore"))
-        if isinstance(reply, TerminalReply):
-            try:
-                raise_for_failure(reply)
-            except ZLinkError as exc:
-                raise _Abort(exc) from None
-        raise _Abort(Unavailable("the target answered 121 without a relay-ready reply"))
+        error = relay_ready_error(await self._request(peer, build))
+        if error is not None:
+            raise _Abort(error)
+        return True
 
     async def _abort(
         self,
@@ -621,7 +605,14 @@ class ActorRelocator:
         with trio.move_on_after(self._config.relocation_timeout):
             if draining:
                 # A closing node drops inbound commands (125 too): the Store tells.
-                await self._wait_committed_in_store(unit, committed)
+                await wait_committed_in_store(
+                    self._store,
+                    actor_key(unit.actor_id),
+                    target_rid=unit.target_rid,
+                    target_owner_generation=unit.target_owner_generation,
+                    committed=committed,
+                    what=repr(unit.actor_id.value),
+                )
             else:
                 await committed.wait()
         if not committed.is_set():
@@ -636,26 +627,6 @@ class ActorRelocator:
             relayed=relayed,
             committed=committed.is_set(),
         )
-
-    async def _wait_committed_in_store(self, unit: RelocationUnit, committed: trio.Event) -> None:
-        """Read the row until it names the target's owner generation (backing off)."""
-        key = actor_key(unit.actor_id)
-        delay = 0.01
-        while not committed.is_set():
-            try:
-                row = await self._store.read(key)
-            except ZLinkError as exc:
-                logger.info("reading the moved row of %r: %r", unit.actor_id, exc)
-                row = None
-            if (
-                row is not None
-                and row.owner.node_rid == unit.target_rid
-                and row.owner_generation == unit.target_owner_generation
-            ):
-                committed.set()
-                return
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.2)
 
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Actor hosted

@@ -47,7 +47,7 @@ from ..ids import ActorId, OperationId, SpotId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
 from ..objects.activity import Activity
 from ..objects.policy import PreserveStateWith
-from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
+from ..objects.relocation import ActorRelocationParticipant, RelocationUnit, relay_ready
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
 from ..store.api import (
@@ -305,17 +305,7 @@ class RelocationTarget:
         except Exception as exc:
             logger.info("restore of %r failed: %r", attempt.unit.actor_id, exc)
             error = ApplicationError(f"the restore failed: {type(exc).__name__}: {exc}")
-        if error is None:
-            answer = RelocationRelayReady(
-                correlation=0, relocation_id=record.relocation_id, result=RelayReadyResult.ACCEPTED
-            )
-        else:
-            answer = RelocationRelayReady(
-                correlation=0,
-                relocation_id=record.relocation_id,
-                result=RelayReadyResult.REJECTED,
-                failure_code=error.kind,
-            )
+        answer = relay_ready(record.relocation_id, error)
         attempt.answer = answer
         attempt.restored.set()
         if error is not None:
@@ -325,13 +315,7 @@ class RelocationTarget:
     async def _answer(
         self, peer: PeerIdentity, record: RelocationRestore, error: ZLinkError
     ) -> None:
-        answer = RelocationRelayReady(
-            correlation=0,
-            relocation_id=record.relocation_id,
-            result=RelayReadyResult.REJECTED,
-            failure_code=error.kind,
-        )
-        await self._send(peer, answer, record.correlation)
+        await self._send(peer, relay_ready(record.relocation_id, error), record.correlation)
 
     async def _send(
         self, peer: PeerIdentity, answer: RelocationRelayReady, correlation: int

@@ -38,8 +38,9 @@ import logging
 from typing import Protocol
 
 import attrs
+import trio
 
-from ..errors import InvalidOperation, Unavailable, ZLinkError
+from ..errors import InvalidOperation, Unavailable, ZLinkError, error_from_kind
 from ..ids import (
     ActorId,
     AuthorityOwnerGeneration,
@@ -48,6 +49,7 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OperationId,
+    OwnerLeaseGeneration,
     StableType,
 )
 from ..store.api import (
@@ -58,15 +60,23 @@ from ..store.api import (
     ObjectKey,
     RelocationMark,
 )
+from ..wire.enums import RelayReadyResult
+from ..wire.records import TerminalReply
+from ..wire.relocation import RelocationRelayReady
 from .policy import DisableRelocation
+from .sinks import raise_for_failure
 
 __all__ = [
     "ActorRelocationParticipant",
     "RelocationUnit",
     "clear_mark",
+    "live_target",
     "refuse_unless_relocatable",
+    "relay_ready",
+    "relay_ready_error",
     "release_unconfirmed",
     "set_mark",
+    "wait_committed_in_store",
 ]
 
 logger = logging.getLogger("zlink_trio.relocation")
@@ -267,3 +277,81 @@ async def clear_mark(
             logger.info("clearing the relocation mark of %s: %r", what, exc)
     logger.warning("relocation of %s: its relocation mark could not be cleared", what)
     return False
+
+
+async def live_target(
+    store: LocationStore, mesh: MeshName, to: NodeRid, what: str
+) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
+    """The NodeGeneration and lease generation of the live node ``to`` of ``mesh`` (one
+    read of the Store's node list), the lifecycle a move names as its target.
+
+    Raises:
+        Unavailable: ``to`` is not a live node of ``mesh`` (``what``: "Actor", "Spot").
+    """
+    for record in await store.list_nodes(mesh):
+        descriptor = record.descriptor
+        if descriptor.node_rid == to and record.live:
+            return descriptor.node_generation, record.lease_generation
+    raise Unavailable(f"node {to.hex[:12]} is not a live node of the {what}'s mesh")
+
+
+def relay_ready(relocation_id: OperationId, error: ZLinkError | None) -> RelocationRelayReady:
+    """The target's relay-ready reply (122) to a Restore: ACCEPTED, or REJECTED with the
+    kind of ``error`` (its correlation is set when it is sent)."""
+    if error is None:
+        return RelocationRelayReady(
+            correlation=0, relocation_id=relocation_id, result=RelayReadyResult.ACCEPTED
+        )
+    return RelocationRelayReady(
+        correlation=0,
+        relocation_id=relocation_id,
+        result=RelayReadyResult.REJECTED,
+        failure_code=error.kind,
+    )
+
+
+def relay_ready_error(reply: object) -> ZLinkError | None:
+    """The source's reading of the answer to its 121: None for a relay-ready ACCEPTED,
+    else the error the move aborts with (a REJECTED's kind, a failed terminal, or
+    Unavailable for anything else)."""
+    if isinstance(reply, RelocationRelayReady):
+        if reply.result is RelayReadyResult.ACCEPTED:
+            return None
+        assert reply.failure_code is not None
+        return error_from_kind(reply.failure_code, "the target rejected the restore")
+    if isinstance(reply, TerminalReply):
+        try:
+            raise_for_failure(reply)
+        except ZLinkError as exc:
+            return exc
+    return Unavailable("the target answered 121 without a relay-ready reply")
+
+
+async def wait_committed_in_store(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    committed: trio.Event,
+    what: str,
+) -> None:
+    """Read the moved row until it names the target at ``target_owner_generation`` (then
+    set ``committed``), backing off (10 ms doubling to 200 ms): a closing source drops
+    inbound commands, the commit notice (125) too. The caller bounds the wait."""
+    delay = 0.01
+    while not committed.is_set():
+        try:
+            row = await store.read(key)
+        except ZLinkError as exc:
+            logger.info("reading the moved row of %s: %r", what, exc)
+            row = None
+        if (
+            row is not None
+            and row.owner.node_rid == target_rid
+            and row.owner_generation == target_owner_generation
+        ):
+            committed.set()
+            return
+        await trio.sleep(delay)
+        delay = min(delay * 2, 0.2)
