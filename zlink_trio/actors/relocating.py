@@ -1,10 +1,13 @@
 """The source side of an Actor relocation and its coordinator (docs/relocation.md).
 
 ``ActorRelocator.relocate`` runs one move in a child nursery of its own (one per
-relocation in flight) inside the Actor runtime's nursery: the seal turn, the participants'
-seal, the capture, 120 prepare, 121 restore and its relay-ready reply (122). Before the
-reply is accepted every failure aborts (the Actor reopens here with its work in order);
-once accepted the move never comes back: the activation is unpublished, a Message Follow
+relocation in flight) inside the Actor runtime's nursery: the seal turn, the row's
+relocation mark (by CAS), the participants' seal, the capture, 120 prepare, 121 restore
+and its relay-ready reply (122). Before the reply is accepted every failure aborts: the
+mark is cleared by CAS (the target commits only under it, so a late relay-ready can never
+make it a second owner) and the Actor reopens here with its work in order — unless that
+CAS lost to the target's commit, which then goes on as an acceptance. Once accepted the
+move never comes back: the activation is unpublished, a Message Follow
 route installed, the saved work and the held ingress relayed (113 … 114, requests' replies
 relayed back to their callers) and the one-way cutover (123) sent.
 """
@@ -29,7 +32,6 @@ from ..errors import (
     NotFound,
     Unavailable,
     ZLinkError,
-    error_from_kind,
 )
 from ..ids import (
     ActorId,
@@ -54,14 +56,19 @@ from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relocation import (
     ActorRelocationParticipant,
     RelocationUnit,
+    clear_mark,
+    live_target,
     refuse_unless_relocatable,
+    relay_ready_error,
     release_unconfirmed,
+    set_mark,
+    wait_committed_in_store,
 )
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
-from ..store.api import LocationStore
-from ..wire.enums import MessageKind, ObjectKind, RelayReadyResult, RelocationPolicy
+from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence, RelocationMark
+from ..wire.enums import MessageKind, ObjectKind, RelocationPolicy
 from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
 from ..wire.relocation import (
@@ -69,7 +76,6 @@ from ..wire.relocation import (
     RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
-    RelocationRelayReady,
     RelocationRestore,
 )
 from .authority import actor_key
@@ -166,7 +172,7 @@ class ActorRelocator:
         if actor_id in self.in_flight or hosted.join is not None:
             raise Unavailable(f"actor {actor_id.value!r} is already moving or joining")
         _refuse_spot_wide_member(hosted)
-        generation, lease = await self._target_generation(hosted, to)
+        generation, lease = await live_target(self._store, hosted.mesh_name, to, "Actor")
         # Re-checked after the await: a concurrent relocate of the same Actor may have
         # started meanwhile (the check above and the reservation below must not be split).
         if actor_id in self.in_flight or hosted.join is not None or hosted.state is not READY:
@@ -269,15 +275,6 @@ class ActorRelocator:
         if event is not None:
             event.set()
 
-    async def _target_generation(
-        self, hosted: HostedActor, to: NodeRid
-    ) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
-        for record in await self._store.list_nodes(hosted.mesh_name):
-            descriptor = record.descriptor
-            if descriptor.node_rid == to and record.live:
-                return descriptor.node_generation, record.lease_generation
-        raise Unavailable(f"node {to.hex[:12]} is not a live node of the Actor's mesh")
-
     # --- the move ------------------------------------------------------------------------
     async def _run(
         self,
@@ -289,29 +286,48 @@ class ActorRelocator:
         draining: bool,
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
+        marked: list[AuthorityRow] = []
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         timeout = self._config.relocation_timeout
         deadline = trio.current_time() + timeout
         accepted = False
         try:
             with trio.move_on_at(deadline) as scope:
-                accepted = await self._to_relay_ready(hosted, unit, policy, sealed, deadline)
+                accepted = await self._to_relay_ready(
+                    hosted, unit, policy, sealed, deadline, mark=(lease, marked)
+                )
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
-            await self._abort(hosted, unit, sealed, abort.error, reopen=abort.reopen)
+            if await self._abort(
+                hosted, unit, sealed, abort.error, reopen=abort.reopen, marked=marked
+            ):
+                return await self._after_accepted(
+                    hosted, unit, peer, sealed, lease, nursery, draining
+                )
             raise abort.error from None
         except ZLinkError as exc:
             if accepted:
                 raise
-            await self._abort(hosted, unit, sealed, exc)
+            if await self._abort(hosted, unit, sealed, exc, marked=marked):
+                return await self._after_accepted(
+                    hosted, unit, peer, sealed, lease, nursery, draining
+                )
             raise
         except BaseException:
             if not accepted:
                 with trio.CancelScope(shield=True):
-                    await self._abort(
-                        hosted, unit, sealed, Unavailable("the relocation was cancelled")
+                    taken = await self._abort(
+                        hosted,
+                        unit,
+                        sealed,
+                        Unavailable("the relocation was cancelled"),
+                        marked=marked,
                     )
+                    if taken:
+                        await self._after_accepted(
+                            hosted, unit, peer, sealed, lease, nursery, draining
+                        )
             raise
         return await self._after_accepted(hosted, unit, peer, sealed, lease, nursery, draining)
 
@@ -324,12 +340,19 @@ class ActorRelocator:
         deadline: float,
         *,
         member: bool = False,
+        mark: tuple[OwnerLeaseGeneration, list[AuthorityRow]] | None = None,
     ) -> bool:
-        """The seal turn, the participants' seal, the capture, 120, 121: True once the
-        relay-ready reply is accepted (raises _Abort or ZLinkError otherwise). ``member``:
-        a SpotWide Spot's member moving with its Spot."""
+        """The seal turn, the relocation mark, the participants' seal, the capture, 120,
+        121: True once the relay-ready reply is accepted (raises _Abort or ZLinkError
+        otherwise). ``member``: a SpotWide Spot's member moving with its Spot (its row
+        gets no mark: the target commits it only in its Spot's aggregate CAS, fenced by
+        the Spot's mark). ``mark``: the target's lease generation and the list the marked
+        row is appended to (the abort clears the mark)."""
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         await self._seal(hosted, member=member)
+        if mark is not None:
+            lease, marked = mark
+            marked.append(await self._mark(unit, lease))
         states: list[tuple[str, bytes]] = []
         for participant in self._participants:
             state = await participant.seal(unit)
@@ -390,6 +413,35 @@ class ActorRelocator:
         for item in hosted.parked or ():
             if type(item) is not Deliver and type(item) is not TimerTick:
                 raise _Abort(Unavailable("framework work is pending for the Actor: retry later"))
+
+    async def _mark(self, unit: RelocationUnit, lease: OwnerLeaseGeneration) -> AuthorityRow:
+        """The relocation mark on the Actor's row, by CAS, right after the seal turn: the
+        target commits only while the row carries the mark of this RelocationId, and the
+        abort clears it before the Actor reopens here (so a relay-ready reply that comes
+        after this source gave up can never make the target a second owner). A mark left
+        by an earlier move of this lifecycle (its clear failed) is replaced: that move's
+        target can then never commit either."""
+        row = await self._store.read(actor_key(unit.actor_id))
+        if (
+            row is None
+            or row.state is not AuthorityState.READY
+            or row.object_generation != unit.object_generation
+            or row.owner_generation != unit.source_owner_generation
+            or row.owner.node_rid != unit.source_rid
+            or row.owner.node_generation != unit.source_generation
+        ):
+            raise _Abort(Unavailable("the Actor's authority changed before its move"))
+        mark = RelocationMark(
+            relocation_id=unit.relocation_id,
+            target=OwnerFence(unit.mesh_name, unit.target_rid, unit.target_generation, lease),
+            sealed=True,
+        )
+        try:
+            return await set_mark(
+                self._store, row, mark, source_owner_generation=unit.source_owner_generation
+            )
+        except Unavailable:
+            raise _Abort(Unavailable("the Actor's authority changed before its move")) from None
 
     def _capture_framework(
         self, hosted: HostedActor, states: list[tuple[str, bytes]]
@@ -462,18 +514,10 @@ class ActorRelocator:
                 timeout_ms=remaining_ms(deadline),
             )
 
-        reply = await self._request(peer, build)
-        if isinstance(reply, RelocationRelayReady):
-            if reply.result is RelayReadyResult.ACCEPTED:
-                return True
-            assert reply.failure_code is not None
-            raise _Abort(error_from_kind(reply.failure_code, "the target rejected the restore"))
-        if isinstance(reply, TerminalReply):
-            try:
-                raise_for_failure(reply)
-            except ZLinkError as exc:
-                raise _Abort(exc) from None
-        raise _Abort(Unavailable("the target answered 121 without a relay-ready reply"))
+        error = relay_ready_error(await self._request(peer, build))
+        if error is not None:
+            raise _Abort(error)
+        return True
 
     async def _abort(
         self,
@@ -483,11 +527,26 @@ class ActorRelocator:
         error: ZLinkError,
         *,
         reopen: bool = True,
-    ) -> None:
-        """Before relay-ready acceptance: the source stays owner. The Store row never
-        changed (nothing durable to undo); the held work returns to a fresh lane in
-        arrival order, then the participants hear the abort, then the target is told
-        one-way to drop its temporary queue."""
+        marked: Sequence[AuthorityRow] = (),
+    ) -> bool:
+        """Before relay-ready acceptance: the source stays owner. The durable abort (the
+        row's relocation mark cleared by CAS, ``marked``) comes first, then the held work
+        returns to a fresh lane in arrival order, then the participants hear the abort,
+        then the target is told one-way to drop its temporary queue.
+
+        Returns True, reopening nothing, when the durable abort lost to the target's
+        commit (its relay-ready reply came too late here, but its owner CAS, fenced by
+        this move's mark, won): the Actor is the target's and the caller goes on as after
+        an acceptance (never back to the source)."""
+        if marked and await clear_mark(
+            self._store,
+            marked[0].key,
+            relocation_id=unit.relocation_id,
+            target_rid=unit.target_rid,
+            target_owner_generation=unit.target_owner_generation,
+            what=repr(unit.actor_id.value),
+        ):
+            return True
         self.aborted += 1
         logger.info("relocation of %r aborted: %r", unit.actor_id, error)
         if reopen and hosted.state is RELOCATING:
@@ -505,6 +564,7 @@ class ActorRelocator:
                 RelocationAbort(relocation_id=unit.relocation_id, reason=error.kind),
                 wait=False,
             )
+        return False
 
     async def _after_accepted(
         self,
@@ -545,7 +605,14 @@ class ActorRelocator:
         with trio.move_on_after(self._config.relocation_timeout):
             if draining:
                 # A closing node drops inbound commands (125 too): the Store tells.
-                await self._wait_committed_in_store(unit, committed)
+                await wait_committed_in_store(
+                    self._store,
+                    actor_key(unit.actor_id),
+                    target_rid=unit.target_rid,
+                    target_owner_generation=unit.target_owner_generation,
+                    committed=committed,
+                    what=repr(unit.actor_id.value),
+                )
             else:
                 await committed.wait()
         if not committed.is_set():
@@ -560,26 +627,6 @@ class ActorRelocator:
             relayed=relayed,
             committed=committed.is_set(),
         )
-
-    async def _wait_committed_in_store(self, unit: RelocationUnit, committed: trio.Event) -> None:
-        """Read the row until it names the target's owner generation (backing off)."""
-        key = actor_key(unit.actor_id)
-        delay = 0.01
-        while not committed.is_set():
-            try:
-                row = await self._store.read(key)
-            except ZLinkError as exc:
-                logger.info("reading the moved row of %r: %r", unit.actor_id, exc)
-                row = None
-            if (
-                row is not None
-                and row.owner.node_rid == unit.target_rid
-                and row.owner_generation == unit.target_owner_generation
-            ):
-                committed.set()
-                return
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.2)
 
     async def relocate_out(self) -> int:
         """Drain by relocation (a clean stop, after the settle): every Ready Actor hosted

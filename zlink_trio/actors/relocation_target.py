@@ -3,7 +3,8 @@
 123 cutover and 124 abort.
 
 * 120: the row is checked against the source fence (Ready, same ObjectGeneration, owned
-  by the source lifecycle at the named AuthorityOwnerGeneration) and the TEMPORARY QUEUE
+  by the source lifecycle at the named AuthorityOwnerGeneration, marked for this move —
+  a SpotWide member is fenced by its Spot's mark instead) and the TEMPORARY QUEUE
   registered (the host's staging record: inbound dispatch finds it before any instance,
   parks what arrives, never runs it). One attempt per RelocationId.
 * 121: idempotent per (RelocationId, this target lifecycle, the source owner generation):
@@ -12,7 +13,8 @@
   keeps the activation HIDDEN; a repeat gets the same answer and builds nothing.
 * after the relay-ready reply: the cutover (123), or after ``cutover_fallback`` without
   it the ``cutover_timeout`` warning and the fallback; then the target-only owner CAS with
-  the source fence (AuthorityOwnerGeneration + 1, ObjectGeneration unchanged); the
+  the source fence and this move's mark (AuthorityOwnerGeneration + 1, ObjectGeneration
+  unchanged, the mark cleared; a source that gave up cleared the mark: discard); the
   merge (saved work and pre-boundary relay, by relay index, then the temporary queue) and
   the regular-route switch in one step; timers resumed; participants committed.
 * an abort (124) or ``relocation_timeout`` without a restore or a commit discards the
@@ -45,10 +47,17 @@ from ..ids import ActorId, OperationId, SpotId, StableType
 from ..mesh.api import MeshNodeApi, PeerAddress, PeerIdentity, PeerNotAdmitted
 from ..objects.activity import Activity
 from ..objects.policy import PreserveStateWith
-from ..objects.relocation import ActorRelocationParticipant, RelocationUnit
+from ..objects.relocation import ActorRelocationParticipant, RelocationUnit, relay_ready
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
-from ..store.api import UNCHANGED, Applied, AuthorityState, ContentRef, LocationStore
+from ..store.api import (
+    UNCHANGED,
+    Applied,
+    AuthorityRow,
+    AuthorityState,
+    ContentRef,
+    LocationStore,
+)
 from ..wire.enums import RelayReadyResult
 from ..wire.relocation import (
     RelocationAbort,
@@ -235,6 +244,18 @@ class RelocationTarget:
         if record.relocation_id in self._attempts:
             await sink.deliver(ok())
             return
+        group: OperationId | None = None
+        if row.membership is not None and self.spot_wide_staging is not None:
+            # A member of a SpotWide Spot that stages here from the same source: it moves
+            # with it, in its aggregate commit (spec 06 §6.1), fenced by the Spot's mark.
+            group = self.spot_wide_staging(
+                row.membership, (record.source_rid, record.source_generation)
+            )
+        if group is None and not _marked_for(row, record.relocation_id):
+            # A move alone commits only under its own mark (the source sets it after the
+            # seal turn, and clears it when it gives up).
+            await sink.deliver(failure(Unavailable("the Actor's row is not marked for this move")))
+            return
         unit = RelocationUnit(
             relocation_id=record.relocation_id,
             actor_id=actor_id,
@@ -247,12 +268,7 @@ class RelocationTarget:
             target_generation=me.node_generation,
         )
         attempt = _Attempt(record, unit, actor_type)
-        if row.membership is not None and self.spot_wide_staging is not None:
-            # A member of a SpotWide Spot that stages here from the same source: it moves
-            # with it, in its aggregate commit (spec 06 §6.1).
-            attempt.group = self.spot_wide_staging(
-                row.membership, (record.source_rid, record.source_generation)
-            )
+        attempt.group = group
         self._attempts[record.relocation_id] = attempt
         self._host.begin_staging(actor_id)  # the temporary queue, before anything looks
         self._journal.relocations[(actor_id, record.relocation_id)] = attempt.held
@@ -289,17 +305,7 @@ class RelocationTarget:
         except Exception as exc:
             logger.info("restore of %r failed: %r", attempt.unit.actor_id, exc)
             error = ApplicationError(f"the restore failed: {type(exc).__name__}: {exc}")
-        if error is None:
-            answer = RelocationRelayReady(
-                correlation=0, relocation_id=record.relocation_id, result=RelayReadyResult.ACCEPTED
-            )
-        else:
-            answer = RelocationRelayReady(
-                correlation=0,
-                relocation_id=record.relocation_id,
-                result=RelayReadyResult.REJECTED,
-                failure_code=error.kind,
-            )
+        answer = relay_ready(record.relocation_id, error)
         attempt.answer = answer
         attempt.restored.set()
         if error is not None:
@@ -309,13 +315,7 @@ class RelocationTarget:
     async def _answer(
         self, peer: PeerIdentity, record: RelocationRestore, error: ZLinkError
     ) -> None:
-        answer = RelocationRelayReady(
-            correlation=0,
-            relocation_id=record.relocation_id,
-            result=RelayReadyResult.REJECTED,
-            failure_code=error.kind,
-        )
-        await self._send(peer, answer, record.correlation)
+        await self._send(peer, relay_ready(record.relocation_id, error), record.correlation)
 
     async def _send(
         self, peer: PeerIdentity, answer: RelocationRelayReady, correlation: int
@@ -449,6 +449,9 @@ class RelocationTarget:
                 or row.owner_generation != unit.source_owner_generation
                 or row.owner.node_rid != unit.source_rid
                 or row.owner.node_generation != unit.source_generation
+                # the mark of this move: the source cleared it when it gave up (its
+                # deadline passed before this relay-ready reached it) and reopened
+                or not _marked_for(row, unit.relocation_id)
             ):
                 logger.warning("relocation of %r: the source fence no longer holds", unit.actor_id)
                 return False
@@ -531,3 +534,8 @@ class RelocationTarget:
                 await participant.discarded(unit)
             except Exception:
                 logger.exception("relocation participant %r: discarded", participant)
+
+
+def _marked_for(row: AuthorityRow, relocation_id: OperationId) -> bool:
+    """Whether ``row`` carries the relocation mark of ``relocation_id``."""
+    return row.relocation is not None and row.relocation.relocation_id == relocation_id

@@ -38,8 +38,9 @@ import logging
 from typing import Protocol
 
 import attrs
+import trio
 
-from ..errors import InvalidOperation, ZLinkError
+from ..errors import InvalidOperation, Unavailable, ZLinkError, error_from_kind
 from ..ids import (
     ActorId,
     AuthorityOwnerGeneration,
@@ -48,16 +49,34 @@ from ..ids import (
     NodeRid,
     ObjectGeneration,
     OperationId,
+    OwnerLeaseGeneration,
     StableType,
 )
-from ..store.api import LocationStore, ObjectKey
+from ..store.api import (
+    Applied,
+    AuthorityRow,
+    AuthorityState,
+    LocationStore,
+    ObjectKey,
+    RelocationMark,
+)
+from ..wire.enums import RelayReadyResult
+from ..wire.records import TerminalReply
+from ..wire.relocation import RelocationRelayReady
 from .policy import DisableRelocation
+from .sinks import raise_for_failure
 
 __all__ = [
     "ActorRelocationParticipant",
     "RelocationUnit",
+    "clear_mark",
+    "live_target",
     "refuse_unless_relocatable",
+    "relay_ready",
+    "relay_ready_error",
     "release_unconfirmed",
+    "set_mark",
+    "wait_committed_in_store",
 ]
 
 logger = logging.getLogger("zlink_trio.relocation")
@@ -188,3 +207,151 @@ async def release_unconfirmed(
         )
     except ZLinkError as exc:
         logger.info("cleanup of the unconfirmed move of %s: %r", what, exc)
+
+
+async def set_mark(
+    store: LocationStore,
+    row: AuthorityRow,
+    mark: RelocationMark,
+    *,
+    source_owner_generation: AuthorityOwnerGeneration,
+) -> AuthorityRow:
+    """The source's relocation mark on ``row`` (one CAS, right after the seal turn): the
+    target commits only while the row carries the mark of its RelocationId
+    (:func:`clear_mark` takes it away when the source gives up). Returns the marked row.
+
+    Raises:
+        Unavailable: the row changed since ``row`` was read, or it is not Ready at
+            ``source_owner_generation`` any more (the move does not start).
+    """
+    result = await store.set_relocation(row.key, row.store_version, mark)
+    if (
+        not isinstance(result, Applied)
+        or result.row.owner_generation != source_owner_generation
+        or result.row.state is not AuthorityState.READY
+    ):
+        raise Unavailable("the authority changed before the move")
+    return result.row
+
+
+async def clear_mark(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    relocation_id: OperationId,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    what: str,
+) -> bool:
+    """The durable abort of a move that failed before its relay-ready reply was accepted:
+    the mark of ``relocation_id`` is cleared by CAS, before the source reopens (so a late
+    ACCEPTED can no longer let the target commit: its owner CAS needs that mark).
+
+    Returns True, clearing nothing, when the target's commit won the race (the row
+    already names the target at ``target_owner_generation``): the object is the target's
+    and the caller goes on as after an acceptance (never back to the source). A row
+    without this mark (cleared already, or never marked) is left alone: False. A lost
+    CAS or a Store error is retried a few times (then False: logged)."""
+    for _ in range(4):
+        try:
+            current = await store.read(key)
+            if current is not None and (
+                current.owner.node_rid == target_rid
+                and current.owner_generation == target_owner_generation
+            ):
+                logger.warning(
+                    "relocation of %s: the target committed before the abort; it is the target's",
+                    what,
+                )
+                return True
+            if (
+                current is None
+                or current.relocation is None
+                or current.relocation.relocation_id != relocation_id
+            ):
+                return False
+            cleared = await store.set_relocation(current.key, current.store_version, None)
+            if isinstance(cleared, Applied):
+                return False
+        except ZLinkError as exc:
+            logger.info("clearing the relocation mark of %s: %r", what, exc)
+    logger.warning("relocation of %s: its relocation mark could not be cleared", what)
+    return False
+
+
+async def live_target(
+    store: LocationStore, mesh: MeshName, to: NodeRid, what: str
+) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
+    """The NodeGeneration and lease generation of the live node ``to`` of ``mesh`` (one
+    read of the Store's node list), the lifecycle a move names as its target.
+
+    Raises:
+        Unavailable: ``to`` is not a live node of ``mesh`` (``what``: "Actor", "Spot").
+    """
+    for record in await store.list_nodes(mesh):
+        descriptor = record.descriptor
+        if descriptor.node_rid == to and record.live:
+            return descriptor.node_generation, record.lease_generation
+    raise Unavailable(f"node {to.hex[:12]} is not a live node of the {what}'s mesh")
+
+
+def relay_ready(relocation_id: OperationId, error: ZLinkError | None) -> RelocationRelayReady:
+    """The target's relay-ready reply (122) to a Restore: ACCEPTED, or REJECTED with the
+    kind of ``error`` (its correlation is set when it is sent)."""
+    if error is None:
+        return RelocationRelayReady(
+            correlation=0, relocation_id=relocation_id, result=RelayReadyResult.ACCEPTED
+        )
+    return RelocationRelayReady(
+        correlation=0,
+        relocation_id=relocation_id,
+        result=RelayReadyResult.REJECTED,
+        failure_code=error.kind,
+    )
+
+
+def relay_ready_error(reply: object) -> ZLinkError | None:
+    """The source's reading of the answer to its 121: None for a relay-ready ACCEPTED,
+    else the error the move aborts with (a REJECTED's kind, a failed terminal, or
+    Unavailable for anything else)."""
+    if isinstance(reply, RelocationRelayReady):
+        if reply.result is RelayReadyResult.ACCEPTED:
+            return None
+        assert reply.failure_code is not None
+        return error_from_kind(reply.failure_code, "the target rejected the restore")
+    if isinstance(reply, TerminalReply):
+        try:
+            raise_for_failure(reply)
+        except ZLinkError as exc:
+            return exc
+    return Unavailable("the target answered 121 without a relay-ready reply")
+
+
+async def wait_committed_in_store(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    committed: trio.Event,
+    what: str,
+) -> None:
+    """Read the moved row until it names the target at ``target_owner_generation`` (then
+    set ``committed``), backing off (10 ms doubling to 200 ms): a closing source drops
+    inbound commands, the commit notice (125) too. The caller bounds the wait."""
+    delay = 0.01
+    while not committed.is_set():
+        try:
+            row = await store.read(key)
+        except ZLinkError as exc:
+            logger.info("reading the moved row of %s: %r", what, exc)
+            row = None
+        if (
+            row is not None
+            and row.owner.node_rid == target_rid
+            and row.owner_generation == target_owner_generation
+        ):
+            committed.set()
+            return
+        await trio.sleep(delay)
+        delay = min(delay * 2, 0.2)

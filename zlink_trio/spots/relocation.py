@@ -44,7 +44,6 @@ from ..errors import (
     NotFound,
     Unavailable,
     ZLinkError,
-    error_from_kind,
 )
 from ..ids import (
     ActorId,
@@ -63,12 +62,19 @@ from ..objects.durable import remaining_ms
 from ..objects.follow import FollowTable
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relay import fail_terminal, relay_reply_to
-from ..objects.relocation import refuse_unless_relocatable, release_unconfirmed
+from ..objects.relocation import (
+    clear_mark,
+    live_target,
+    refuse_unless_relocatable,
+    relay_ready_error,
+    release_unconfirmed,
+    set_mark,
+    wait_committed_in_store,
+)
 from ..objects.relocation_envelope import RelocationEnvelope
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..store.api import (
-    Applied,
     AuthorityRow,
     AuthorityState,
     LocationStore,
@@ -76,7 +82,7 @@ from ..store.api import (
     RelocationMark,
 )
 from ..wire.codec import encode_value
-from ..wire.enums import MessageKind, ObjectKind, RelayReadyResult, RelocationPolicy
+from ..wire.enums import MessageKind, ObjectKind, RelocationPolicy
 from ..wire.payloads import TypedPayload
 from ..wire.records import SpotDirectRoute, TerminalReply
 from ..wire.relocation import (
@@ -84,7 +90,6 @@ from ..wire.relocation import (
     RelocationCommitted,
     RelocationCutover,
     RelocationPrepare,
-    RelocationRelayReady,
     RelocationRestore,
 )
 from ..wire.tails import ReadyFence
@@ -230,7 +235,7 @@ class SpotRelocator:
                 "it in one aggregate commit, and this node runs no Actor dispatch"
             )
         mesh = hosted.context.mesh_name
-        target_generation, lease = await self._target_generation(mesh, to)
+        target_generation, lease = await live_target(self._store, mesh, to, "Spot")
         row = await self._store.read(spot_key(spot_id))
         _check_row(hosted, row, me.node_rid, me.node_generation)
         assert row is not None
@@ -335,15 +340,6 @@ class SpotRelocator:
             for spot_id, to in plans:
                 nursery.start_soon(move, spot_id, to)
         return moved
-
-    async def _target_generation(
-        self, mesh: MeshName, to: NodeRid
-    ) -> tuple[NodeGeneration, OwnerLeaseGeneration]:
-        for record in await self._store.list_nodes(mesh):
-            descriptor = record.descriptor
-            if descriptor.node_rid == to and record.live:
-                return descriptor.node_generation, record.lease_generation
-        raise Unavailable(f"node {to.hex[:12]} is not a live node of the Spot's mesh")
 
     # --- the move ------------------------------------------------------------------------
     async def _run(
@@ -507,15 +503,12 @@ class SpotRelocator:
             ),
             sealed=True,
         )
-        result = await self._store.set_relocation(row.key, row.store_version, mark)
-        if not isinstance(result, Applied):
-            raise _Abort(Unavailable("the Spot's authority changed before its move"))
-        if (
-            result.row.owner_generation != move.source_owner_generation
-            or result.row.state is not AuthorityState.READY
-        ):
-            raise _Abort(Unavailable("the Spot's authority changed before its move"))
-        return result.row
+        try:
+            return await set_mark(
+                self._store, row, mark, source_owner_generation=move.source_owner_generation
+            )
+        except Unavailable:
+            raise _Abort(Unavailable("the Spot's authority changed before its move")) from None
 
     async def _capture(
         self, hosted: HostedSpot, saved: list[SpotItem], plan: SpotWideMemberMoves | None
@@ -607,18 +600,10 @@ class SpotRelocator:
                 timeout_ms=remaining_ms(deadline),
             )
 
-        reply = await self._request(peer, build)
-        if isinstance(reply, RelocationRelayReady):
-            if reply.result is RelayReadyResult.ACCEPTED:
-                return True
-            assert reply.failure_code is not None
-            raise _Abort(error_from_kind(reply.failure_code, "the target rejected the restore"))
-        if isinstance(reply, TerminalReply):
-            try:
-                raise_for_failure(reply)
-            except ZLinkError as exc:
-                raise _Abort(exc) from None
-        raise _Abort(Unavailable("the target answered 121 without a relay-ready reply"))
+        error = relay_ready_error(await self._request(peer, build))
+        if error is not None:
+            raise _Abort(error)
+        return True
 
     async def _abort(
         self,
@@ -640,34 +625,15 @@ class SpotRelocator:
         caller goes on as after an acceptance (the target commits only while the mark of
         this move is on the row, so once the mark is cleared here no target can take it)."""
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
-        if marked:
-            for _ in range(3):
-                try:
-                    current = await self._store.read(marked[0].key)
-                    if current is not None and (
-                        current.owner.node_rid == move.target_rid
-                        and current.owner_generation == move.target_owner_generation
-                    ):
-                        logger.warning(
-                            "relocation of spot %r: the target committed before the abort; "
-                            "it is the target's",
-                            move.spot_id.value,
-                        )
-                        return True
-                    if (
-                        current is None
-                        or current.relocation is None
-                        or current.relocation.relocation_id != move.relocation_id
-                    ):
-                        break
-                    cleared = await self._store.set_relocation(
-                        current.key, current.store_version, None
-                    )
-                    if isinstance(cleared, Applied):
-                        break
-                except ZLinkError as exc:
-                    logger.info("clearing the mark of %r: %r", move.spot_id.value, exc)
-                    break
+        if marked and await clear_mark(
+            self._store,
+            marked[0].key,
+            relocation_id=move.relocation_id,
+            target_rid=move.target_rid,
+            target_owner_generation=move.target_owner_generation,
+            what=f"spot {move.spot_id.value!r}",
+        ):
+            return True
         self.aborted += 1
         if saved is not None:
             self._host.unseal_relocation(hosted, move.relocation_id, saved)
@@ -729,7 +695,14 @@ class SpotRelocator:
         with trio.move_on_after(self._config.relocation_timeout):
             if draining or not self._node.admitting:
                 # A closing node drops inbound commands (125 too): the Store tells.
-                await self._wait_committed_in_store(move, committed)
+                await wait_committed_in_store(
+                    self._store,
+                    key,
+                    target_rid=move.target_rid,
+                    target_owner_generation=move.target_owner_generation,
+                    committed=committed,
+                    what=f"spot {move.spot_id.value!r}",
+                )
             else:
                 await committed.wait()
         if not committed.is_set():
@@ -753,25 +726,6 @@ class SpotRelocator:
             relayed=relayed,
             committed=committed.is_set(),
         )
-
-    async def _wait_committed_in_store(self, move: _Move, committed: trio.Event) -> None:
-        key = spot_key(move.spot_id)
-        delay = 0.01
-        while not committed.is_set():
-            try:
-                row = await self._store.read(key)
-            except ZLinkError as exc:
-                logger.info("reading the moved row of %r: %r", move.spot_id.value, exc)
-                row = None
-            if (
-                row is not None
-                and row.owner.node_rid == move.target_rid
-                and row.owner_generation == move.target_owner_generation
-            ):
-                committed.set()
-                return
-            await trio.sleep(delay)
-            delay = min(delay * 2, 0.2)
 
     async def _relay(self, peer: PeerAddress, move: _Move, items: list[SpotMessage]) -> int:
         """``items`` to the target's temporary queue, in order (command 39, the target's

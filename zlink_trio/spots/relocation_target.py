@@ -49,6 +49,7 @@ from ..objects.activity import Activity
 from ..objects.authority import Authority
 from ..objects.follow import FollowTable
 from ..objects.policy import PreserveStateWith
+from ..objects.relocation import relay_ready
 from ..objects.relocation_envelope import RelocationEnvelope
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
@@ -252,17 +253,7 @@ class SpotRelocationTarget:
         except Exception as exc:
             logger.info("restore of spot %r failed: %r", attempt.spot_id.value, exc)
             error = ApplicationError(f"the restore failed: {type(exc).__name__}: {exc}")
-        if error is None:
-            answer = RelocationRelayReady(
-                correlation=0, relocation_id=record.relocation_id, result=RelayReadyResult.ACCEPTED
-            )
-        else:
-            answer = RelocationRelayReady(
-                correlation=0,
-                relocation_id=record.relocation_id,
-                result=RelayReadyResult.REJECTED,
-                failure_code=error.kind,
-            )
+        answer = relay_ready(record.relocation_id, error)
         attempt.answer = answer
         attempt.restored.set()
         if error is not None:
@@ -272,13 +263,7 @@ class SpotRelocationTarget:
     async def _answer(
         self, peer: PeerIdentity, record: RelocationRestore, error: ZLinkError
     ) -> None:
-        answer = RelocationRelayReady(
-            correlation=0,
-            relocation_id=record.relocation_id,
-            result=RelayReadyResult.REJECTED,
-            failure_code=error.kind,
-        )
-        await self._send(peer, answer, record.correlation)
+        await self._send(peer, relay_ready(record.relocation_id, error), record.correlation)
 
     async def _send(
         self, peer: PeerIdentity, answer: RelocationRelayReady, correlation: int
