@@ -89,6 +89,7 @@ class Drain(Turns, Forwarding, Renewal):
                     break
                 queue.sort(key=lambda w: (w.priority, w.delivered_at))
                 work = queue.pop(0)
+                await self._keep_behind_in_inbox(queue)
                 if isinstance(work, Own):
                     await self._run_own(session_id, gate, held, work)
                 else:
@@ -102,6 +103,25 @@ class Drain(Turns, Forwarding, Renewal):
                 with trio.CancelScope(shield=True):  # each step is bounded
                     await self._end_pass_session(session_id, gate, held)
             self._end_gate(session_id, gate)
+
+    async def _keep_behind_in_inbox(self, queue: list[Work]) -> None:
+        """Beyond the original (R10-72, docs/router.md): before a turn starts, the collected
+        messages queued behind it go back to the inbox, their envelopes unchanged (each
+        deliveredAt keeps its place in priority-then-FIFO order), without a doorbell — this
+        pass collects them again after the turn. So a holder that dies mid-turn leaves them
+        in the inbox for the next holder (their waiting nodes' poll ticks ring for them,
+        the orphan scan finds those nobody waits for) instead of taking them along, which
+        would leave their callers waiting until the forward deadline. One that cannot go
+        back stays queued here (taken off the queue first, so a close that abandons this
+        pass never hands it back twice)."""
+        behind = [w for w in queue if isinstance(w, Collected)]
+        for work in behind:
+            queue.remove(work)
+            try:
+                await self._inbox.deliver(work.message)
+            except Exception:
+                log.warning("could not put message %s back", work.message.message_id)
+                queue.append(work)
 
     async def _end_pass_session(self, session_id: SessionId, gate: Pass, held: HeldLease) -> None:
         """Inside the pass's gate (so no turn starts meanwhile): close an LRU-evicted handle

@@ -61,7 +61,7 @@ from .relay import EventSubscription
 from .session_store import AgentConflict, Claimed, HeldElsewhere
 from .signals import interrupt_signal, yield_signals
 from .status import ClusterSessionStatus
-from .values import SubmitRequest
+from .values import Priority, SubmitRequest
 from .work import Own, Pass
 
 __all__ = ["RouterParts", "RouterStatistics", "SessionRouter", "serve_session_router"]
@@ -312,13 +312,19 @@ class SessionRouter(Signals, HolderLoss):
             for sid, gate in stubborn:
                 if gate.evicted is not None:
                     closing.start_soon(self._close, sid, gate.evicted)
+        given_up = list(self._leases)
         async with trio.open_nursery() as returning:
-            for sid in list(self._leases):
+            for sid in given_up:
                 returning.start_soon(self._return_lease, sid)
         rings, self._rings_after_close = self._rings_after_close, {}
         for sid, priority in rings.items():  # what the passes handed back, now unheld
             with self._cleanup():
                 await self._ring(sid, priority)
+        for sid in given_up:  # what a pass put back before a turn (R10-72), now unheld
+            if sid not in rings:
+                with self._cleanup():
+                    if await self._pending(sid):
+                        await self._ring(sid, Priority.LATER)
         shutdown = TurnInterrupted(InterruptReason.SYSTEM_SHUTDOWN.value)
         for future in list(self._local_futures):
             if future in self._started:  # abandoned mid-turn

@@ -414,7 +414,7 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": "waits 51 s of (virtual) time",
     },
 }
-"""The router-level cases that stay in memory, each with its reason. Of the 107 that wait
+"""The router-level cases that stay in memory, each with its reason. Of the 108 that wait
 more than 8 s of virtual time, 68 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
 is left here either was not examined (the reason is only "waits N s of (virtual) time"),
 or was and cannot be scaled faithfully (the reason says why: an interval that would fall
@@ -465,6 +465,7 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
     },
     "test_r10_router_orphans": {
         "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": 15,
+        "test_r10_72_a_message_the_dying_holder_collected_but_never_ran_is_run_by_a_peer": 15,
         "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": 25,
         "test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan": 12,
     },

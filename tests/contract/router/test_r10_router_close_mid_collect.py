@@ -194,9 +194,9 @@ async def test_r10_84_what_an_interrupted_pass_still_queued_goes_back_before_the
     shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
     """R10-84 (§6.3 C): ``aclose()`` interrupts a collected turn (SYSTEM_SHUTDOWN) while the
-    same collect's next message waits in the pass's queue: that message goes back to the
-    inbox before the lease is given back (by the pass, or by the close when it abandons
-    the pass in its turn) and is rung for after, and the next holder runs it. (A TURN_RESULT
+    same collect's next message waits: that message is back in the inbox before the lease
+    is given back (the pass put it back before the turn started, R10-72) and is rung for
+    after, and the next holder runs it. (A TURN_RESULT
     takes 0.1 s to publish here: the interrupted turn's end steps outlast the close's.)"""
     log: list[str] = []
     world.duration = lambda text: 100.0 if text == "x1" else 1.0
@@ -212,7 +212,7 @@ async def test_r10_84_what_an_interrupted_pass_still_queued_goes_back_before_the
         await shared.inbox.deliver(message("x1"))  # one collect after a-turn takes both
         await shared.inbox.deliver(message("x2"))
         await first.result
-        await trio.sleep(1)  # x1 runs (100 s), x2 waits in a's queue
+        await trio.sleep(1)  # x1 runs (100 s), x2 waits in the inbox again
         assert [t.text for t in world.turns] == ["a-turn", "x1"]
         await a.aclose()
         assert log == ["deliver x2", "lease released", "rung by a"]

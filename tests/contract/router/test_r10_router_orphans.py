@@ -324,3 +324,78 @@ async def test_r10_76_messages_left_for_a_deleted_session_are_purged_by_the_scan
         assert await shared.idempotency.find(KEY) is None
         assert await shared.records.load(S1) is None
     assert [t.text for t in world.turns] == ["x"]
+
+
+async def test_r10_72_a_message_the_dying_holder_collected_but_never_ran_is_run_by_a_peer(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
+    """R10-72 / R10-74 (fixed here: docs/router.md): as above, but a's message lands in the
+    inbox before h's pass makes the collect that precedes its first turn, so that collect
+    takes it and h queues it behind its own 1000 s turn. h dies at 5 s mid-turn (before its
+    first renewal; on a slow PostgreSQL run not before h's put-back below committed, at most
+    at 8 s: a crash inside that statement can still lose it). The message
+    was not lost with h: h's pass put it back in the inbox before its turn started, so a's
+    poll ticks ring for it and a peer runs it once h's lease has expired (30 s), and the
+    forward completes — instead of failing at the forward deadline (300 s)."""
+
+    class FirstCollectAfter:
+        """h's inbox: its first collect waits until a's message is delivered."""
+
+        def __init__(self, target: Any, delivered: trio.Event) -> None:
+            self._target = target
+            self._delivered = delivered
+            self.put_back = trio.Event()
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._target, name)
+
+        async def collect(self, session_id: SessionId, up_to: Any) -> Any:
+            await self._delivered.wait()
+            return await self._target.collect(session_id, up_to)
+
+        async def deliver(self, message: Any) -> None:
+            await self._target.deliver(message)
+            self.put_back.set()  # h delivers nothing of its own here
+
+    class Delivering:
+        """a's inbox: marks the delivery of its message."""
+
+        def __init__(self, target: Any, delivered: trio.Event) -> None:
+            self._target = target
+            self._delivered = delivered
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._target, name)
+
+        async def deliver(self, message: Any) -> None:
+            await self._target.deliver(message)
+            self._delivered.set()
+
+    world.duration = lambda t: 1000.0 if t == "long" else 20.0
+    delivered = trio.Event()
+    gated = FirstCollectAfter(shared.inbox, delivered)
+    h_shared = attrs.evolve(shared, inbox=gated)
+    a_shared = attrs.evolve(shared, inbox=Delivering(shared.inbox, delivered))
+    t0 = trio.current_time()
+    async with trio.open_nursery() as nursery:
+        h = await start_crashable(nursery, builder(h_shared, world, registry, "h"))
+        async with (
+            open_session_router(builder(a_shared, world, registry, "a")) as a,
+            open_session_router(builder(shared, world, registry, "b")),
+        ):
+            await h.submit(_request("long"))
+            waiting = await a.submit(_request("orphan", idempotency_key=KEY))
+            assert waiting.kind is DispositionKind.FORWARDED
+            with trio.move_on_at(t0 + shared.s(8.0)):
+                await gated.put_back.wait()
+            await trio.sleep_until(t0 + shared.s(5.0))
+            crash_session_router(h)
+            answer = await waiting.result
+            done_at = trio.current_time() - t0
+        nursery.cancel_scope.cancel()
+    first = world.turns[0]
+    assert (first.node, first.text) == ("h", "long")  # h ran its own turn first
+    orphan = [t for t in world.turns if t.text == "orphan"]
+    assert len(orphan) == 1 and orphan[0].node in ("a", "b")
+    assert on_time(shared, orphan[0].start - t0, 30.0)
+    assert on_time(shared, done_at, 50.0) and answer.text.endswith(":orphan:0")
