@@ -311,13 +311,13 @@ async def test_r10_42_a_restarted_holder_s_status_is_accepted(
     async with open_session_router(builder(shared, world, registry, "b")) as b:
         async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a,):
             old = await a.submit(_request("old"))
-            await trio.sleep(95)  # nine heartbeats
+            await trio.sleep(shared.s(95))  # nine heartbeats
             seen = b.status(S1)
             assert seen is not None and seen.active_turn_id == old.turn_id
             await old.result
         async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a2,):
             new = await a2.submit(_request("new"))
-            await trio.sleep(15)
+            await trio.sleep(shared.s(15))
             seen = b.status(S1)
             assert seen is not None and seen.active_turn_id == new.turn_id
             await new.result
