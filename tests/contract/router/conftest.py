@@ -96,7 +96,7 @@ ROUTER_PG_CASES: dict[str, frozenset[str]] = {
     "test_r10_router_builder": frozenset(
         {
             "test_r10_143_the_factory_never_sees_open_attributes_the_opener_does",
-            "test_r10_145_single_node_fills_missing_spis_in_memory",
+            "test_r10_158_no_metrics_needed_and_one_hook_is_enough",
         }
     ),
     "test_r10_router_do_not": frozenset(
@@ -217,11 +217,12 @@ ROUTER_PG_CASES: dict[str, frozenset[str]] = {
     ),
     "test_router_hostile_hooks": frozenset(
         {
+            "test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_exit",
             "test_interrupt_after_close_is_a_no_op",
         }
     ),
 }
-"""The router-level cases that also run on PostgreSQL, on the REAL clock (a MockClock at
+"""The router-level cases (75) that also run on PostgreSQL, on the REAL clock (a MockClock at
 rate 1 that never jumps; the database's router clock is not frozen) with the short TTLs of
 :data:`PG_ROUTER_CONFIG`. They order their steps with :func:`zlink_trio.testing.settle`
 (every task blocked AND no statement in flight on a bridge, and every served bus's
@@ -244,20 +245,7 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
             "gates a collect to hold a race of PostgreSQL's still, deterministically in memory"
         ),
     },
-    "test_r10_event_relay": {
-        "test_r10_42_a_restarted_holder_s_status_is_accepted": "waits 200 s of (virtual) time",
-        "test_r10_47_a_slow_publish_never_delays_the_turn": (
-            "waits 32 s of (virtual) time; scaled (÷8), its instant (the turn ends at 2 s)"
-            " includes the whole submit's statements and missed the 0.5 s slack in 3 of 3"
-            " PostgreSQL runs"
-        ),
-    },
-    "test_r10_interrupts": {
-        "test_r10_108_interrupt_races_settle_safely": (
-            "waits 20 s of (virtual) time; scaled (÷5) it failed 1 of 3 PostgreSQL runs"
-            " under -n 2 load (then passed 3 of 3 alone); not investigated"
-        ),
-    },
+    "test_r10_event_relay": {},
     "test_r10_metrics_hooks": {
         "test_r10_161_evictions_by_lru_and_by_idle": (
             "waits 720 s of (virtual) time; scaled to fit (÷120) its 30 s lease is 0.25 s,"
@@ -265,22 +253,27 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
     "test_r10_router_builder": {
-        "test_r10_01_the_router_never_creates_or_closes_the_agent_runtime": "waits 66 s of (virtual) time",
-        "test_r10_158_no_metrics_needed_and_one_hook_is_enough": "waits 121 s of (virtual) time",
-        "test_r10_167_hooks_that_raise_or_block_change_nothing": "waits 50 s of (virtual) time",
+        "test_r10_145_single_node_fills_missing_spis_in_memory": (
+            "SINGLE_NODE without SPIs: the router fills every one in memory, so a"
+            " PostgreSQL run would touch no database (it was listed among the real-clock"
+            " cases and ran the same in-memory router there)"
+        ),
     },
     "test_r10_router_default_timings": {
-        "test_r10_149_acquires_ask_for_the_default_30_s_lease": "checks the default 30 s lease (PostgreSQL runs PG_ROUTER_CONFIG)",
-        "test_r10_153_a_done_answer_lives_the_default_24_h": "waits 86402 s of (virtual) time",
-        "test_r10_154_the_default_secondary_ttl_and_poll_interval": "waits 50 s of (virtual) time",
-        "test_r10_156_release_force_closes_at_the_default_5_s": "waits 1000 s of (virtual) time",
-        "test_r10_54_idle_time_counts_from_the_last_activity": "waits 1201 s of (virtual) time",
+        "test_r10_153_a_done_answer_lives_the_default_24_h": (
+            "checks the default 24 h primary TTL (a retry 60 s before and at 86,400 s after"
+            " the turn): waits 86,402 s of (virtual) time; scaled to a few seconds (÷20,000)"
+            " the 30 s lease would be 1.5 ms and the 60 s margin 3 ms, under a statement's"
+            " latency (the SPI suites check the primary TTL on PostgreSQL, frozen and real)"
+        ),
+        "test_r10_154_the_default_secondary_ttl_and_poll_interval": (
+            "checks the default 30 s secondary TTL by a tie (untouched since 0 s, read at"
+            " exactly 30 s: not yet stale; at 30.5 s: stale): on the real clock the read"
+            " comes a statement's latency after the instant, so the age is over the TTL and"
+            " the entry is already stale (the frozen-clock SPI runs check the tie); waits 50 s"
+        ),
     },
     "test_r10_router_do_not": {
-        "test_r10_168_no_end_path_closes_the_agent_runtime": (
-            "waits 45 s of (virtual) time; scaled (÷10) it passed 3 runs alone but failed in"
-            " the full PostgreSQL router suite at -n 2; not investigated"
-        ),
         "test_r10_170_only_delete_session_removes_history": (
             "waits 65 s of (virtual) time; checks the idle eviction 1 s after the 60 s"
             " sweep: scaled to a few seconds, ~60 ms"
@@ -305,7 +298,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
     "test_r10_router_keyed": {
-        "test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done": "waits 50 s of (virtual) time",
         "test_r10_87_a_remote_attacher_gets_a_local_turn_s_result_on_the_rail": "asserts no polling find during a 5 s turn; PG_ROUTER_CONFIG polls every 3 s",
     },
     "test_r10_router_known_gaps": {
@@ -315,7 +307,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
     "test_r10_router_lifecycle": {
-        "test_r10_103_delete_gives_up_when_the_holder_never_yields": "times the default 5 s release_interrupt_timeout (PG_ROUTER_CONFIG: 2 s)",
         "test_r10_11_evict_removes_the_status_projection": (
             "waits 10 s of (virtual) time and checks right at the first 10 s heartbeat,"
             " which on the real clock (counted from the lease, after the submit's"
@@ -328,10 +319,6 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
     "test_r10_router_orphans": {
-        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": (
-            "waits 180 s of (virtual) time; scaled (÷12) it failed 1 of 4 PostgreSQL runs"
-            " with another suite running beside the router suite; not investigated"
-        ),
         "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": (
             "waits 301 s of (virtual) time: scaled to a few seconds the 30 s lease would be"
             " 0.4 s and the 15 s poll 0.2 s"
@@ -358,12 +345,11 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
             " that sweep, so it is reset 15 s early (the frozen-clock SPI runs check the tie)"
         ),
         "test_r10_148_the_1001st_open_evicts_the_least_recent_handle": "1001 opens: minutes of statements on PostgreSQL, over the time budget",
-        "test_r10_23_three_schedules_and_none_delays_a_renewal": "waits 130 s of (virtual) time",
-    },
-    "test_r10_router_takeover": {
-        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": (
-            "waits 101 s of (virtual) time; scaled (÷25) it failed 1 of 3 PostgreSQL runs"
-            " under -n 2 load; not investigated"
+        "test_r10_23_three_schedules_and_none_delays_a_renewal": (
+            "waits 130 s of (virtual) time; its point is that twelve renewals stay on their"
+            " 10 s ticks while a handle close holds a cache sweep 5 s: scaled to a few"
+            " seconds (÷30) a tick is 0.33 s and the 5 s hold 0.17 s, both inside the 0.5 s"
+            " slack of a scaled instant, so a renewal delayed by the hold would still pass"
         ),
     },
     "test_r10_router_upkeep": {
@@ -394,35 +380,40 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         "test_r10_61_graceful_shutdown_runs_its_steps_in_order": "asserts each shutdown step at its exact virtual instant, under the default timeouts",
         "test_r10_62_shutdown_releases_leases_and_swallows_a_failing_release": "asserts the exact instant the handle closes against the default timeouts",
     },
-    "test_review_issue15_round3": {
-        "test_a_lease_lost_locally_is_released_in_the_store_at_once": "waits 91 s of (virtual) time",
-        "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": "waits 96 s of (virtual) time",
-    },
     "test_review_issue16": {
         "test_a_submit_during_an_idle_eviction_runs_when_the_eviction_ends": (
             "waits 65 s of (virtual) time; submits inside the 2 s handle close of the 60 s"
             " sweep: scaled to a few seconds, a 0.13 s window"
         ),
     },
-    "test_router_bounded_exit": {
-        "test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease": "times the default 5 s handle_close_timeout (PG_ROUTER_CONFIG: 2 s)",
-        "test_a_handle_close_that_never_returns_is_abandoned_after_its_bound": "waits 12 s of (virtual) time",
-        "test_close_gracefully_is_bounded_by_its_timeout_for_a_stubborn_turn": "waits 1000 s of (virtual) time",
+    "test_review_issue15_round3": {
+        "test_a_renew_answer_later_than_the_local_deadline_loses_the_lease_cleanly": (
+            "waits 96 s of (virtual) time; the caller attached on b must hear a's loss at"
+            " 30 s (TurnInterrupted) before b's holder-loss sweep at 32 s finds the untouched"
+            " reservation stale: scaled to a few seconds (÷20) that is a 0.1 s window, and it"
+            " got HolderLost instead in 1 of 3 PostgreSQL runs alone"
+        ),
     },
-    "test_router_hostile_hooks": {
-        "test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_exit": "waits 120 s of (virtual) time",
-        "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": "waits 51 s of (virtual) time",
+    "test_router_bounded_exit": {
+        "test_a_hand_off_whose_handle_close_hangs_still_returns_the_lease": (
+            "checks the lease 0.1 s before (still held) and at (free) the default 5 s"
+            " handle_close_timeout after the turn ended: scaled to a few seconds (÷2 to ÷4)"
+            " that window is 25-50 ms, under a statement's latency (PG_ROUTER_CONFIG: 2 s"
+            " timeout, the same 0.1 s window)"
+        ),
     },
 }
-"""The router-level cases that stay in memory, each with its reason. Of the 108 that wait
-more than 8 s of virtual time, 68 run on PostgreSQL scaled (:data:`ROUTER_PG_SCALED`); what
-is left here either was not examined (the reason is only "waits N s of (virtual) time"),
-or was and cannot be scaled faithfully (the reason says why: an interval that would fall
-under a statement's latency, an instant 1 s from a sweep tick, an exact tie only a frozen
-clock reproduces), or failed a scaled PostgreSQL run (of its three alone, or in the full suite). A few check a default
-timing that ``PG_ROUTER_CONFIG`` shortens, or a poll/re-ring that never happens under the
-defaults but does under its 3 s poll interval. The synchronous router-level tests (builder
-validation) make no backend call and stay in memory too."""
+"""The router-level cases that stay in memory (32), each with its reason; every one was
+examined. 24 wait more than 8 s of virtual time (or time a default) and either cannot be
+scaled faithfully (an interval that would fall under a statement's latency or inside the
+scaled slack, an instant 1 s from a sweep tick, an exact tie or simultaneity only a frozen
+clock reproduces) or failed a scaled PostgreSQL run. The others check the exact instant of
+each shutdown step, 1001 opens, a poll/re-ring that never happens under the defaults but
+does under ``PG_ROUTER_CONFIG``'s 3 s poll interval, gate a collect to hold a PostgreSQL
+race still, or build a SINGLE_NODE router whose SPIs are all in memory. A case moves to
+:data:`ROUTER_PG_SCALED` only after it passed 3 of 3 PostgreSQL runs alone and one beside
+the rest of the PostgreSQL router suite at ``-n 2``. The synchronous router-level tests
+(builder validation) make no backend call and stay in memory too."""
 
 
 PG_ROUTER_CONFIG = SessionRouterConfig(
@@ -439,6 +430,32 @@ PG_ROUTER_CONFIG = SessionRouterConfig(
 
 
 ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
+    "test_r10_router_default_timings": {
+        "test_r10_156_release_force_closes_at_the_default_5_s": 5,
+        "test_r10_54_idle_time_counts_from_the_last_activity": 300,
+        "test_r10_149_acquires_ask_for_the_default_30_s_lease": 5,
+    },
+    "test_r10_router_keyed": {
+        "test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done": 15,
+    },
+    "test_r10_router_builder": {
+        "test_r10_167_hooks_that_raise_or_block_change_nothing": 15,
+        "test_r10_01_the_router_never_creates_or_closes_the_agent_runtime": 20,
+    },
+    "test_r10_event_relay": {
+        "test_r10_42_a_restarted_holder_s_status_is_accepted": 50,
+        "test_r10_47_a_slow_publish_never_delays_the_turn": 10,
+    },
+    "test_router_bounded_exit": {
+        "test_close_gracefully_is_bounded_by_its_timeout_for_a_stubborn_turn": 5,
+        "test_a_handle_close_that_never_returns_is_abandoned_after_its_bound": 4,
+    },
+    "test_router_hostile_hooks": {
+        "test_a_now_message_whose_inject_raises_runs_as_its_own_turn": 15,
+    },
+    "test_r10_router_do_not": {
+        "test_r10_168_no_end_path_closes_the_agent_runtime": 10,
+    },
     "test_r10_router_lease": {
         "test_r10_05_one_acquire_serves_many_turns_and_outlives_the_pass": 5,
         "test_r10_126_a_now_message_is_injected_into_the_running_turn": 3,
@@ -464,6 +481,7 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_once": 16,
     },
     "test_r10_router_orphans": {
+        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": 12,
         "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": 15,
         "test_r10_72_a_message_the_dying_holder_collected_but_never_ran_is_run_by_a_peer": 15,
         "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": 25,
@@ -513,12 +531,15 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_87_f7_rail_first_polling_when_the_rail_is_lost": 6,
     },
     "test_r10_router_lifecycle": {
+        "test_r10_103_delete_gives_up_when_the_holder_never_yields": 2,
         "test_r10_16_status_is_published_every_heartbeat": 10,
     },
     "test_r10_interrupts": {
+        "test_r10_108_interrupt_races_settle_safely": 5,
         "test_r10_130_a_forwarded_result_carries_no_artifacts": 3,
     },
     "test_r10_router_takeover": {
+        "test_r10_70_a_takeover_applied_then_thrown_is_still_touched_and_never_swept": 25,
         "test_r10_121_the_holder_name_moves_from_the_submitter_to_the_collector": 30,
         "test_r10_70_a_takeover_thrown_before_its_write_has_no_touch_effect": 30,
         "test_r10_71_touch_failures_past_the_secondary_ttl_sweep_a_live_forwarded_turn": 15,
@@ -539,7 +560,6 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
     "test_r10_router_sweeps": {
         "test_r10_33_an_lru_evicted_running_session_closes_after_its_turn": 3,
     },
-    "test_r10_router_do_not": {},
     "test_r10_router_failures": {
         "test_r10_135_a_lease_backend_lost_for_good_ends_every_turn_history_stays": 8,
     },
@@ -548,10 +568,11 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_06_the_same_scenario_answers_alike_from_any_router": 10,
     },
     "test_review_issue15_round3": {
+        "test_a_lease_lost_locally_is_released_in_the_store_at_once": 20,
         "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": 6,
     },
 }
-"""The router-level cases that run on PostgreSQL's real clock with their time SCALED: each
+"""The router-level cases (85) that run on PostgreSQL's real clock with their time SCALED: each
 maps to its divisor ``k``. Its PostgreSQL run (``scale`` fixture ``1/k``) builds every
 router config from the §11.2 defaults (or the case's own fields) with every duration of
 :data:`router_app.SCALED_FIELDS` divided by ``k`` (:meth:`router_app.Shared.router_config`;
@@ -560,7 +581,7 @@ scaled defaults too), every turn lasts ``World.duration / k``, ``advance(s)`` wa
 ``s / k``, every other wait of the test goes through ``shared.s(...)``, and an instant
 is checked with :func:`router_app.on_time` (``shared.s(expected)``, at most
 :data:`SCALED_SLACK` later). The memory run keeps its numbers: with scale 1 every one of
-those helpers returns its argument unchanged. ``k`` is chosen so the case waits about 4 s
+those helpers returns its argument unchanged. ``k`` is chosen so the case waits about 5 s
 or less on the real clock."""
 
 SCALED_SLACK = 0.5

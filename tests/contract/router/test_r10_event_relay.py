@@ -103,7 +103,7 @@ async def test_r10_47_a_slow_publish_never_delays_the_turn(
     (2 s) and its caller has the answer; the peer's subscriber has nothing yet; once the bus
     moves, the dispatcher publishes the frames and the peer receives all of them."""
     frames = [AssistantReasoningDelta("r"), AssistantTextDelta("t"), ToolUseStarted("x")]
-    stage = Stage(scripts={"t": Script(duration=2.0, frames=frames)})
+    stage = Stage(scripts={"t": Script(duration=2.0, frames=frames)}, scale=shared.scale)
     held = HeldEvents(shared.bus)
     opener = ScriptedOpener(stage)
     got: list[TurnEvent] = []
@@ -116,9 +116,10 @@ async def test_r10_47_a_slow_publish_never_delays_the_turn(
         trio.open_nursery() as nursery,
     ):
         await nursery.start(_collect, subscription, got)
+        submitted = trio.current_time()
         answer = await (await a.submit(_request("t"))).result
-        assert trio.current_time() == 2.0 and answer.text == "t:1"
-        await trio.sleep(30)
+        assert on_time(shared, trio.current_time() - submitted, 2.0) and answer.text == "t:1"
+        await trio.sleep(shared.s(30))
         assert got == []
         held.open.set()
         await settle()
@@ -311,13 +312,13 @@ async def test_r10_42_a_restarted_holder_s_status_is_accepted(
     async with open_session_router(builder(shared, world, registry, "b")) as b:
         async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a,):
             old = await a.submit(_request("old"))
-            await trio.sleep(95)  # nine heartbeats
+            await trio.sleep(shared.s(95))  # nine heartbeats
             seen = b.status(S1)
             assert seen is not None and seen.active_turn_id == old.turn_id
             await old.result
         async with scripted_cluster(shared, world, registry, stage, ["a"]) as (a2,):
             new = await a2.submit(_request("new"))
-            await trio.sleep(15)
+            await trio.sleep(shared.s(15))
             seen = b.status(S1)
             assert seen is not None and seen.active_turn_id == new.turn_id
             await new.result

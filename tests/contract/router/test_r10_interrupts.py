@@ -159,7 +159,7 @@ async def test_r10_108_interrupt_races_settle_safely(
         assert (await (await a.submit(_request("next"))).result).text == "next:1"
 
         active = await a.submit(_request("t"))
-        await trio.sleep(1)
+        await trio.sleep(shared.s(1))
         a.interrupt(S1, InterruptReason.USER, done.turn_id)  # another turn's id
         b.interrupt(S1, InterruptReason.USER, done.turn_id)
         forwarded = await b.submit(_request("next"))

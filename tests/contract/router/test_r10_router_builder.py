@@ -156,11 +156,13 @@ async def test_r10_167_hooks_that_raise_or_block_change_nothing(
             raise RuntimeError("hook")
 
     world.duration = lambda _t: 25.0
+    t0 = trio.current_time()
     async with cluster(shared, world, registry, ["a"], metrics=Hostile()) as (a,):
         first = await a.submit(_request("one"))
         assert (await first.result).text == "a:one:0"
         lease = await shared.leases.current(S1)
-        assert lease is not None and lease.expires_at > 30.0  # renewed during the turn
+        # renewed during the turn: it expires later than the first 30 s lease would
+        assert lease is not None and lease.expires_at - t0 > shared.s(30.0)
         second = await a.submit(_request("two"))
         assert (await second.result).text == "a:two:2"
         release.set()
@@ -173,20 +175,20 @@ async def test_r10_01_the_router_never_creates_or_closes_the_agent_runtime(
     construct none; no session close path closes the runtime: release_session,
     delete_session, idle eviction, close() and close_gracefully() each close their handle
     and leave the runtime's close count at 0."""
-    from zlink_trio.router import SessionId, SessionRouterConfig
+    from zlink_trio.router import SessionId
 
     idle = SessionId("s-idle")
-    config = SessionRouterConfig(idle_ttl=30.0)
+    config = shared.router_config(idle_ttl=30.0)
     async with cluster(shared, world, registry, ["a", "b"], config=config) as (a, b):
         await (await a.submit(_request("x"))).result
         await a.release_session(_request("x").session_id)  # release
         await (await a.submit(_request("y"))).result
         assert await a.delete_session(_request("y").session_id)  # delete
         await (await a.submit(attrs.evolve(_request("z"), session_id=idle))).result
-        await trio.sleep(61)  # idle eviction at the 60 s sweep
+        await trio.sleep(shared.s(61))  # idle eviction at the 60 s sweep
         assert [s for s, _ in world.closed] == ["s-1", "s-1", "s-idle"]
         await (await a.submit(_request("w"))).result
-        await a.close_gracefully(1.0)  # close_gracefully
+        await a.close_gracefully(shared.s(1.0))  # close_gracefully
         await (await b.submit(_request("v"))).result
         await b.aclose()  # close()
     assert world.runtime_lookups >= 5

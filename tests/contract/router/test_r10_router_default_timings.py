@@ -9,7 +9,7 @@ import attrs
 import pytest
 import trio
 import trio.testing
-from router_app import FakeSession, Registry, Shared, World, cluster
+from router_app import FakeSession, Registry, Shared, World, all_on_time, cluster, near, on_time
 from router_kit import AGENT, KEY, S1
 
 from zlink_trio.router import (
@@ -50,12 +50,13 @@ async def test_r10_149_acquires_ask_for_the_default_30_s_lease(
     expires 30 s after it was taken."""
     acquires = AcquireLog(shared.leases)
     world.duration = lambda _t: 5.0
+    t0 = trio.current_time()
     async with cluster(attrs.evolve(shared, leases=acquires), world, registry, ["a"]) as (a,):
         running = await a.submit(_request("x"))
         lease = await shared.leases.current(S1)
-        assert lease is not None and lease.expires_at == 30.0
+        assert lease is not None and near(shared, lease.expires_at - t0, 30.0)
         await running.result
-    assert acquires.ttls == [30.0]
+    assert acquires.ttls == [shared.s(30.0)]
 
 
 async def test_r10_54_idle_time_counts_from_the_last_activity(
@@ -66,13 +67,15 @@ async def test_r10_54_idle_time_counts_from_the_last_activity(
     handle opened at 0 s and used again at 500–501 s is not closed at the first sweep past
     10 min after its open (660 s) but at the first one past 10 min after its last turn
     (1140 s)."""
+    t0 = trio.current_time()
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("one"))).result  # 0 → 1 s
-        await trio.sleep(499)
+        await trio.sleep(shared.s(499))
         await (await a.submit(_request("two"))).result  # 500 → 501 s
-        await trio.sleep(700)
+        await trio.sleep(shared.s(700))
         assert world.opens == {"a": 1}
-    assert world.closed[0] == (S1.value, 1140.0)
+    (closed, at), *_ = world.closed
+    assert closed == S1.value and on_time(shared, at - t0, 1140.0)
 
 
 async def test_r10_153_a_done_answer_lives_the_default_24_h(
@@ -153,11 +156,12 @@ async def test_r10_156_release_force_closes_at_the_default_5_s(
         if turn.user_input.as_text() != "stubborn":
             return await original(self, turn, listener)
         with trio.CancelScope(shield=True):
-            await trio.sleep(1000)
+            await trio.sleep(shared.s(20))  # ignores the interrupt well past the 5 s
         return AgentExecutionResult("too late")
 
     monkeypatch.setattr(FakeSession, "run_turn", stubborn)
     completed: list[float] = []
+    t0 = trio.current_time()
     async with cluster(shared, world, registry, ["a"]) as (a,), trio.open_nursery() as nursery:
 
         async def subscriber(task_status: Any) -> None:
@@ -171,8 +175,9 @@ async def test_r10_156_release_force_closes_at_the_default_5_s(
         await a.submit(_request("stubborn"))
         await settle()
         await a.release_session(S1)
-        assert trio.current_time() == 5.0
-        assert world.closed == [(S1.value, 5.0)]
+        assert on_time(shared, trio.current_time() - t0, 5.0)
+        assert [s for s, _ in world.closed] == [S1.value]
+        assert all_on_time(shared, [t - t0 for _, t in world.closed], [5.0])
         assert await shared.leases.current(S1) is None
         await settle()
-        assert completed == [5.0]
+        assert all_on_time(shared, [t - t0 for t in completed], [5.0])

@@ -40,7 +40,7 @@ async def test_r10_168_no_end_path_closes_the_agent_runtime(
     """R10-168 (the paths of part 2): an LRU eviction, a YIELD hand-off mid-turn, a lease
     lost mid-turn, and a holder crash followed by HOLDER_LOST each end a handle (or a turn)
     without closing the registered AgentRuntime: its close count stays 0."""
-    config = SessionRouterConfig(max_cached_sessions=1)
+    config = shared.router_config(max_cached_sessions=1)
     world.duration = lambda t: 1000.0 if t.startswith("long") else 1.0
     async with trio.open_nursery() as nursery:
         h = await start_crashable(nursery, builder(shared, world, registry, "h"))
@@ -49,13 +49,13 @@ async def test_r10_168_no_end_path_closes_the_agent_runtime(
             await (await a.submit(_request("y", session=S2))).result  # LRU-evicts S1 on a
             await a.release_session(S2)
             long = await b.submit(_request("long-1"))  # b holds S1
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             for signal in yield_signals(S1, NodeId("c")):
                 await shared.bus.publish(signal)  # b yields mid-turn
             with pytest.raises(Exception):  # noqa: B017 (interrupted, whichever type)
                 await long.result
             lost = await b.submit(_request("long-2", session=S2))
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             lease = await shared.leases.current(S2)
             assert lease is not None and await shared.leases.release(lease)
             with pytest.raises(Exception):  # noqa: B017 (LEASE_LOST)
@@ -67,7 +67,7 @@ async def test_r10_168_no_end_path_closes_the_agent_runtime(
             waiting = await a.submit(
                 _request("long-3", session=SessionId("s-3"), idempotency_key=KEY)
             )
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             crash_session_router(h)
             with pytest.raises(HolderLost):
                 await waiting.result

@@ -37,7 +37,7 @@ async def test_r10_126_a_keyed_now_message_injected_mid_turn_is_marked_done(
     with trio.fail_after(100):
         async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
             first = await a.submit(_request("long"))
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             urgent = await b.submit(urgent_request)
             assert urgent.kind is DispositionKind.FORWARDED
             await settle()

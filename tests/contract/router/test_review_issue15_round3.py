@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import trio
 import trio.testing
-from router_app import Registry, Shared, World, builder, no_overlap
+from router_app import Registry, Shared, World, builder, no_overlap, on_time
 from router_kit import AGENT, KEY, S1
 
 from zlink_trio.router import (
@@ -126,7 +126,8 @@ async def test_a_lease_lost_locally_is_released_in_the_store_at_once(
     but its answer comes back at 35 s, after the local deadline (30 s). a declares the lease
     lost at 30 s and gives the store's copy back with the fencing token it held, so a retry
     under the same key on b at 31 s runs at once, not after the store's expiry (40 s)."""
-    slow = _SlowRenewAnswer(shared.leases, delay=25.0)
+    slow = _SlowRenewAnswer(shared.leases, delay=shared.s(25.0))
+    t0 = trio.current_time()
     world.duration = lambda text: 60.0 if text == "long" else 1.0  # type: ignore[method-assign]
     with trio.fail_after(1000):
         async with open_session_router(
@@ -137,8 +138,8 @@ async def test_a_lease_lost_locally_is_released_in_the_store_at_once(
             assert long.kind is DispositionKind.EXECUTED_LOCALLY
             with trio.move_on_after(200), contextlib.suppress(Exception):
                 await long.result
-            assert trio.current_time() < 31
-            await trio.sleep_until(31)
+            assert on_time(shared, trio.current_time() - t0, 30.0)  # the local deadline
+            await trio.sleep_until(t0 + shared.s(31))
             async with open_session_router(builder(shared, world, registry, "b")) as b:
                 retry = await b.submit(_request("long", key=KEY))
                 with trio.move_on_after(200), contextlib.suppress(Exception):
@@ -146,7 +147,8 @@ async def test_a_lease_lost_locally_is_released_in_the_store_at_once(
     runs = [(t.node, t.text, t.start) for t in world.turns]
     assert no_overlap(world.turns), runs
     assert len(runs) == 2, runs
-    assert runs[1][2] < 32, runs
+    # at once: not at the store's expiry (40 s)
+    assert on_time(shared, runs[1][2] - t0, 31.0) and runs[1][2] - t0 < shared.s(40.0), runs
 
 
 # --- 2. keyed submits from many routers with failing turns and interrupts -------------------

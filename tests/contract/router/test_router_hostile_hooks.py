@@ -25,7 +25,6 @@ from zlink_trio.router import (
     Priority,
     QueuedInput,
     SessionMetrics,
-    SessionRouterConfig,
     SubmitRequest,
 )
 
@@ -45,7 +44,11 @@ def _request(text: str, priority: Priority = Priority.NEXT) -> SubmitRequest:
 
 
 async def test_a_now_message_whose_inject_raises_runs_as_its_own_turn(
-    autojump_clock: trio.testing.MockClock, monkeypatch: pytest.MonkeyPatch
+    shared: Shared,
+    world: World,
+    registry: Registry,
+    autojump_clock: trio.testing.MockClock,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """R10-126 (§9.3): a NOW message for a running turn is injected; when the application's
     ``inject`` raises, the router neither crashes nor loses the message: it runs as a turn
@@ -55,13 +58,11 @@ async def test_a_now_message_whose_inject_raises_runs_as_its_own_turn(
         raise RuntimeError("application inject bug")
 
     monkeypatch.setattr(FakeSession, "inject", broken)
-    world = World()
     world.duration = lambda text: 50.0 if text == "long" else 1.0  # type: ignore[method-assign]
-    registry = Registry(world, [AGENT])
     with trio.fail_after(1000):
-        async with cluster(_shared(), world, registry, ["a", "b"]) as (a, b):
+        async with cluster(shared, world, registry, ["a", "b"]) as (a, b):
             first = await a.submit(_request("long"))
-            await trio.sleep(1)
+            await trio.sleep(shared.s(1))
             urgent = await b.submit(_request("urgent", Priority.NOW))
             assert first.kind is DispositionKind.EXECUTED_LOCALLY
             assert urgent.kind is DispositionKind.FORWARDED
@@ -89,12 +90,12 @@ async def test_a_metrics_hook_raising_a_base_exception_is_absorbed() -> None:
     assert [t.text for t in world.turns] == ["x", "y"]
 
 
-async def test_interrupt_after_close_is_a_no_op(autojump_clock: trio.testing.MockClock) -> None:
+async def test_interrupt_after_close_is_a_no_op(
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
+) -> None:
     """After the router closed, interrupt (both forms) does nothing and
     raises nothing; submit says RouterShuttingDown."""
-    world = World()
-    registry = Registry(world, [AGENT])
-    async with cluster(_shared(), world, registry, ["a"]) as (a,):
+    async with cluster(shared, world, registry, ["a"]) as (a,):
         router = a
     router.interrupt(S1, InterruptReason.USER)
     router.interrupt(S1, InterruptReason.USER, turn_id=None)
@@ -105,7 +106,7 @@ async def test_interrupt_after_close_is_a_no_op(autojump_clock: trio.testing.Moc
 
 
 async def test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_exit(
-    autojump_clock: trio.testing.MockClock,
+    shared: Shared, world: World, registry: Registry, autojump_clock: trio.testing.MockClock
 ) -> None:
     """§12 / R10-167 (and the issue's rule "a slow hook delays only itself"): while one hook
     blocks its thread, later hooks still run, and leaving the router waits for the blocked
@@ -120,13 +121,9 @@ async def test_a_blocking_metrics_hook_delays_only_itself_and_never_holds_the_ex
         def on_cache_miss(self, *args: Any) -> None:
             missed.set()
 
-    world = World()
-    registry = Registry(world, [AGENT])
-    config = SessionRouterConfig(metrics_drain_timeout=0.2)
+    config = shared.router_config(metrics_drain_timeout=0.2)  # a wall-clock bound: unscaled
     try:
-        async with cluster(_shared(), world, registry, ["a"], metrics=Slow(), config=config) as (
-            a,
-        ):
+        async with cluster(shared, world, registry, ["a"], metrics=Slow(), config=config) as (a,):
             await (await a.submit(_request("x"))).result  # on_submit, then on_cache_miss
             assert await trio.to_thread.run_sync(missed.wait, 5)  # not behind on_submit
             leaving = time.monotonic()
