@@ -6,7 +6,9 @@ relocation mark (by CAS), the participants' seal, the capture, 120 prepare, 121 
 and its relay-ready reply (122). Before the reply is accepted every failure aborts: the
 mark is cleared by CAS (the target commits only under it, so a late relay-ready can never
 make it a second owner) and the Actor reopens here with its work in order — unless that
-CAS lost to the target's commit, which then goes on as an acceptance. Once accepted the
+CAS lost to the target's commit, which then goes on as an acceptance (a clear that keeps
+failing holds the Actor sealed, not reopened, while the target could still commit under
+the mark: ``_hold``; ``relocate`` raises at its own deadline). Once accepted the
 move never comes back: the activation is unpublished, a Message Follow
 route installed, the saved work and the held ingress relayed (113 … 114, requests' replies
 relayed back to their callers) and the one-way cutover (123) sent.
@@ -55,8 +57,10 @@ from ..objects.durable import remaining_ms
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relocation import (
     ActorRelocationParticipant,
+    MarkClear,
     RelocationUnit,
     clear_mark,
+    hold_until_cleared,
     live_target,
     refuse_unless_relocatable,
     relay_ready_error,
@@ -67,7 +71,14 @@ from ..objects.relocation import (
 from ..objects.sinks import raise_for_failure
 from ..objects.timers import TimerTick
 from ..observe import FlowTrace
-from ..store.api import AuthorityRow, AuthorityState, LocationStore, OwnerFence, RelocationMark
+from ..store.api import (
+    AuthorityRow,
+    AuthorityState,
+    LocationStore,
+    ObjectKey,
+    OwnerFence,
+    RelocationMark,
+)
 from ..wire.enums import MessageKind, ObjectKind, RelocationPolicy
 from ..wire.payloads import TypedPayload
 from ..wire.records import ActorJournal, TerminalReply
@@ -90,6 +101,11 @@ __all__ = ["ActorRelocator", "RelocationResult"]
 
 logger = logging.getLogger("zlink_trio.relocation")
 
+_COMMIT_ALLOWANCE = 1.0
+"""Seconds added to the target attempt's bound before a source that could not clear its
+mark reopens: a target owner CAS cancelled by its attempt's timeout while in flight may
+still land in the Store a little later."""
+
 
 @attrs.frozen
 class RelocationResult:
@@ -107,6 +123,16 @@ class RelocationResult:
     committed: bool
     """The target reported its commit (125) within ``relocation_timeout``; False: it did
     not (it may still have committed, or died: the Store row tells)."""
+
+
+@attrs.frozen
+class _Hold:
+    """What a move's abort needs to hold the Actor sealed after a failed clear."""
+
+    lease: OwnerLeaseGeneration
+    draining: bool
+    restored_at: list[float]
+    """The Trio time the 121 was sent (empty: never sent; the target cannot commit)."""
 
 
 class _Abort(Exception):
@@ -143,6 +169,9 @@ class ActorRelocator:
         self._flow = flow
         self.in_flight: dict[ActorId, OperationId] = {}
         self._commits: dict[OperationId, trio.Event] = {}
+        self._holding: set[OperationId] = set()
+        """Moves whose mark could not be cleared: the Actor stays sealed in a task of the
+        runtime's nursery (``_hold``), which ends them (``in_flight``, ``_commits``)."""
         self.moved_out = 0
         self.aborted = 0
 
@@ -199,8 +228,9 @@ class ActorRelocator:
                 raise_single_error(group)  # one error leaves as itself
             return result[0]
         finally:
-            self.in_flight.pop(actor_id, None)
-            self._commits.pop(unit.relocation_id, None)
+            if unit.relocation_id not in self._holding:
+                self.in_flight.pop(actor_id, None)
+                self._commits.pop(unit.relocation_id, None)
 
     # --- a SpotWide Spot's members (driven by the Spot's move: .spot_wide_moves) --------
     @property
@@ -287,6 +317,8 @@ class ActorRelocator:
     ) -> RelocationResult:
         sealed: list[ActorRelocationParticipant] = []
         marked: list[AuthorityRow] = []
+        restored_at: list[float] = []  # when the 121 was sent (the target's bound)
+        hold = _Hold(lease, draining, restored_at)
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         timeout = self._config.relocation_timeout
         deadline = trio.current_time() + timeout
@@ -294,13 +326,13 @@ class ActorRelocator:
         try:
             with trio.move_on_at(deadline) as scope:
                 accepted = await self._to_relay_ready(
-                    hosted, unit, policy, sealed, deadline, mark=(lease, marked)
+                    hosted, unit, policy, sealed, deadline, mark=(lease, marked, restored_at)
                 )
             if scope.cancelled_caught and not accepted:
                 raise _Abort(DeadlineExceeded("the relocation did not reach relay-ready in time"))
         except _Abort as abort:
             if await self._abort(
-                hosted, unit, sealed, abort.error, reopen=abort.reopen, marked=marked
+                hosted, unit, sealed, abort.error, reopen=abort.reopen, marked=marked, hold=hold
             ):
                 return await self._after_accepted(
                     hosted, unit, peer, sealed, lease, nursery, draining
@@ -309,7 +341,7 @@ class ActorRelocator:
         except ZLinkError as exc:
             if accepted:
                 raise
-            if await self._abort(hosted, unit, sealed, exc, marked=marked):
+            if await self._abort(hosted, unit, sealed, exc, marked=marked, hold=hold):
                 return await self._after_accepted(
                     hosted, unit, peer, sealed, lease, nursery, draining
                 )
@@ -323,6 +355,7 @@ class ActorRelocator:
                         sealed,
                         Unavailable("the relocation was cancelled"),
                         marked=marked,
+                        hold=hold,
                     )
                     if taken:
                         await self._after_accepted(
@@ -340,18 +373,20 @@ class ActorRelocator:
         deadline: float,
         *,
         member: bool = False,
-        mark: tuple[OwnerLeaseGeneration, list[AuthorityRow]] | None = None,
+        mark: tuple[OwnerLeaseGeneration, list[AuthorityRow], list[float]] | None = None,
     ) -> bool:
         """The seal turn, the relocation mark, the participants' seal, the capture, 120,
         121: True once the relay-ready reply is accepted (raises _Abort or ZLinkError
         otherwise). ``member``: a SpotWide Spot's member moving with its Spot (its row
         gets no mark: the target commits it only in its Spot's aggregate CAS, fenced by
-        the Spot's mark). ``mark``: the target's lease generation and the list the marked
-        row is appended to (the abort clears the mark)."""
+        the Spot's mark). ``mark``: the target's lease generation, the list the marked
+        row is appended to (the abort clears the mark) and the one the time of the 121 is
+        appended to (the target's attempt, started before its 120 reply, is bounded by its
+        ``relocation_timeout`` from before then)."""
         peer = PeerAddress(unit.mesh_name, unit.target_rid)
         await self._seal(hosted, member=member)
         if mark is not None:
-            lease, marked = mark
+            lease, marked, _ = mark
             marked.append(await self._mark(unit, lease))
         states: list[tuple[str, bytes]] = []
         for participant in self._participants:
@@ -372,6 +407,8 @@ class ActorRelocator:
         data = envelope.encode()
         ref = await self._store.put_root(data, retain_for=self._config.relocation_timeout * 2)
         await self._prepare(peer, unit, policy, deadline)
+        if mark is not None:
+            mark[2].append(trio.current_time())
         return await self._restore(peer, unit, ref.sha256, ref.size, deadline)
 
     async def _seal(self, hosted: HostedActor, *, member: bool = False) -> None:
@@ -528,6 +565,7 @@ class ActorRelocator:
         *,
         reopen: bool = True,
         marked: Sequence[AuthorityRow] = (),
+        hold: _Hold | None = None,
     ) -> bool:
         """Before relay-ready acceptance: the source stays owner. The durable abort (the
         row's relocation mark cleared by CAS, ``marked``) comes first, then the held work
@@ -537,16 +575,95 @@ class ActorRelocator:
         Returns True, reopening nothing, when the durable abort lost to the target's
         commit (its relay-ready reply came too late here, but its owner CAS, fenced by
         this move's mark, won): the Actor is the target's and the caller goes on as after
-        an acceptance (never back to the source)."""
-        if marked and await clear_mark(
-            self._store,
-            marked[0].key,
-            relocation_id=unit.relocation_id,
-            target_rid=unit.target_rid,
-            target_owner_generation=unit.target_owner_generation,
-            what=repr(unit.actor_id.value),
-        ):
-            return True
+        an acceptance (never back to the source).
+
+        When the mark cannot be cleared (the Store unreachable) after the 121 was sent,
+        the target may still commit under it: the Actor is not reopened here but stays
+        sealed (its ingress held, nothing run) in ``_hold``, a task of the runtime's
+        nursery, and this returns False at once (the caller gets its error at its own
+        deadline)."""
+        if marked:
+            outcome = await clear_mark(
+                self._store,
+                marked[0].key,
+                relocation_id=unit.relocation_id,
+                target_rid=unit.target_rid,
+                target_owner_generation=unit.target_owner_generation,
+                what=repr(unit.actor_id.value),
+            )
+            if outcome is MarkClear.TAKEN:
+                return True
+            if outcome is MarkClear.UNKNOWN and hold is not None and hold.restored_at:
+                until = hold.restored_at[0] + self._config.relocation_timeout + _COMMIT_ALLOWANCE
+                self._holding.add(unit.relocation_id)
+                self._nursery.start_soon(
+                    self._hold,
+                    hosted,
+                    unit,
+                    sealed,
+                    error,
+                    reopen,
+                    marked[0].key,
+                    until,
+                    hold,
+                    name="zlink_trio.relocation.hold",
+                )
+                return False
+        await self._reopen(hosted, unit, sealed, error, reopen=reopen)
+        return False
+
+    async def _hold(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        sealed: list[ActorRelocationParticipant],
+        error: ZLinkError,
+        reopen: bool,
+        key: ObjectKey,
+        until: float,
+        hold: _Hold,
+    ) -> None:
+        """A move whose mark could not be cleared: the Actor stays sealed while the
+        clear is retried, until it is cleared (reopen here), the row names the target or
+        its commit notice comes (go on as accepted: the held work is relayed there), or
+        ``until`` passed (the target's attempt can no longer commit: reopen here)."""
+        try:
+            taken = await hold_until_cleared(
+                self._store,
+                key,
+                relocation_id=unit.relocation_id,
+                target_rid=unit.target_rid,
+                target_owner_generation=unit.target_owner_generation,
+                committed=self._commits[unit.relocation_id],
+                until=until,
+                what=repr(unit.actor_id.value),
+            )
+            if taken:
+                peer = PeerAddress(unit.mesh_name, unit.target_rid)
+                async with trio.open_nursery() as nursery:  # the relay's reply tasks
+                    await self._after_accepted(
+                        hosted, unit, peer, sealed, hold.lease, nursery, hold.draining
+                    )
+            else:
+                await self._reopen(hosted, unit, sealed, error, reopen=reopen)
+        except ZLinkError as exc:
+            logger.warning("relocation of %r: after its held abort: %r", unit.actor_id, exc)
+        finally:
+            self._holding.discard(unit.relocation_id)
+            if self.in_flight.get(unit.actor_id) == unit.relocation_id:
+                del self.in_flight[unit.actor_id]
+            self._commits.pop(unit.relocation_id, None)
+
+    async def _reopen(
+        self,
+        hosted: HostedActor,
+        unit: RelocationUnit,
+        sealed: list[ActorRelocationParticipant],
+        error: ZLinkError,
+        *,
+        reopen: bool,
+    ) -> None:
+        """The abort after its durable part: reopen here, participants, 124."""
         self.aborted += 1
         logger.info("relocation of %r aborted: %r", unit.actor_id, error)
         if reopen and hosted.state is RELOCATING:
@@ -564,7 +681,6 @@ class ActorRelocator:
                 RelocationAbort(relocation_id=unit.relocation_id, reason=error.kind),
                 wait=False,
             )
-        return False
 
     async def _after_accepted(
         self,

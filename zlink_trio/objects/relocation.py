@@ -34,6 +34,7 @@ must not raise (an exception is logged and changes nothing): the outcome is deci
 
 from __future__ import annotations
 
+import enum
 import logging
 from typing import Protocol
 
@@ -68,8 +69,11 @@ from .sinks import raise_for_failure
 
 __all__ = [
     "ActorRelocationParticipant",
+    "MarkClear",
     "RelocationUnit",
     "clear_mark",
+    "clear_mark_once",
+    "hold_until_cleared",
     "live_target",
     "refuse_unless_relocatable",
     "relay_ready",
@@ -234,6 +238,53 @@ async def set_mark(
     return result.row
 
 
+class MarkClear(enum.Enum):
+    """One try at clearing a move's relocation mark (:func:`clear_mark_once`)."""
+
+    CLEARED = "cleared"
+    """The mark is gone (cleared now, already, or never set): the source may reopen."""
+    TAKEN = "taken"
+    """The row names the target: its commit won; never back to the source."""
+    UNKNOWN = "unknown"
+    """A Store error or a lost CAS: the target may still commit under the mark."""
+
+
+async def clear_mark_once(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    relocation_id: OperationId,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    what: str,
+) -> MarkClear:
+    """One read and (if the row carries the mark of ``relocation_id``) one clearing CAS
+    (see :func:`clear_mark`)."""
+    try:
+        current = await store.read(key)
+        if current is not None and (
+            current.owner.node_rid == target_rid
+            and current.owner_generation == target_owner_generation
+        ):
+            logger.warning(
+                "relocation of %s: the target committed before the abort; it is the target's",
+                what,
+            )
+            return MarkClear.TAKEN
+        if (
+            current is None
+            or current.relocation is None
+            or current.relocation.relocation_id != relocation_id
+        ):
+            return MarkClear.CLEARED
+        cleared = await store.set_relocation(current.key, current.store_version, None)
+        if isinstance(cleared, Applied):
+            return MarkClear.CLEARED
+    except ZLinkError as exc:
+        logger.info("clearing the relocation mark of %s: %r", what, exc)
+    return MarkClear.UNKNOWN
+
+
 async def clear_mark(
     store: LocationStore,
     key: ObjectKey,
@@ -242,41 +293,75 @@ async def clear_mark(
     target_rid: NodeRid,
     target_owner_generation: AuthorityOwnerGeneration,
     what: str,
-) -> bool:
+    tries: int = 4,
+) -> MarkClear:
     """The durable abort of a move that failed before its relay-ready reply was accepted:
     the mark of ``relocation_id`` is cleared by CAS, before the source reopens (so a late
     ACCEPTED can no longer let the target commit: its owner CAS needs that mark).
 
-    Returns True, clearing nothing, when the target's commit won the race (the row
-    already names the target at ``target_owner_generation``): the object is the target's
-    and the caller goes on as after an acceptance (never back to the source). A row
-    without this mark (cleared already, or never marked) is left alone: False. A lost
-    CAS or a Store error is retried a few times (then False: logged)."""
-    for _ in range(4):
-        try:
-            current = await store.read(key)
-            if current is not None and (
-                current.owner.node_rid == target_rid
-                and current.owner_generation == target_owner_generation
-            ):
-                logger.warning(
-                    "relocation of %s: the target committed before the abort; it is the target's",
-                    what,
-                )
-                return True
-            if (
-                current is None
-                or current.relocation is None
-                or current.relocation.relocation_id != relocation_id
-            ):
-                return False
-            cleared = await store.set_relocation(current.key, current.store_version, None)
-            if isinstance(cleared, Applied):
-                return False
-        except ZLinkError as exc:
-            logger.info("clearing the relocation mark of %s: %r", what, exc)
+    TAKEN, clearing nothing, when the target's commit won the race (the row already
+    names the target at ``target_owner_generation``): the object is the target's and the
+    caller goes on as after an acceptance (never back to the source). A row without this
+    mark (cleared already, or never marked) is left alone: CLEARED. A lost CAS or a Store
+    error is retried (``tries`` in all), then UNKNOWN (logged): the target may still
+    commit under the mark, the caller decides (:func:`hold_until_cleared`)."""
+    for _ in range(tries):
+        outcome = await clear_mark_once(
+            store,
+            key,
+            relocation_id=relocation_id,
+            target_rid=target_rid,
+            target_owner_generation=target_owner_generation,
+            what=what,
+        )
+        if outcome is not MarkClear.UNKNOWN:
+            return outcome
     logger.warning("relocation of %s: its relocation mark could not be cleared", what)
-    return False
+    return MarkClear.UNKNOWN
+
+
+async def hold_until_cleared(
+    store: LocationStore,
+    key: ObjectKey,
+    *,
+    relocation_id: OperationId,
+    target_rid: NodeRid,
+    target_owner_generation: AuthorityOwnerGeneration,
+    committed: trio.Event,
+    until: float,
+    what: str,
+) -> bool:
+    """A source that could not clear its mark keeps the object sealed and retries the
+    clear (backing off 50 ms doubling to 1 s) until it is cleared (False: reopen), the
+    row names the target or the target's commit notice (125) sets ``committed`` (True:
+    go on as accepted), or the Trio time ``until`` passed — past it the target's attempt
+    can no longer commit (False: reopen; the stale mark stays, the next move replaces
+    it)."""
+    delay = 0.05
+    while True:
+        if committed.is_set():
+            return True
+        outcome = await clear_mark_once(
+            store,
+            key,
+            relocation_id=relocation_id,
+            target_rid=target_rid,
+            target_owner_generation=target_owner_generation,
+            what=what,
+        )
+        if outcome is not MarkClear.UNKNOWN:
+            return outcome is MarkClear.TAKEN
+        left = until - trio.current_time()
+        if left <= 0:
+            logger.warning(
+                "relocation of %s: its mark could not be cleared; the target's attempt has "
+                "ended, reopening under the stale mark",
+                what,
+            )
+            return committed.is_set()
+        with trio.move_on_after(min(delay, left)):
+            await committed.wait()
+        delay = min(delay * 2, 1.0)
 
 
 async def live_target(

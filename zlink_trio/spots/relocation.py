@@ -63,6 +63,7 @@ from ..objects.follow import FollowTable
 from ..objects.policy import DisableRelocation, PreserveStateWith
 from ..objects.relay import fail_terminal, relay_reply_to
 from ..objects.relocation import (
+    MarkClear,
     clear_mark,
     live_target,
     refuse_unless_relocatable,
@@ -625,13 +626,17 @@ class SpotRelocator:
         caller goes on as after an acceptance (the target commits only while the mark of
         this move is on the row, so once the mark is cleared here no target can take it)."""
         logger.info("relocation of spot %r aborted: %r", move.spot_id.value, error)
-        if marked and await clear_mark(
-            self._store,
-            marked[0].key,
-            relocation_id=move.relocation_id,
-            target_rid=move.target_rid,
-            target_owner_generation=move.target_owner_generation,
-            what=f"spot {move.spot_id.value!r}",
+        if (
+            marked
+            and await clear_mark(
+                self._store,
+                marked[0].key,
+                relocation_id=move.relocation_id,
+                target_rid=move.target_rid,
+                target_owner_generation=move.target_owner_generation,
+                what=f"spot {move.spot_id.value!r}",
+            )
+            is MarkClear.TAKEN
         ):
             return True
         self.aborted += 1
