@@ -25,7 +25,7 @@ from ..errors import (
     Unavailable,
     ZLinkError,
 )
-from ..ids import ActorId, MeshName, NodeGeneration, NodeRid, OperationId, StableType
+from ..ids import ActorId, MeshName, NodeGeneration, NodeRid, StableType
 from ..mesh.api import (
     LinkLost,
     PeerAddress,
@@ -40,7 +40,7 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.reclaim import Reclaimer
 from ..objects.relocation import ActorRelocationParticipant
-from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_inbox import RelocationInbox, relocation_side
 from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
@@ -62,13 +62,6 @@ from ..wire.records import (
     ActorJoin,
     ActorSend,
     TerminalReply,
-)
-from ..wire.relocation import (
-    RelocationAbort,
-    RelocationCommitted,
-    RelocationCutover,
-    RelocationPrepare,
-    RelocationRestore,
 )
 from ..wire.tails import DestroyTail
 from .authority import Authority
@@ -315,7 +308,7 @@ class ActorRuntime:
         node.on(Command.ACTOR_JOURNAL, self.join_target.on_journal)
         node.on(Command.ACTOR_JOURNAL_END, self.join_target.on_journal_end)
         # 120-125 are shared with the Spot runtime's moves (one inbox registers them).
-        side = _ActorRelocations(self.relocator, self.relocation_target)
+        side = relocation_side(self.relocator, self.relocation_target)
         if self._spot_runtime is not None:
             spots = self._spot_runtime
             spots.relocations.actors = side
@@ -642,38 +635,6 @@ async def serve_actors(
         nursery.start_soon(runtime.fence_on_lease_loss, name="zlink_trio.actors.fence")
         task_status.started(runtime)
         await trio.sleep_forever()
-
-
-@final
-class _ActorRelocations:
-    """The Actor side of the node's relocation inbox (120-125)."""
-
-    __slots__ = ("_source", "_target")
-
-    def __init__(self, source: ActorRelocator, target: RelocationTarget) -> None:
-        self._source = source
-        self._target = target
-
-    def has_attempt(self, relocation_id: OperationId) -> bool:
-        return self._target.has_attempt(relocation_id)
-
-    def awaits_commit(self, relocation_id: OperationId) -> bool:
-        return self._source.awaits_commit(relocation_id)
-
-    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
-        await self._target.on_prepare(peer, record)
-
-    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
-        await self._target.on_restore(peer, record)
-
-    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
-        await self._target.on_cutover(peer, record)
-
-    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
-        await self._target.on_abort(peer, record)
-
-    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
-        await self._source.on_committed(peer, record)
 
 
 async def _relay_followed(pending: PendingReply, sink: RemoteSink, timeout_ms: int | None) -> None:

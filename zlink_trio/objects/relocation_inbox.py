@@ -21,7 +21,13 @@ from ..wire.relocation import (
     RelocationRestore,
 )
 
-__all__ = ["RelocationInbox", "RelocationSide"]
+__all__ = [
+    "RelocationInbox",
+    "RelocationSide",
+    "RelocationSourceSide",
+    "RelocationTargetSide",
+    "relocation_side",
+]
 
 
 class RelocationSide(Protocol):
@@ -44,6 +50,66 @@ class RelocationSide(Protocol):
     async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None: ...
 
     async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None: ...
+
+
+class RelocationSourceSide(Protocol):
+    """The source half of a :class:`RelocationSide` (an object kind's relocator)."""
+
+    def awaits_commit(self, relocation_id: OperationId) -> bool: ...
+
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None: ...
+
+
+class RelocationTargetSide(Protocol):
+    """The target half of a :class:`RelocationSide` (an object kind's relocation target)."""
+
+    def has_attempt(self, relocation_id: OperationId) -> bool: ...
+
+    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None: ...
+
+    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None: ...
+
+    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None: ...
+
+    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None: ...
+
+
+@final
+class _SplitSide:
+    """A :class:`RelocationSide` made of an object kind's source (125) and target
+    (120/121/123/124)."""
+
+    __slots__ = ("_source", "_target")
+
+    def __init__(self, source: RelocationSourceSide, target: RelocationTargetSide) -> None:
+        self._source = source
+        self._target = target
+
+    def has_attempt(self, relocation_id: OperationId) -> bool:
+        return self._target.has_attempt(relocation_id)
+
+    def awaits_commit(self, relocation_id: OperationId) -> bool:
+        return self._source.awaits_commit(relocation_id)
+
+    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
+        await self._target.on_prepare(peer, record)
+
+    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
+        await self._target.on_restore(peer, record)
+
+    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
+        await self._target.on_cutover(peer, record)
+
+    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
+        await self._target.on_abort(peer, record)
+
+    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
+        await self._source.on_committed(peer, record)
+
+
+def relocation_side(source: RelocationSourceSide, target: RelocationTargetSide) -> RelocationSide:
+    """One object kind's side of the inbox: its relocator's 125 and its target's 120-124."""
+    return _SplitSide(source, target)
 
 
 @final

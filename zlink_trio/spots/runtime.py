@@ -21,7 +21,7 @@ import trio
 
 from ..config import ServerConfig
 from ..errors import StaleRoute, Unavailable, ZLinkError
-from ..ids import OperationId, SpotId, StableType
+from ..ids import SpotId, StableType
 from ..mesh.api import PeerIdentity
 from ..objects.activity import Activity
 from ..objects.authority import Authority
@@ -30,7 +30,7 @@ from ..objects.create_target import CreateTarget
 from ..objects.destroy import Destroyer
 from ..objects.follow import FollowTable
 from ..objects.reclaim import Reclaimer
-from ..objects.relocation_inbox import RelocationInbox
+from ..objects.relocation_inbox import RelocationInbox, relocation_side
 from ..objects.relocation_stats import RelocationStatistics
 from ..objects.sinks import RemoteSink, failure, ok
 from ..objects.timers import TimerService
@@ -40,13 +40,6 @@ from ..store.api import LocationStore, ObjectKind
 from ..wire.commands import Command
 from ..wire.payloads import EMPTY_REGISTRY, PayloadRegistry
 from ..wire.records import UserSpotClose, UserSpotCreate
-from ..wire.relocation import (
-    RelocationAbort,
-    RelocationCommitted,
-    RelocationCutover,
-    RelocationPrepare,
-    RelocationRestore,
-)
 from ..wire.tails import CloseTail
 from .close import CloseFence, SpotCloseKind, SpotCloser
 from .host import SpotHost
@@ -185,7 +178,7 @@ class SpotRuntime:
         )  # fmt: skip
         self.relocations = RelocationInbox()
         """The node's inbound 120-125 (the Actor runtime attaches its side)."""
-        self.relocations.spots = _SpotRelocations(self.relocator, self.relocation_target)
+        self.relocations.spots = relocation_side(self.relocator, self.relocation_target)
         self.manager = SpotManager(
             config=config,
             node=node,
@@ -310,38 +303,6 @@ class SpotRuntime:
                 followed=self.follow.followed,
             ),
         )
-
-
-@final
-class _SpotRelocations:
-    """The Spot side of the node's relocation inbox (120-125)."""
-
-    __slots__ = ("_source", "_target")
-
-    def __init__(self, source: SpotRelocator, target: SpotRelocationTarget) -> None:
-        self._source = source
-        self._target = target
-
-    def has_attempt(self, relocation_id: OperationId) -> bool:
-        return self._target.has_attempt(relocation_id)
-
-    def awaits_commit(self, relocation_id: OperationId) -> bool:
-        return self._source.awaits_commit(relocation_id)
-
-    async def on_prepare(self, peer: PeerIdentity, record: RelocationPrepare) -> None:
-        await self._target.on_prepare(peer, record)
-
-    async def on_restore(self, peer: PeerIdentity, record: RelocationRestore) -> None:
-        await self._target.on_restore(peer, record)
-
-    async def on_cutover(self, peer: PeerIdentity, record: RelocationCutover) -> None:
-        await self._target.on_cutover(peer, record)
-
-    async def on_abort(self, peer: PeerIdentity, record: RelocationAbort) -> None:
-        await self._target.on_abort(peer, record)
-
-    async def on_committed(self, peer: PeerIdentity, record: RelocationCommitted) -> None:
-        await self._source.on_committed(peer, record)
 
 
 async def serve_spot_runtime(
