@@ -318,7 +318,19 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
             " statements) comes after the check"
         ),
     },
+    "test_r10_interrupts": {
+        "test_r10_108_interrupt_races_settle_safely": (
+            "waits 20 s of (virtual) time; scaled (÷5) it passed 3 of 3 PostgreSQL runs alone"
+            " twice, but failed in CI's full suite at -n 2 (a pass still active at the check)"
+            " as it had once before under -n 2 load"
+        ),
+    },
     "test_r10_router_orphans": {
+        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": (
+            "waits 180 s of (virtual) time; scaled (÷12) it failed 1 of 4 PostgreSQL runs"
+            " with another suite beside it (passed 3 of 3 alone twice since): kept in"
+            " memory beside R10-108, whose scaled run failed in CI"
+        ),
         "test_r10_178_a_forward_fails_at_its_deadline_while_the_store_is_down": (
             "waits 301 s of (virtual) time: scaled to a few seconds the 30 s lease would be"
             " 0.4 s and the 15 s poll 0.2 s"
@@ -403,8 +415,8 @@ ROUTER_MEMORY_ONLY: dict[str, dict[str, str]] = {
         ),
     },
 }
-"""The router-level cases that stay in memory (32), each with its reason; every one was
-examined. 24 wait more than 8 s of virtual time (or time a default) and either cannot be
+"""The router-level cases that stay in memory (34), each with its reason; every one was
+examined. 26 wait more than 8 s of virtual time (or time a default) and either cannot be
 scaled faithfully (an interval that would fall under a statement's latency or inside the
 scaled slack, an instant 1 s from a sweep tick, an exact tie or simultaneity only a frozen
 clock reproduces) or failed a scaled PostgreSQL run. The others check the exact instant of
@@ -481,7 +493,6 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_37_racing_pins_unpins_and_close_requests_close_each_handle_once": 16,
     },
     "test_r10_router_orphans": {
-        "test_r10_75_a_recording_metrics_instance_counts_each_re_ring": 12,
         "test_r10_72_each_poll_tick_rings_again_until_a_peer_runs_the_orphan": 15,
         "test_r10_72_a_message_the_dying_holder_collected_but_never_ran_is_run_by_a_peer": 15,
         "test_r10_76_an_orphan_whose_waiting_node_died_too_is_picked_up": 25,
@@ -535,7 +546,6 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_r10_16_status_is_published_every_heartbeat": 10,
     },
     "test_r10_interrupts": {
-        "test_r10_108_interrupt_races_settle_safely": 5,
         "test_r10_130_a_forwarded_result_carries_no_artifacts": 3,
     },
     "test_r10_router_takeover": {
@@ -572,7 +582,7 @@ ROUTER_PG_SCALED: dict[str, dict[str, int]] = {
         "test_keyed_submits_from_three_routers_with_failures_and_interrupts_settle": 6,
     },
 }
-"""The router-level cases (85) that run on PostgreSQL's real clock with their time SCALED: each
+"""The router-level cases (83) that run on PostgreSQL's real clock with their time SCALED: each
 maps to its divisor ``k``. Its PostgreSQL run (``scale`` fixture ``1/k``) builds every
 router config from the §11.2 defaults (or the case's own fields) with every duration of
 :data:`router_app.SCALED_FIELDS` divided by ``k`` (:meth:`router_app.Shared.router_config`;
