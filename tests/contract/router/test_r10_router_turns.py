@@ -327,6 +327,7 @@ async def test_r10_129_now_without_a_running_turn_means_first_in_the_next_pass(
     the doorbell missed) a NOW message is simply the first turn of the next pass."""
     async with cluster(shared, world, registry, ["a"]) as (a,):
         await (await a.submit(_request("bind"))).result
+        await settle()  # the bind's pass ends (its last collect must not take them)
         await shared.inbox.deliver(message("next-waiting"))  # doorbells missed
         await shared.inbox.deliver(message("now-waiting", priority=Priority.NOW))
         await (await a.submit(_request("trigger", priority=Priority.LATER))).result
