@@ -221,6 +221,38 @@ async def _run_batch(slot: Slot, grace: float, batch: _Batch) -> list[Any]:
     return results
 
 
+async def _run_lone(
+    slot: Slot, grace: float, statements: FieldCas, lost_sql: str, args: tuple[Any, ...], slim: bool
+) -> Any:
+    """:func:`_run_batch` of a batch of one, without the batch: ``(status, value)`` or
+    FALLBACK for the single CAS ``args`` on ``slot``'s connection."""
+    conn = slot.conn
+    if conn is None or conn.is_closed():
+        raise NotSent
+    try:
+        if slim:
+            version = await conn.fetchval(statements.single_slim, *args)
+            if version is not None:
+                return (APPLIED_SLIM, version)
+        else:
+            record = await conn.fetchrow(statements.single_full, *args)
+            if record is not None:
+                return (APPLIED_FULL, record[1:])
+    except BaseException as exc:
+        await discard_if_broken(slot, conn, exc, grace)
+        raise
+    try:
+        records = await conn.fetch(lost_sql, [args[0]], [args[1]])
+    except BaseException as exc:
+        # Not applied: run it alone.
+        await discard_if_broken(slot, conn, exc, grace)
+        if isinstance(exc, Exception):
+            return FALLBACK
+        raise
+    current = records[0][1:]
+    return (LOST, None if current[0] is None else current)
+
+
 # ----- Trio side -------------------------------------------------------------------------------
 @final
 class FieldBatcher:
@@ -242,11 +274,64 @@ class FieldBatcher:
         ``(status, value)`` or :data:`FALLBACK`. Raises ``StoreOutcomeUnknown``,
         ``trio.ClosedResourceError`` or ``trio.Cancelled``."""
         await trio.lowlevel.checkpoint_if_cancelled()
-        entry = _Entry((args[0], args[1]), args, slim)
         batch = self._open.get(statements.name)
+        if batch is None and not self._inflight and self._alone >= LONE_STREAK:
+            slot = self._conns.try_acquire()
+            if slot is not None:
+                return await self._lone(slot, statements, args, slim)
+        entry = _Entry((args[0], args[1]), args, slim)
         if batch is not None and batch.join(entry):
             return await self._follow(batch, entry)
         return await self._lead(statements, entry)
+
+    async def _lone(
+        self, slot: Slot, statements: FieldCas, args: tuple[Any, ...], slim: bool
+    ) -> Any:
+        """A lone caller's CAS (nothing in flight, the last batches single): a batch of one
+        without the batch (no entry, no seal lock, no open batch to join: a CAS issued
+        meanwhile leads its own). Answers and cancellation as for a batch of one: cancelled
+        before the loop thread started it, nothing is sent; after that the statement is
+        given up at once (nobody else waits for it) and settled before ``Cancelled``."""
+        conns = self._conns
+        if not conns.ready(slot):  # (re)connect on the batch path
+            conns.release(slot)
+            return await self._lead(statements, _Entry((args[0], args[1]), args, slim))
+        bridge = conns.bridge
+        try:
+            call = bridge.submit(
+                _run_lone, slot, conns.cancel_grace, statements, self._lost_sql, args, slim
+            )
+        except BaseException:
+            conns.release(slot)
+            raise
+        self._inflight += 1
+        try:
+            await call.wait()
+        except BaseException:
+            try:
+                await bridge.cancel_and_settle(call)  # shielded: settled before we go on
+            finally:
+                self._inflight -= 1
+                self._alone += 1
+                conns.release(slot)
+            raise
+        self._inflight -= 1
+        self._alone += 1
+        conns.release(slot)
+        result = bridge.result_of(call)
+        if isinstance(result, outcome.Value):
+            return result.value
+        assert isinstance(result, outcome.Error)
+        error = result.error
+        if isinstance(error, NotSent):
+            conns.broken(slot)
+            return FALLBACK
+        if isinstance(error, Exception) and not isinstance(error, trio.ClosedResourceError):
+            if slot.conn is not None:  # the server answered: nothing was applied
+                return FALLBACK
+            conns.broken(slot)
+            raise _unknown(error)
+        raise _copy(error)
 
     async def _follow(self, batch: _Batch, entry: _Entry) -> Any:
         try:

@@ -253,6 +253,10 @@ class PgConnections:
         self._free.append(slot)
         self._limiter.release()
 
+    def ready(self, slot: Slot) -> bool:
+        """``slot`` has a connection of the current generation (no reconnect needed)."""
+        return slot.conn is not None and slot.generation == self._generation
+
     async def connected(self, slot: Slot) -> bool:
         """Make sure ``slot`` has a connection of the current generation (reconnecting
         once if needed); False when reconnecting failed (the caller falls back to

@@ -367,3 +367,31 @@ async def test_a_lone_caller_goes_at_once_and_a_burst_batches_again(
             )
             rows = [applied(r) for r in results]
         assert statements == [[b"b0", b"b1", b"b2", b"b3"]]
+
+
+async def test_a_lone_caller_cancelled_in_flight_gets_cancelled_after_the_rollback(
+    pg_dsn: str, pg_schema: str, statements: list[list[bytes]]
+) -> None:
+    """A lone CAS (after a quiet spell: no batch at all) that is cancelled while its
+    statement waits on a row lock returns only once the statement was cancelled and
+    settled, with Cancelled; nothing of it committed, and the next CAS goes through."""
+    async with (
+        open_postgres_store(pg_dsn, schema=pg_schema, connections=1) as store,
+        open_admin(pg_dsn) as admin,
+    ):
+        rows = await _rows(store, 2)
+        row = rows[0]
+        for _ in range(_pgbatch.LONE_STREAK + 1):
+            row = applied(await store.set_membership(row.key, row.store_version, None))
+        statements.clear()
+        await _lock(admin, pg_schema, b"b1")
+        with trio.move_on_after(0.05) as scope:
+            await store.set_membership(rows[1].key, rows[1].store_version, SpotId("x"))
+        assert scope.cancelled_caught
+        assert statements == []  # it went alone, not as a batch
+        await admin.execute("COMMIT")
+        assert await store.read(rows[1].key) == rows[1]  # rolled back
+        moved = applied(await store.set_membership(rows[1].key, rows[1].store_version, None))
+        assert moved.store_version > rows[1].store_version
+        stale = await store.set_membership(rows[1].key, rows[1].store_version, SpotId("y"))
+        assert stale == Conflict(moved)
