@@ -8,9 +8,11 @@ connection slot, queues the batch on the loop thread and sleeps on the batch's d
 CAS issued until the loop thread starts the statement and *seals* the batch (also while
 the leader waits for a free connection) join it too. A lone caller — no batch in flight
 and the last :data:`LONE_STREAK` batches had a single entry each — skips the checkpoint
-(it would only add a scheduler pass to its round trip); the first tick of a burst after
-such a quiet spell may then go as two statements. At most one entry per key: a
-second CAS of a key already in the batch starts the next one. One statement
+(it would only add a scheduler pass to its round trip) and the batch itself: its CAS goes
+straight to the loop thread as one call (:func:`_run_lone`, a batch of one without the
+entry, seal lock and open batch), so a CAS issued meanwhile leads its own batch; the first
+tick of a burst after such a quiet spell may then go as two statements. At most one entry
+per key: a second CAS of a key already in the batch starts the next one. One statement
 (``UPDATE … FROM unnest(…) WITH ORDINALITY … RETURNING u.i, …``, :class:`._pgsql.FieldCas`)
 then applies every entry whose row matches, one commit for all; entries missing from its
 result are re-read in a second statement on the same connection (a fresh snapshot) and
