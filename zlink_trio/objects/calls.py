@@ -96,10 +96,11 @@ class FluentCall(Generic[R]):
         """The operation, bounded by ``deadline`` (trio time)."""
         raise NotImplementedError
 
-    async def submit(self) -> R:
-        """Run the call (once). The deadline is fixed now: submit time + timeout, bounded
-        by the caller's effective deadline."""
-        return await self._begin()
+    def submit(self) -> Coroutine[Any, Any, R]:
+        """Run the call (once): ``await call.submit()``. The deadline is fixed now: submit
+        time + timeout, bounded by the caller's effective deadline. (The operation's own
+        coroutine, returned without a coroutine frame of its own around it.)"""
+        return self._begin()
 
     def __await__(self) -> Generator[Any, None, R]:
         return self._begin().__await__()

@@ -34,9 +34,11 @@ import cbor2
 from ..errors import ProtocolError
 from .base import WireRecord
 from .commands import RESERVED_COMMANDS, Command
-from .fields import WireValueError, describe
-from .nested import Nested
-from .records import ALL_RECORDS, Record
+from .enums import TerminalResult
+from .fields import MAX_PAYLOAD_BYTES, WireValueError, describe
+from .nested import Nested, trusted_setters
+from .records import ALL_RECORDS, Record, TerminalReply
+from .tails import ReplyPayloadTail
 
 __all__ = ["SCAN_MAX_ITEMS", "SCAN_THRESHOLD", "decode", "encode", "evolve", "scan_structure"]
 
@@ -159,6 +161,10 @@ def decode(body: bytes | bytearray | memoryview) -> Record:
     """
     if type(body) is not bytes:
         body = bytes(body)
+    if body[:2] == _OK_PREFIX:  # the commonest record: an OK 20 (see _decode_ok)
+        reply = _decode_ok(body)
+        if reply is not None:
+            return reply
     if len(body) <= SCAN_THRESHOLD:
         try:
             # Always a list of 2 (the 0x82 header) when cbor2 returns.
@@ -201,6 +207,77 @@ def decode(body: bytes | bytearray | memoryview) -> Record:
         return entry.nested.decode_checked(raw)  # type: ignore[no-any-return]
     except WireValueError as exc:
         raise ProtocolError(f"{entry.label}: {_where(exc)}") from None
+
+
+_OK_PREFIX: Final = b"\x86\x14"
+"""An array of 6 items, then the command: 20."""
+_OK_PAYLOAD: Final = b"\x00\xf6\x82\x01"  # OK (0), no failure code, tail [1 (payload), ...
+_OK_EMPTY: Final = b"\x00\xf6\xf6\xf6"  # OK, no failure code, no tail, no message
+_UINT_SIZES: Final = {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}
+_OK: Final = TerminalResult.OK
+_new = object.__new__
+
+
+def _setters(cls: type[Any]) -> tuple[Callable[[Any, Any], None], ...]:
+    found = trusted_setters(cls)
+    assert found is not None and not found[1], cls  # attrs __init__, slots, no cached hash
+    return found[0]
+
+
+_REPLY_SETTERS: Final = _setters(TerminalReply)
+_TAIL_SETTER: Final = _setters(ReplyPayloadTail)[0]
+
+
+def _decode_ok(body: bytes) -> TerminalReply | None:
+    """The OK command 20 ``body`` holds, when it is ``[20, correlation, 0, null, tail,
+    null]`` with a payload tail or none, read without cbor2 (the reply of every request);
+    None for anything else, which the general path then decodes (and judges).
+
+    The record is built as the trusted decoder builds it, from the same checked values:
+    a u64 correlation other than 0, a byte string within the payload bound, nothing after
+    the last item (an OK terminal with such a tail has no cross-field rule to break).
+    Integer and length headers may be non-shortest, as cbor2 accepts them."""
+    try:
+        head = body[2]
+        if head < 24:
+            correlation, at = head, 3
+        else:
+            size = _UINT_SIZES.get(head)
+            if size is None:
+                return None
+            at = 3 + size
+            correlation = int.from_bytes(body[3:at])
+        tail: ReplyPayloadTail | None = None
+        if body.startswith(_OK_PAYLOAD, at):
+            head = body[at + 4]
+            at += 5
+            if 0x40 <= head < 0x58:
+                length = head - 0x40
+            else:
+                size = _UINT_SIZES.get(head - 0x40)
+                if size is None:
+                    return None
+                length = int.from_bytes(body[at : at + size])
+                at += size
+            end = at + length
+            if len(body) != end + 1 or body[end] != 0xF6 or length > MAX_PAYLOAD_BYTES:
+                return None
+            tail = _new(ReplyPayloadTail)
+            _TAIL_SETTER(tail, body[at:end])
+        elif len(body) != at + 4 or not body.startswith(_OK_EMPTY, at):
+            return None
+        if not correlation:
+            return None
+    except IndexError:
+        return None
+    reply: TerminalReply = _new(TerminalReply)
+    s_correlation, s_result, s_code, s_tail, s_message = _REPLY_SETTERS
+    s_correlation(reply, correlation)
+    s_result(reply, _OK)
+    s_code(reply, None)
+    s_tail(reply, tail)
+    s_message(reply, None)
+    return reply
 
 
 def _malformed(exc: BaseException) -> NoReturn:

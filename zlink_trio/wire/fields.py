@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
+from types import MemberDescriptorType
 from typing import Any, Final, Generic, TypeVar
 
 from ..config import MAX_PAYLOAD_BYTES as _PAYLOAD_LIMIT, MIB
@@ -415,12 +416,38 @@ class OpId(FieldType):
     def decode_source(self, raw: str, out: str, key: str, ns: dict[str, Any]) -> Source:
         ns[key] = OperationId._trusted
         ns[key + "_i"] = int.from_bytes
-        return [
+        head = [
             f"if type({raw}) is not bytes or len({raw}) != 16: raise _Bad",
             f"{out} = {key}_i({raw}, 'big')",
             f"if not {out}: raise _Bad",
-            f"{out} = {key}({out})",
         ]
+        slots = _OPERATION_ID_SLOTS
+        if slots is None:  # pragma: no cover - attrs lays the class out as slots
+            return [*head, f"{out} = {key}({out})"]
+        # ``OperationId._trusted`` inlined: the same two slots set, one call each.
+        ns[key + "_n"], ns[key + "_c"] = object.__new__, OperationId
+        ns[key + "_s"], ns[key + "_h"] = slots
+        return [
+            *head,
+            f"{out}, {out}_v = {key}_n({key}_c), {out}",
+            f"{key}_s({out}, {out}_v)",
+            f"{key}_h({out}, None)",
+        ]
+
+
+def _slot_setters(cls: type[Any], *names: str) -> tuple[Callable[[Any, Any], None], ...] | None:
+    """The member descriptors' setters of ``names`` on ``cls`` (None if one is not a slot)."""
+    found = []
+    for name in names:
+        descriptor = cls.__dict__.get(name)
+        if type(descriptor) is not MemberDescriptorType:
+            return None
+        found.append(descriptor.__set__)
+    return tuple(found)
+
+
+_OPERATION_ID_SLOTS: Final = _slot_setters(OperationId, "value", "_attrs_cached_hash")
+"""What ``OperationId._trusted`` sets (``ids._trusted_value``), for generated decoders."""
 
 
 class Bytes(FieldType):

@@ -12,6 +12,7 @@ ProtocolError naming the field). ``tests/unit/wire/test_wire_templates.py`` comp
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any, Final, final
 
@@ -47,6 +48,30 @@ _OK_HEAD: Final = b"\x86\x14"  # array of 6 items, then the command: 20
 _OK_NO_TAIL: Final = b"\x00\xf6\xf6\xf6"  # OK, no failure code, no tail, no message
 _OK_TAIL: Final = b"\x00\xf6\x82\x01"  # OK, no failure code, tail [1 (payload), ...]
 _NULL: Final = b"\xf6"
+_OPID_HEAD: Final = b"\x50"  # a byte string of 16
+_NO_HOPS_NO_SESSION: Final = b"\x00\xf6"
+_BYTE: Final = tuple(bytes((i,)) for i in range(256))
+_PACK_1: Final = struct.Struct(">BB").pack
+_PACK_2: Final = struct.Struct(">BH").pack
+_PACK_4: Final = struct.Struct(">BI").pack
+_PACK_8: Final = struct.Struct(">BQ").pack
+_TEXTS: dict[str, bytes] = {}
+"""Packet names as CBOR text items (cleared when full)."""
+_TEXTS_MAX: Final = 1024
+
+
+def _head(major: int, n: int) -> bytes:
+    """The shortest CBOR head of major type ``major`` (its high bits: 0x00 unsigned,
+    0x40 bytes, 0x60 text) with argument ``0 <= n < 2**64``, as cbor2 writes it."""
+    if n < 24:
+        return _BYTE[major | n]
+    if n < 0x100:
+        return _PACK_1(major | 24, n)
+    if n < 0x1_0000:
+        return _PACK_2(major | 25, n)
+    if n < 0x1_0000_0000:
+        return _PACK_4(major | 26, n)
+    return _PACK_8(major | 27, n)
 
 
 @final
@@ -136,10 +161,29 @@ class ActorSendTemplate:
             and type(operation_id) is int
             and 0 < operation_id <= _OPID_MAX
         ):
-            rest = _dumps(
-                [kind._value_, packet, payload, timeout_ms, operation_id.to_bytes(16), 0, None]
+            # Written by hand (one join; cbor2 costs more per item than these few lines):
+            # kind (< 24), the packet as text, the payload, the timeout (or null), the
+            # 16-byte operation id, follow_hops 0, no session.
+            text = _TEXTS.get(packet)
+            if text is None:
+                if len(_TEXTS) >= _TEXTS_MAX:
+                    _TEXTS.clear()
+                text = _TEXTS[packet] = _head(0x60, len(packet)) + packet.encode("ascii")
+            return b"".join(
+                (
+                    _ACTOR_SEND_HEAD,
+                    _head(0, correlation),
+                    self._fixed,
+                    _BYTE[kind._value_],
+                    text,
+                    _head(0x40, len(payload)),
+                    payload,
+                    _NULL if timeout_ms is None else _head(0, timeout_ms),
+                    _OPID_HEAD,
+                    operation_id.to_bytes(16),
+                    _NO_HOPS_NO_SESSION,
+                )
             )
-            return b"".join((_ACTOR_SEND_HEAD, _dumps(correlation), self._fixed, rest[1:]))
         return encode(self.record(correlation, kind, packet, payload, timeout_ms, operation_id))
 
 
@@ -201,9 +245,18 @@ def ok_reply_body(correlation: int, payload: bytes | None) -> bytes:
     """
     if type(correlation) is int and 0 < correlation <= _U64_MAX:
         if payload is None:
-            return b"".join((_OK_HEAD, _dumps(correlation), _OK_NO_TAIL))
+            return b"".join((_OK_HEAD, _head(0, correlation), _OK_NO_TAIL))
         if type(payload) is bytes and len(payload) <= MAX_PAYLOAD_BYTES:
-            return b"".join((_OK_HEAD, _dumps(correlation), _OK_TAIL, _dumps(payload), _NULL))
+            return b"".join(
+                (
+                    _OK_HEAD,
+                    _head(0, correlation),
+                    _OK_TAIL,
+                    _head(0x40, len(payload)),
+                    payload,
+                    _NULL,
+                )
+            )
     tail = None if payload is None else ReplyPayloadTail(payload=payload)
     return encode(
         TerminalReply(correlation=correlation, terminal_result=TerminalResult.OK, tail=tail)

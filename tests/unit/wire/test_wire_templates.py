@@ -28,7 +28,10 @@ from zlink_trio.wire import (
     decode,
     encode,
 )
+from zlink_trio.wire.enums import TerminalResult
 from zlink_trio.wire.templates import ActorSendTemplate, encode_fast, ok_reply, ok_reply_body
+
+_OK = TerminalResult.OK
 
 SOURCE = NodeRid(bytes(range(16)))
 TARGET = NodeRid(bytes(range(16, 32)))
@@ -125,3 +128,55 @@ def test_encode_fast_takes_every_other_record_to_encode() -> None:
         ok_reply_body(0, b"")  # a reply's correlation is never 0
     with pytest.raises(ProtocolError):
         encode_fast(ok_reply(1, b"x" * (MAX_PAYLOAD_BYTES + 1)))
+
+
+def _checked_decode(body: bytes) -> object:
+    """The general decoder's verdict on ``body`` (the record, or ProtocolError)."""
+    import cbor2
+
+    from zlink_trio.wire import codec
+
+    try:
+        raw = cbor2.loads(body)
+        if type(raw) is not list or raw[:1] != [20] or len(body) != len(cbor2.dumps(raw)):
+            raise ProtocolError("not a shortest-form 20")
+        return codec._BY_NUMBER[20].nested.decode_checked(raw)
+    except Exception as exc:
+        return type(exc)
+
+
+@given(
+    correlation=st.integers(0, 2**64 - 1),
+    payload=st.none() | st.binary(max_size=300),
+    cut=st.integers(0, 40),
+    extra=st.binary(max_size=3),
+)
+def test_ok_reply_decodes_as_the_general_decoder_decodes_it(
+    correlation: int, payload: bytes | None, cut: int, extra: bytes
+) -> None:
+    # decode() reads an OK 20 without cbor2 (codec._decode_ok): the same record as the
+    # general decoder, and every damaged body (cut short, bytes after it, correlation 0)
+    # left to the general decoder (ProtocolError).
+    tail = None if payload is None else ReplyPayloadTail(payload=payload)
+    record = TerminalReply(correlation=max(correlation, 1), terminal_result=_OK, tail=tail)
+    body = encode(record)
+    assert decode(body) == record == _checked_decode(body)
+    for damaged in (body[: len(body) - 1 - cut % len(body)], body + (extra or b"\x00")):
+        with pytest.raises(ProtocolError):
+            decode(damaged)
+    if correlation == 0:
+        with pytest.raises(ProtocolError):
+            decode(b"\x86\x14\x00" + body[3 + _head_size(body[2]) :])
+
+
+def _head_size(head: int) -> int:
+    return 0 if head < 24 else {0x18: 1, 0x19: 2, 0x1A: 4, 0x1B: 8}[head]
+
+
+@pytest.mark.parametrize("payload", [None, b"", b"p" * 30])
+@pytest.mark.parametrize("head", [b"\x18\x05", b"\x19\x00\x05", b"\x1a\x00\x00\x00\x05"])
+def test_ok_reply_accepts_non_shortest_heads(head: bytes, payload: bytes | None) -> None:
+    tail = b"\xf6" if payload is None else b"\x82\x01\x59" + len(payload).to_bytes(2) + payload
+    body = b"\x86\x14" + head + b"\x00\xf6" + tail + b"\xf6"
+    expected_tail = None if payload is None else ReplyPayloadTail(payload=payload)
+    assert decode(body) == TerminalReply(correlation=5, terminal_result=_OK, tail=expected_tail)
