@@ -356,6 +356,14 @@ class StreamServer:
         if self.actor_runtime is None:
             await trio.lowlevel.checkpoint()
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
+        session = conn.session
+        if session is not None:
+            # The binding holds the session identity's own ActorId object when it names
+            # that Actor (the one route_packet relays with and the hosted Actor pushes
+            # with, if hosted here): the same object needs no attrs ``__eq__`` call.
+            own = session.identity.actor_id
+            if ref.actor_id is not own and ref.actor_id == own:
+                ref = ActorRef(own, ref.object_generation, ref.mesh_name, ref.node_rid)
         aggregate = self.aggregate
         generation = aggregate.begin_bind(conn.entry)
         try:

@@ -354,8 +354,6 @@ _PUSH_KIND: Final = int(FrameKind.PUSH)
 _U64_MAX: Final = U64.maximum
 _PUSH_HEAD: Final = bytes([0x85, _PUSH_KIND])
 """A Push frame's first two bytes: a CBOR array of 5 items, its kind (13 < 24: one byte)."""
-_TINY: Final = tuple(tuple(bytes([major | n]) for n in range(24)) for major in range(0, 256, 32))
-"""``_TINY[major >> 5][n]``: the one-byte CBOR head of major type ``major`` with ``n`` < 24."""
 _HEAD8: Final = struct.Struct(">BB").pack
 _HEAD16: Final = struct.Struct(">BH").pack
 _HEAD32: Final = struct.Struct(">BI").pack
@@ -366,7 +364,7 @@ def _head(major: int, n: int) -> bytes:
     """The CBOR head of major type ``major`` (its top 3 bits) and argument ``n`` (0 <= n <
     2**64) in its shortest form, as cbor2 writes it."""
     if n < 24:
-        return _TINY[major >> 5][n]
+        return bytes([major | n])
     if n < 0x100:
         return _HEAD8(major | 24, n)
     if n < 0x10000:
@@ -376,9 +374,10 @@ def _head(major: int, n: int) -> bytes:
     return _HEAD64(major | 27, n)
 
 
-_UINT_HEADS: Final = _TINY[0]
-_BYTES_HEADS: Final = _TINY[2]
-_TEXT_HEADS: Final = _TINY[3]
+_UINT_HEADS: Final = tuple(_head(0x00, n) for n in range(0x100))
+"""The shortest CBOR heads of the arguments below 256 (no call for them), per major type."""
+_BYTES_HEADS: Final = tuple(_head(0x40, n) for n in range(0x100))
+_TEXT_HEADS: Final = tuple(_head(0x60, n) for n in range(0x100))
 
 
 def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bytes:
@@ -399,17 +398,17 @@ def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -
         and len(payload) <= MAX_PAYLOAD_BYTES
         and (actor := actor_id.value).isascii()
     ):
-        # (ASCII text: its UTF-8 length is its length; an ActorId is 1..255 bytes)
+        # (ASCII text: its UTF-8 length is its length)
         n_actor, n_packet, n_payload = len(actor), len(packet), len(payload)
         return b"".join(
             (
                 _PUSH_HEAD,
-                _TEXT_HEADS[n_actor] if n_actor < 24 else _head(0x60, n_actor),
+                _TEXT_HEADS[n_actor] if n_actor < 0x100 else _head(0x60, n_actor),
                 actor.encode("ascii"),
-                _UINT_HEADS[sequence] if sequence < 24 else _head(0, sequence),
-                _TEXT_HEADS[n_packet] if n_packet < 24 else _head(0x60, n_packet),
+                _UINT_HEADS[sequence] if sequence < 0x100 else _head(0x00, sequence),
+                _TEXT_HEADS[n_packet],  # (1..255)
                 packet.encode("ascii"),
-                _BYTES_HEADS[n_payload] if n_payload < 24 else _head(0x40, n_payload),
+                _BYTES_HEADS[n_payload] if n_payload < 0x100 else _head(0x40, n_payload),
                 payload,
             )
         )
