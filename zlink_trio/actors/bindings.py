@@ -707,8 +707,18 @@ class ActorBindings:
         """Whether :meth:`check_relay` of a tail with these identity fields would be None
         (the session owner's local fast path: no SessionTail built per frame)."""
         binding = self._bindings.get(actor_id)
-        return binding is not None and binding.identity.matches(
-            owner_rid, owner_generation, session_rid, binding_generation
+        if binding is None:
+            return False
+        # (``BindingIdentity.matches``, inline: one Python call fewer per relayed frame)
+        identity = binding.identity
+        return (
+            binding_generation == identity.binding_generation
+            and session_rid == identity.session_rid
+            and (owner_rid is identity.owner_rid or owner_rid == identity.owner_rid)
+            and (
+                owner_generation is identity.owner_generation
+                or owner_generation == identity.owner_generation
+            )
         )
 
     # --- push and close (the Actor's bound-session capability) -------------------------------

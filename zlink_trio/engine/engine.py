@@ -33,7 +33,7 @@ import trio
 from .._exceptions import raise_single_error
 from ..errors import ConfigurationError, InvalidOperation, ShuttingDown
 from ._construct import NoPublicConstructor
-from .core import NOTHING, LaneCore, LaneLimits
+from .core import _OPEN, NOTHING, LaneCore, LaneLimits
 from .gate import Gate
 from .inline import TurnHost, resume_turn
 from .lane import IDLE, READY, RUNNING, Lane
@@ -227,7 +227,11 @@ class Engine(metaclass=NoPublicConstructor):
             or self._ready
             or self._closed
             or lane._gate is not None
-            or not core.empty_and_open()
+            # (``core.empty_and_open()``, inline)
+            or core._mode is not _OPEN
+            or core._life is not None
+            or core._app is not None
+            or core._held is not None
         ):
             return False
         lane._sched = RUNNING

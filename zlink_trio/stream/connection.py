@@ -417,7 +417,7 @@ class Connection:
                         # outbound queue corked: what an inline turn pushes or replies is
                         # written by this reader itself if the writer is idle (.outbound:
                         # direct write), one task wake-up fewer.
-                        outbound.cork()
+                        outbound._corked += 1  # (``outbound.cork()``, inline)
                         reader.corked = True
                         try:
                             routed = await route_now(self, route, frame, pending, reader)
@@ -426,7 +426,12 @@ class Connection:
                             raise
                         if reader.corked:  # (not uncorked by a turn that waited)
                             reader.corked = False
-                            if outbound.writable_here:
+                            # (``outbound.writable_here``, inline)
+                            if (
+                                outbound._corked == 1
+                                and outbound._task is not None
+                                and (outbound._control or outbound._app)
+                            ):
                                 # (StreamReader.write_here, inlined)
                                 reader.writing = True
                                 try:
@@ -434,7 +439,9 @@ class Connection:
                                 except ConnectionClosed:
                                     self.close(None)
                                 finally:
-                                    reader.write_ended()
+                                    reader.writing = False  # (``reader.write_ended()``)
+                                    if reader.stop_deferred:
+                                        reader.write_ended()
                             else:
                                 outbound.uncork()
                         if routed:
