@@ -365,7 +365,7 @@ class Connection:
         another reader took over; this task ends once that turn ended).
 
         One coroutine frame holds the whole loop — the frame dispatch, the relay of a
-        ``route_packet`` frame (``StreamServer.route_now``) and the direct write of what
+        ``route_packet`` frame (``StreamServer.route_target``) and the direct write of what
         its inline turn queued — since every resume of the task (a message in, each
         schedule point of a send) passes every frame between the task and trio."""
         lane = self._lane
@@ -376,7 +376,7 @@ class Connection:
         default_timeout = server.config.default_request_timeout
         packets = server.callbacks.packets
         routes = any(type(h) is PacketRoute for h in packets.values())
-        route_now = server.route_now
+        route_target = server.route_target
         while True:
             with reader.scope, contextlib.suppress(ConnectionClosed):  # (the client closed it)
                 while True:
@@ -420,7 +420,13 @@ class Connection:
                         outbound._corked += 1  # (``outbound.cork()``, inline)
                         reader.corked = True
                         try:
-                            routed = await route_now(self, route, frame, pending, reader)
+                            target = route_target(self, route, frame, pending)
+                            if target is None:
+                                routed = False
+                            else:
+                                routed = await target[0].run_here(
+                                    target[1], reader
+                                ) or server.route_queued(self, *target)
                         except BaseException:
                             reader.uncork()
                             raise
