@@ -123,3 +123,17 @@ def test_the_common_push_is_encoded_without_the_frame() -> None:
     assert CBOR.decode_server(message) == Push(
         actor_id=actor_id, sequence=7, packet="moved", payload=b"xy"
     )
+
+
+_HEAD_SIZES: Final = (0, 1, 23, 24, 255, 256, 65535, 65536)
+"""CBOR head boundaries: the argument fits the head byte (< 24), or takes 1, 2 or 4 bytes."""
+
+
+@pytest.mark.parametrize("n", _HEAD_SIZES)
+def test_every_cbor_head_length_is_written_as_the_frame_writes_it(n: int) -> None:
+    # the sequence, the ids' and the payload's lengths at each head boundary (the hand-
+    # written encoding writes each head itself)
+    text = max(1, min(n, MAX_ID_BYTES))
+    for sequence in (n, (1 << 32) - 1 + n, (1 << 64) - 1 - n):
+        _same(CBOR, ActorId("a" * text), sequence, "p" * text, b"y" * n)
+        _same(CBOR, ActorId("é" * max(1, text // 2)), sequence, "p", b"y" * n)

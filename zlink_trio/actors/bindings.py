@@ -273,6 +273,7 @@ class ActorBindings:
         "_expiry",
         "_flow",
         "_host",
+        "_host_actors",
         "_max_payload",
         "_me",
         "_node",
@@ -303,6 +304,7 @@ class ActorBindings:
         self._me = node.identity
         """(A node's identity never changes: read once, not per push.)"""
         self._host = host
+        self._host_actors = host.by_id
         self._flow = flow
         self._nursery = nursery
         self._entry_spots = entry_spots
@@ -525,7 +527,7 @@ class ActorBindings:
             # that binding is dying (the notification tombstones it), so this bind gets a
             # new one, which the tombstone does not touch; the session is not sent a 51
             # about itself.
-            self._bindings[actor_id] = _Binding(
+            self._bindings[hosted.actor_id] = _Binding(
                 identity, hosted.generation, hosted.owner_generation, mesh
             )
             tail = self._tail(record, identity.binding_generation, hosted, lease)
@@ -533,7 +535,9 @@ class ActorBindings:
         if current is not None and current.identity.same_session(identity):
             tail = self._tail(record, current.identity.binding_generation, hosted, lease)
             return ok(tail), None
-        self._bindings[actor_id] = _Binding(
+        # (keyed by the hosted Actor's own ActorId object, which its pushes and the local
+        # relays look it up with: the same object needs no attrs ``__eq__`` call)
+        self._bindings[hosted.actor_id] = _Binding(
             identity, hosted.generation, hosted.owner_generation, mesh
         )
         tail = self._tail(record, identity.binding_generation, hosted, lease)
@@ -703,8 +707,18 @@ class ActorBindings:
         """Whether :meth:`check_relay` of a tail with these identity fields would be None
         (the session owner's local fast path: no SessionTail built per frame)."""
         binding = self._bindings.get(actor_id)
-        return binding is not None and binding.identity.matches(
-            owner_rid, owner_generation, session_rid, binding_generation
+        if binding is None:
+            return False
+        # (``BindingIdentity.matches``, inline: one Python call fewer per relayed frame)
+        identity = binding.identity
+        return (
+            binding_generation == identity.binding_generation
+            and session_rid == identity.session_rid
+            and (owner_rid is identity.owner_rid or owner_rid == identity.owner_rid)
+            and (
+                owner_generation is identity.owner_generation
+                or owner_generation == identity.owner_generation
+            )
         )
 
     # --- push and close (the Actor's bound-session capability) -------------------------------
@@ -719,8 +733,23 @@ class ActorBindings:
             InvalidOperation: the payload is neither bytes nor a typed payload, or too big.
             Unavailable: the session owner cannot be reached now.
         """
-        binding, hosted = self._current_for(actor_id, generation)
-        data = self._bytes(payload)
+        # (``_current_for`` and ``_bytes``' common case inline: two Python calls fewer)
+        binding = self._bindings.get(actor_id)
+        hosted = self._host_actors.get(actor_id)
+        if (
+            binding is None
+            or (binding.generation is not generation and binding.generation != generation)
+            or hosted is None
+            or (
+                (hosted_generation := hosted.context._generation) is not generation
+                and hosted_generation != generation
+            )
+        ):
+            raise SessionNotBound(f"actor {actor_id.value!r} has no bound session")
+        if type(payload) is bytes and len(payload) <= self._max_payload:
+            data = payload
+        else:
+            data = self._bytes(payload)
         identity = binding.identity
         me = self._me
         if binding.mesh is None:

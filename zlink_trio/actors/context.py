@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, final
 import trio
 
 from ..errors import InvalidOperation, NotConfigured, SessionNotBound, Unavailable
-from ..ids import ActorId, MeshName, ObjectGeneration, SpotId, check_text_id
+from ..ids import MAX_ID_BYTES, ActorId, MeshName, ObjectGeneration, SpotId, check_text_id
 from ..objects.timers import Timers
 from ..wire.payloads import TypedPayload
 from .join import JoinCall
@@ -59,9 +59,13 @@ class BoundSession:
         if port is None or context is None:
             await trio.lowlevel.checkpoint()
             raise SessionNotBound("the Actor has no bound session")
-        name = check_text_id(packet, "packet name")
+        # (check_text_id's own first test, inline: a valid ASCII name needs no call)
+        if type(packet) is str and packet.isascii() and 0 < len(packet) <= MAX_ID_BYTES:
+            name = packet
+        else:
+            name = check_text_id(packet, "packet name")
         value: object = payload
-        if not isinstance(payload, bytes | bytearray | memoryview):
+        if type(payload) is not bytes and not isinstance(payload, bytearray | memoryview):
             codec = context._client._payloads.of(payload)
             if codec is None:
                 await trio.lowlevel.checkpoint()
@@ -114,6 +118,7 @@ class ActorContext:
         "_generation",
         "_hosted",
         "_mesh_name",
+        "_session",
         "_spot",
         "_spot_id",
     )
@@ -140,6 +145,9 @@ class ActorContext:
         self._spot: object = None
         """The SpotWide Spot's object, or None; wrapped in :class:`_Retired` once the
         Context was retired (one slot for both)."""
+        self._session: BoundSession | None = None
+        """The capability :attr:`session` made last (it holds nothing but the port and
+        this Context: made again only if the port changes)."""
 
     @property
     def actor_id(self) -> ActorId:
@@ -172,7 +180,12 @@ class ActorContext:
     def session(self) -> BoundSession:
         """The bound-session capability (push / close to the current binding)."""
         port = self._client.bindings
-        return _UNBOUND if port is None else BoundSession(port, self)
+        if port is None:
+            return _UNBOUND
+        session = self._session
+        if session is None or session._port is not port:
+            session = self._session = BoundSession(port, self)
+        return session
 
     @property
     def actors(self) -> ActorClient:

@@ -8,7 +8,7 @@ session relay, Actor-to-Actor): so every ingress kind is ordered by the same que
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, final
 
 import trio
@@ -79,6 +79,7 @@ class ActorHost:
         "_lease_live",
         "_staging",
         "_timers",
+        "by_id",
         "joins",
     )
 
@@ -97,6 +98,9 @@ class ActorHost:
         self._lease_live = lease_live
         self._fenced = False
         self._actors: dict[ActorId, HostedActor] = {}
+        self.by_id: Mapping[ActorId, HostedActor] = self._actors
+        """The published activations by ActorId, read-only (:meth:`get` without the call,
+        for hot paths)."""
         self._staging: dict[ActorId, _Staging] = {}
         self._kinds: dict[StableType, HostedKind] = {}
         self.joins: JoinRegistrar | None = None

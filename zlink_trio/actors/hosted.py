@@ -200,6 +200,7 @@ class HostedKind:
         "lease_live",
         "max_reply",
         "node_rid",
+        "now",
         "stats",
         "timer_handlers",
         "timer_service",
@@ -234,6 +235,9 @@ class HostedKind:
         start of every turn: no turn starts after it (docs/decisions.md, "Owner loss")."""
         self.lease_live = lease_live
         """True while the lease is held and locally live (expires it on the spot)."""
+        self.now: Callable[[], float] = trio.lowlevel.current_clock().current_time
+        """``trio.current_time()`` (this run's clock, read once per turn): one call, not
+        three (made in the run its Actors run in)."""
         self.joins: JoinRegistrar | None = None
         """Where a handler's registration scope is closed (set by the Actor runtime)."""
 
@@ -489,7 +493,7 @@ class HostedActor:
             return
         kind = self.kind
         stats = kind.stats
-        now = trio.current_time()
+        now = kind.now()
         if now >= kind.lease.at:
             # Fenced: its row can be reclaimed (and a new incarnation serve elsewhere)
             # from the local lease deadline on; nothing of this incarnation runs again.
@@ -661,7 +665,7 @@ class HostedActor:
         kind = self.kind
         stats = kind.stats
         table = self.timers
-        if trio.current_time() >= kind.lease.at:
+        if kind.now() >= kind.lease.at:
             kind.lease_live()  # (see the payload path)
             stats.dropped += 1
             kind.flow.emit(FlowEvent.FENCED, "timer %r of %r not run", tick.name, self.context)

@@ -33,9 +33,9 @@ import trio
 from .._exceptions import raise_single_error
 from ..errors import ConfigurationError, InvalidOperation, ShuttingDown
 from ._construct import NoPublicConstructor
-from .core import NOTHING, LaneCore, LaneLimits
+from .core import _OPEN, NOTHING, LaneCore, LaneLimits
 from .gate import Gate
-from .inline import TurnHost, watch_first_wait
+from .inline import TurnHost, resume_turn
 from .lane import IDLE, READY, RUNNING, Lane
 from .lanes import LanePolicy
 
@@ -215,14 +215,23 @@ class Engine(metaclass=NoPublicConstructor):
 
     async def _run_here(self, lane: Lane[Any, Any], item: Any, host: TurnHost) -> bool:
         """:meth:`Lane.run_here`: run ``item`` as ``lane``'s next turn in this task, if
-        the lane is idle and open, is its own gate, and no other lane waits for a runner."""
+        the lane is idle and open, is its own gate, and no other lane waits for a runner.
+
+        The handler's coroutine is started here by hand: one that completes without
+        yielding (the common case) costs no coroutine layer of its own; one that yields is
+        driven on by :func:`~.inline.resume_turn` (which tells the host when it is
+        suspended)."""
         core = lane._core
         if (
             lane._sched != IDLE
             or self._ready
             or self._closed
             or lane._gate is not None
-            or not core.empty_and_open()
+            # (``core.empty_and_open()``, inline)
+            or core._mode is not _OPEN
+            or core._life is not None
+            or core._app is not None
+            or core._held is not None
         ):
             return False
         lane._sched = RUNNING
@@ -234,7 +243,13 @@ class Engine(metaclass=NoPublicConstructor):
         inline.add(host)
         host.enter_turn()
         try:
-            await watch_first_wait(lane._handler(item), host.turn_suspended)
+            coro = lane._handler(item).__await__()
+            try:
+                trap = coro.send(None)
+            except StopIteration:
+                pass
+            else:
+                await resume_turn(coro, trap, host)
         except Exception:
             self._failures += 1
             logger.exception("handler of %r failed; the lane goes on", lane)

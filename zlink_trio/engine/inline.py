@@ -9,7 +9,10 @@ happens:
 * ``enter_turn()`` / ``exit_turn()`` bracket the turn;
 * ``turn_suspended()`` is called the first time the turn waits for anything (its handler
   yields to the scheduler): the host's own work (reading its connection) must go on in
-  another task from then on, because this one stays with the turn until it ends;
+  another task from then on, because this one stays with the turn until it ends. A bare
+  schedule point as the turn's first yield (the task runs again in the next pass, as
+  after every ``checkpoint``, e.g. a burst of pushes' periodic one) is not a suspension:
+  it costs the host that one pass; its next yield of any kind is;
 * ``cancel_turn()`` cancels the turn when the engine halts or shuts down (what a runner's
   cancel scope does for the turns it runs).
 
@@ -28,7 +31,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
-__all__ = ["SCHEDULE_POINT", "TurnHost", "watch_first_block", "watch_first_wait"]
+__all__ = ["SCHEDULE_POINT", "TurnHost", "resume_turn", "watch_first_block", "watch_first_wait"]
 
 
 class TurnHost(Protocol):
@@ -74,6 +77,42 @@ def watch_first_wait(
                 trap = coro.send(sent)
             except StopIteration:
                 return
+
+
+@types.coroutine
+def resume_turn(
+    coro: Generator[Any, Any, None], trap: object, host: TurnHost
+) -> Generator[Any, Any, None]:
+    """Drive an inline turn's coroutine on from its first yield, ``trap`` (the engine
+    started it by hand: ``coro.send(None)``), with :func:`watch_first_wait`'s semantics
+    (what the scheduler sends or throws goes to it; closing closes it), telling ``host``
+    ``turn_suspended()`` once, before the first yield that suspends the turn: every yield
+    but a bare schedule point as the first one (see the module docstring)."""
+    # (a bare schedule point as the first yield is no suspension; the next yield is)
+    watching = trap is _SCHEDULE_POINT
+    if not watching:
+        host.turn_suspended()
+    while True:
+        try:
+            sent = yield trap
+        except GeneratorExit:
+            close = getattr(coro, "close", None)
+            if close is not None:
+                close()
+            raise
+        except BaseException as exc:  # Cancelled, KeyboardInterrupt: the turn decides
+            try:
+                trap = coro.throw(exc)
+            except StopIteration:
+                return
+        else:
+            try:
+                trap = coro.send(sent)
+            except StopIteration:
+                return
+        if watching:
+            watching = False
+            host.turn_suspended()
 
 
 def _schedule_point_trap() -> object:

@@ -365,7 +365,7 @@ class Connection:
         another reader took over; this task ends once that turn ended).
 
         One coroutine frame holds the whole loop — the frame dispatch, the relay of a
-        ``route_packet`` frame (``StreamServer.route_now``) and the direct write of what
+        ``route_packet`` frame (``StreamServer.route_target``) and the direct write of what
         its inline turn queued — since every resume of the task (a message in, each
         schedule point of a send) passes every frame between the task and trio."""
         lane = self._lane
@@ -376,7 +376,7 @@ class Connection:
         default_timeout = server.config.default_request_timeout
         packets = server.callbacks.packets
         routes = any(type(h) is PacketRoute for h in packets.values())
-        route_now = server.route_now
+        route_target = server.route_target
         while True:
             with reader.scope, contextlib.suppress(ConnectionClosed):  # (the client closed it)
                 while True:
@@ -417,16 +417,27 @@ class Connection:
                         # outbound queue corked: what an inline turn pushes or replies is
                         # written by this reader itself if the writer is idle (.outbound:
                         # direct write), one task wake-up fewer.
-                        outbound.cork()
+                        outbound._corked += 1  # (``outbound.cork()``, inline)
                         reader.corked = True
                         try:
-                            routed = await route_now(self, route, frame, pending, reader)
+                            target = route_target(self, route, frame, pending)
+                            if target is None:
+                                routed = False
+                            else:
+                                routed = await target[0].run_here(
+                                    target[1], reader
+                                ) or server.route_queued(self, *target)
                         except BaseException:
                             reader.uncork()
                             raise
                         if reader.corked:  # (not uncorked by a turn that waited)
                             reader.corked = False
-                            if outbound.writable_here:
+                            # (``outbound.writable_here``, inline)
+                            if (
+                                outbound._corked == 1
+                                and outbound._task is not None
+                                and (outbound._control or outbound._app)
+                            ):
                                 # (StreamReader.write_here, inlined)
                                 reader.writing = True
                                 try:
@@ -434,7 +445,9 @@ class Connection:
                                 except ConnectionClosed:
                                     self.close(None)
                                 finally:
-                                    reader.write_ended()
+                                    reader.writing = False  # (``reader.write_ended()``)
+                                    if reader.stop_deferred:
+                                        reader.write_ended()
                             else:
                                 outbound.uncork()
                         if routed:

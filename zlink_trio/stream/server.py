@@ -26,9 +26,10 @@ import trio
 from trio_websocket import WebSocketRequest, WebSocketServer, serve_websocket
 
 from .._exceptions import raise_single_error
-from ..actors.hosted import Deliver
+from ..actors.hosted import ActorItem, Deliver
 from ..config import ServerConfig, StreamConfig
-from ..engine.inline import TurnHost
+from ..engine.lane import Lane
+from ..engine.lanes import ActorDeliveryLane
 from ..errors import (
     CapacityExceeded,
     InvalidOperation,
@@ -356,6 +357,14 @@ class StreamServer:
         if self.actor_runtime is None:
             await trio.lowlevel.checkpoint()
             raise NotConfigured("Actor dispatch is not enabled (App.enable_actor_dispatch())")
+        session = conn.session
+        if session is not None:
+            # The binding holds the session identity's own ActorId object when it names
+            # that Actor (the one route_packet relays with and the hosted Actor pushes
+            # with, if hosted here): the same object needs no attrs ``__eq__`` call.
+            own = session.identity.actor_id
+            if ref.actor_id is not own and ref.actor_id == own:
+                ref = ActorRef(own, ref.object_generation, ref.mesh_name, ref.node_rid)
         aggregate = self.aggregate
         generation = aggregate.begin_bind(conn.entry)
         try:
@@ -550,28 +559,29 @@ class StreamServer:
         data = value if type(value) is bytes else self._encoded(value)
         await relay_remote(conn, binding, kind, name, data, pending, tail, deadline)
 
-    async def route_now(
+    def route_target(
         self,
         conn: Connection,
         route: PacketRoute,
         frame: Send | Request,
         pending: PendingRequest | None,
-        reader: TurnHost,
-    ) -> bool:
+    ) -> tuple[Lane[ActorDeliveryLane, ActorItem], Deliver] | None:
         """The reader's fast path of an ``App.route_packet`` packet while the session lane
-        is idle: relay it to the identity's bound Actor hosted HERE without a session
-        turn (True), or leave it to the lane (False: not bound, sealed, remote, a full
-        queue — the turn then relays it, or answers the error). An idle Actor lane runs
-        the turn in the reader's task (``Lane.run_here``, ``reader`` its host: .reader);
-        otherwise the item joins the Actor's queue. Never waits but for that turn."""
+        is idle, first half: the lane of the identity's bound Actor hosted HERE and the
+        item to relay to it without a session turn (its sequence counted), or None to
+        leave the packet to the lane (not bound, sealed, remote — the turn then relays it,
+        or answers the error). The reader then runs the turn in its own task
+        (``Lane.run_here``, the reader its host: .reader) or, if the lane cannot run it
+        now, :meth:`route_queued`. Never waits. (Two plain methods, not one coroutine: no
+        coroutine frame of its own per frame.)"""
         runtime = self.actor_runtime
         session = conn.session
         if runtime is None or session is None:
-            return False
+            return None
         actor_id = session.identity.actor_id
         binding = conn.entry.bindings.get(actor_id)
         if binding is None or binding.state is not BOUND:
-            return False
+            return None
         route_to = binding.route
         me = self._me
         rid, node_generation = route_to.node_rid, route_to.node_generation
@@ -579,22 +589,29 @@ class StreamServer:
         if (rid is not me.node_rid and rid != me.node_rid) or (
             node_generation is not me.node_generation and node_generation != me.node_generation
         ):
-            return False
+            return None
         lane = runtime.host.ready_lane(actor_id)
         if lane is None:
-            return False
+            return None
         owner = self.aggregate.owner
         # (check_relay of the tail a relay would carry, without building it per frame)
         if not runtime.bindings.relay_current(
             actor_id, owner.node_rid, owner.node_generation, conn.session_rid, binding.generation
         ):
-            return False
+            return None
         kind = _SEND if pending is None else _REQUEST
         deadline = _NEVER if pending is None else pending.deadline
         item = Deliver(kind, route.target or frame.packet, frame.payload, pending, deadline)
         conn.entry.sequence += 1
-        if await lane.run_here(item, reader):
-            return True
+        return lane, item
+
+    @staticmethod
+    def route_queued(
+        conn: Connection, lane: Lane[ActorDeliveryLane, ActorItem], item: Deliver
+    ) -> bool:
+        """The second half of :meth:`route_target` when the lane did not run the item
+        here: queue it on the Actor's lane (True), or leave the packet to the session
+        lane (False: full or closed)."""
         try:
             lane.submit_nowait(item)
         except ZLinkError:

@@ -14,6 +14,7 @@ cbor2: the STREAM server and the Python client import these functions.
 from __future__ import annotations
 
 import enum
+import struct
 from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
@@ -351,13 +352,41 @@ def encode_frame(frame: StreamFrame) -> bytes:
 
 _PUSH_KIND: Final = int(FrameKind.PUSH)
 _U64_MAX: Final = U64.maximum
+_PUSH_HEAD: Final = bytes([0x85, _PUSH_KIND])
+"""A Push frame's first two bytes: a CBOR array of 5 items, its kind (13 < 24: one byte)."""
+_HEAD8: Final = struct.Struct(">BB").pack
+_HEAD16: Final = struct.Struct(">BH").pack
+_HEAD32: Final = struct.Struct(">BI").pack
+_HEAD64: Final = struct.Struct(">BQ").pack
+
+
+def _head(major: int, n: int) -> bytes:
+    """The CBOR head of major type ``major`` (its top 3 bits) and argument ``n`` (0 <= n <
+    2**64) in its shortest form, as cbor2 writes it."""
+    if n < 24:
+        return bytes([major | n])
+    if n < 0x100:
+        return _HEAD8(major | 24, n)
+    if n < 0x10000:
+        return _HEAD16(major | 25, n)
+    if n < 0x100000000:
+        return _HEAD32(major | 26, n)
+    return _HEAD64(major | 27, n)
+
+
+_UINT_HEADS: Final = tuple(_head(0x00, n) for n in range(0x100))
+"""The shortest CBOR heads of the arguments below 256 (no call for them), per major type."""
+_BYTES_HEADS: Final = tuple(_head(0x40, n) for n in range(0x100))
+_TEXT_HEADS: Final = tuple(_head(0x60, n) for n in range(0x100))
 
 
 def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bytes:
     """``encode_frame(Push(actor_id=..., sequence=..., packet=..., payload=...))`` without
     building the frame (the session owner's push path): the same bytes, the same errors.
-    The common values (an ASCII packet name, bytes within the limit) are checked here as
-    the generated encoder checks them; anything else goes through the frame."""
+    The common values (ASCII ids, bytes within the limit) are checked here as the
+    generated encoder checks them and written as cbor2 writes them (shortest heads;
+    ``tests/property/test_stream_encode_push.py``); anything else goes through the
+    frame."""
     if (
         type(actor_id) is ActorId
         and type(sequence) is int
@@ -367,8 +396,22 @@ def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -
         and packet.isascii()
         and type(payload) is bytes
         and len(payload) <= MAX_PAYLOAD_BYTES
+        and (actor := actor_id.value).isascii()
     ):
-        return _dumps([_PUSH_KIND, actor_id.value, sequence, packet, payload])
+        # (ASCII text: its UTF-8 length is its length)
+        n_actor, n_packet, n_payload = len(actor), len(packet), len(payload)
+        return b"".join(
+            (
+                _PUSH_HEAD,
+                _TEXT_HEADS[n_actor] if n_actor < 0x100 else _head(0x60, n_actor),
+                actor.encode("ascii"),
+                _UINT_HEADS[sequence] if sequence < 0x100 else _head(0x00, sequence),
+                _TEXT_HEADS[n_packet],  # (1..255)
+                packet.encode("ascii"),
+                _BYTES_HEADS[n_payload] if n_payload < 0x100 else _head(0x40, n_payload),
+                payload,
+            )
+        )
     return encode_frame(Push(actor_id=actor_id, sequence=sequence, packet=packet, payload=payload))
 
 
@@ -377,11 +420,47 @@ def decode_client_frame(data: bytes | bytearray | memoryview) -> ClientFrame:
     return _decode(data, _CLIENT, "client")  # type: ignore[no-any-return]
 
 
+_SEND_DECODE: Final = _CLIENT[int(FrameKind.SEND)].nested._fast_decode
+_SEND_HEAD: Final = 0x83  # a CBOR array of 3 items: [2, packet, payload]
+_SEND_KIND: Final = int(FrameKind.SEND)
+_FROM_BYTES: Final = int.from_bytes
+
+
 def decode_client_message(message: bytes | str) -> ClientFrame:
     """:func:`decode_client_frame` of one websocket message (the CBOR codec's decoder, one
-    call per frame): a text message is a ProtocolError."""
+    call per frame): a text message is a ProtocolError.
+
+    The common frame, a Send ``[2, packet, payload]`` written in its shortest form with
+    an ASCII packet name of at most 23 bytes and a payload that ends the message, is read
+    here without cbor2 (the bytes that cbor2 would read as exactly that array; its fields
+    then go through the generated decoder's checks); anything else, valid or not, goes
+    through :func:`_decode` (``tests/property/test_stream_decode_send.py``)."""
     if type(message) is not bytes:
         raise ProtocolError("frames are websocket binary messages")
+    n = len(message)
+    if 4 <= n <= SCAN_THRESHOLD and message[0] == _SEND_HEAD and message[1] == _SEND_KIND:
+        end = message[2] - 0x5D  # a text head 0x61..0x77: 1..23 bytes, then the payload
+        if 4 <= end <= 26 and end < n:
+            packet = message[3:end]
+            head = message[end] - 0x40  # a byte-string head, in its shortest form
+            if 0 <= head < 24:
+                start, size = end + 1, head
+            elif head == 24:
+                start, size = end + 2, message[end + 1] if end + 1 < n else 0
+                if size < 24:
+                    size = -1
+            elif head == 25:
+                start, size = end + 3, _FROM_BYTES(message[end + 1 : end + 3])
+                if size < 0x100:
+                    size = -1
+            elif head == 26:
+                start, size = end + 5, _FROM_BYTES(message[end + 1 : end + 5])
+                if size < 0x10000:
+                    size = -1
+            else:
+                start, size = 0, -1
+            if start + size == n and packet.isascii():
+                return _SEND_DECODE([_SEND_KIND, packet.decode("ascii"), message[start:]])  # type: ignore[no-any-return]
     return _decode(message, _CLIENT, "client")  # type: ignore[no-any-return]
 
 

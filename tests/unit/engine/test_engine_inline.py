@@ -262,3 +262,39 @@ async def test_watch_first_block_passes_a_cancellation_to_the_awaited_code() -> 
     with trio.move_on_after(1) as scope:
         await watch_first_block(body(), lambda: seen.append("blocked"))
     assert scope.cancelled_caught and seen == ["blocked", "cancelled"]
+
+
+async def test_one_bare_schedule_point_first_is_no_suspension_the_next_yield_is() -> None:
+    """A turn whose first yield is a bare schedule point (a burst of pushes' periodic
+    one) keeps its host: the task runs again in the next pass. Any yield after it, and
+    any other first yield, tells the host it is suspended, once."""
+    async with open_engine() as engine:
+        events: list[str] = []
+
+        async def handler(item: int) -> None:
+            if item == 1:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            elif item == 2:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.lowlevel.cancel_shielded_checkpoint()
+            elif item == 3:
+                await trio.sleep(0.001)
+            else:
+                await trio.lowlevel.cancel_shielded_checkpoint()
+                await trio.sleep(0.001)
+            events.append(f"end {item}")
+
+        lane = engine.new_lane(ActorDeliveryLane(), handler)
+        expected = {
+            1: ["enter", "exit"],
+            2: ["enter", "suspended", "exit"],
+            3: ["enter", "suspended", "exit"],
+            4: ["enter", "suspended", "exit"],
+        }
+        for item, calls in expected.items():
+            host = Host()
+            assert await lane.run_here(item, host)
+            assert host.calls == calls
+        assert events == ["end 1", "end 2", "end 3", "end 4"]
+        assert engine.statistics().turns == 4
