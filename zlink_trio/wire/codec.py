@@ -40,7 +40,15 @@ from .nested import Nested, trusted_setters
 from .records import ALL_RECORDS, Record, TerminalReply
 from .tails import ReplyPayloadTail
 
-__all__ = ["SCAN_MAX_ITEMS", "SCAN_THRESHOLD", "decode", "encode", "evolve", "scan_structure"]
+__all__ = [
+    "SCAN_MAX_ITEMS",
+    "SCAN_THRESHOLD",
+    "decode",
+    "encode",
+    "evolve",
+    "ok_reply",
+    "scan_structure",
+]
 
 _R = TypeVar("_R", bound=WireRecord)
 
@@ -247,7 +255,6 @@ def _decode_ok(body: bytes) -> TerminalReply | None:
                 return None
             at = 3 + size
             correlation = int.from_bytes(body[3:at])
-        tail: ReplyPayloadTail | None = None
         if body.startswith(_OK_PAYLOAD, at):
             head = body[at + 4]
             at += 5
@@ -262,14 +269,27 @@ def _decode_ok(body: bytes) -> TerminalReply | None:
             end = at + length
             if len(body) != end + 1 or body[end] != 0xF6 or length > MAX_PAYLOAD_BYTES:
                 return None
-            tail = _new(ReplyPayloadTail)
-            _TAIL_SETTER(tail, body[at:end])
+            payload: bytes | None = body[at:end]
         elif len(body) != at + 4 or not body.startswith(_OK_EMPTY, at):
             return None
+        else:
+            payload = None
         if not correlation:
             return None
     except IndexError:
         return None
+    return ok_reply(correlation, payload)
+
+
+def ok_reply(correlation: int, payload: bytes | None) -> TerminalReply:
+    """``TerminalReply.ok(correlation, tail)`` (``tail``: a :class:`~.tails.ReplyPayloadTail`
+    of ``payload``, or none for ``None``), built as the trusted decoder builds records
+    (an OK terminal with such a tail has no cross-field rule to check); values are checked
+    by the encoder, as for any record."""
+    tail: ReplyPayloadTail | None = None
+    if payload is not None:
+        tail = _new(ReplyPayloadTail)
+        _TAIL_SETTER(tail, payload)
     reply: TerminalReply = _new(TerminalReply)
     s_correlation, s_result, s_code, s_tail, s_message = _REPLY_SETTERS
     s_correlation(reply, correlation)

@@ -14,7 +14,6 @@ cbor2: the STREAM server and the Python client import these functions.
 from __future__ import annotations
 
 import enum
-import struct
 from typing import Any, ClassVar, Final, TypeAlias, final
 
 import attrs
@@ -22,6 +21,7 @@ import cbor2
 
 from ..errors import ErrorKind, ProtocolError
 from ..ids import MAX_ID_BYTES, ActorId, ObjectGeneration
+from .cborhead import head
 from .codec import (
     _NO_TAGS,
     _SENTINEL,
@@ -354,30 +354,12 @@ _PUSH_KIND: Final = int(FrameKind.PUSH)
 _U64_MAX: Final = U64.maximum
 _PUSH_HEAD: Final = bytes([0x85, _PUSH_KIND])
 """A Push frame's first two bytes: a CBOR array of 5 items, its kind (13 < 24: one byte)."""
-_HEAD8: Final = struct.Struct(">BB").pack
-_HEAD16: Final = struct.Struct(">BH").pack
-_HEAD32: Final = struct.Struct(">BI").pack
-_HEAD64: Final = struct.Struct(">BQ").pack
 
 
-def _head(major: int, n: int) -> bytes:
-    """The CBOR head of major type ``major`` (its top 3 bits) and argument ``n`` (0 <= n <
-    2**64) in its shortest form, as cbor2 writes it."""
-    if n < 24:
-        return bytes([major | n])
-    if n < 0x100:
-        return _HEAD8(major | 24, n)
-    if n < 0x10000:
-        return _HEAD16(major | 25, n)
-    if n < 0x100000000:
-        return _HEAD32(major | 26, n)
-    return _HEAD64(major | 27, n)
-
-
-_UINT_HEADS: Final = tuple(_head(0x00, n) for n in range(0x100))
+_UINT_HEADS: Final = tuple(head(0x00, n) for n in range(0x100))
 """The shortest CBOR heads of the arguments below 256 (no call for them), per major type."""
-_BYTES_HEADS: Final = tuple(_head(0x40, n) for n in range(0x100))
-_TEXT_HEADS: Final = tuple(_head(0x60, n) for n in range(0x100))
+_BYTES_HEADS: Final = tuple(head(0x40, n) for n in range(0x100))
+_TEXT_HEADS: Final = tuple(head(0x60, n) for n in range(0x100))
 
 
 def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -> bytes:
@@ -403,12 +385,12 @@ def encode_push(actor_id: ActorId, sequence: int, packet: str, payload: bytes) -
         return b"".join(
             (
                 _PUSH_HEAD,
-                _TEXT_HEADS[n_actor] if n_actor < 0x100 else _head(0x60, n_actor),
+                _TEXT_HEADS[n_actor] if n_actor < 0x100 else head(0x60, n_actor),
                 actor.encode("ascii"),
-                _UINT_HEADS[sequence] if sequence < 0x100 else _head(0x00, sequence),
+                _UINT_HEADS[sequence] if sequence < 0x100 else head(0x00, sequence),
                 _TEXT_HEADS[n_packet],  # (1..255)
                 packet.encode("ascii"),
-                _BYTES_HEADS[n_payload] if n_payload < 0x100 else _head(0x40, n_payload),
+                _BYTES_HEADS[n_payload] if n_payload < 0x100 else head(0x40, n_payload),
                 payload,
             )
         )

@@ -12,9 +12,7 @@ ProtocolError naming the field). ``tests/unit/wire/test_wire_templates.py`` comp
 
 from __future__ import annotations
 
-import struct
-from collections.abc import Callable
-from typing import Any, Final, final
+from typing import Final, final
 
 import cbor2
 
@@ -28,14 +26,18 @@ from ..ids import (
     OwnerLeaseGeneration,
 )
 from .base import WireRecord
-from .codec import encode, evolve
+from .cborhead import BYTE, head
+from .codec import encode, evolve, ok_reply
 from .enums import MessageKind, TerminalResult
 from .fields import MAX_PAYLOAD_BYTES
-from .nested import trusted_setters
 from .records import ActorSend, TerminalReply
 from .tails import ReplyPayloadTail
 
 __all__ = ["ActorSendTemplate", "encode_fast", "ok_reply", "ok_reply_body"]
+
+_TEXTS: dict[str, bytes] = {}
+"""Packet names as CBOR text items (cleared when full)."""
+_TEXTS_MAX: Final = 1024
 
 _dumps = cbor2.dumps
 _U32_MAX: Final = 0xFFFF_FFFF
@@ -50,28 +52,6 @@ _OK_TAIL: Final = b"\x00\xf6\x82\x01"  # OK, no failure code, tail [1 (payload),
 _NULL: Final = b"\xf6"
 _OPID_HEAD: Final = b"\x50"  # a byte string of 16
 _NO_HOPS_NO_SESSION: Final = b"\x00\xf6"
-_BYTE: Final = tuple(bytes((i,)) for i in range(256))
-_PACK_1: Final = struct.Struct(">BB").pack
-_PACK_2: Final = struct.Struct(">BH").pack
-_PACK_4: Final = struct.Struct(">BI").pack
-_PACK_8: Final = struct.Struct(">BQ").pack
-_TEXTS: dict[str, bytes] = {}
-"""Packet names as CBOR text items (cleared when full)."""
-_TEXTS_MAX: Final = 1024
-
-
-def _head(major: int, n: int) -> bytes:
-    """The shortest CBOR head of major type ``major`` (its high bits: 0x00 unsigned,
-    0x40 bytes, 0x60 text) with argument ``0 <= n < 2**64``, as cbor2 writes it."""
-    if n < 24:
-        return _BYTE[major | n]
-    if n < 0x100:
-        return _PACK_1(major | 24, n)
-    if n < 0x1_0000:
-        return _PACK_2(major | 25, n)
-    if n < 0x1_0000_0000:
-        return _PACK_4(major | 26, n)
-    return _PACK_8(major | 27, n)
 
 
 @final
@@ -168,17 +148,17 @@ class ActorSendTemplate:
             if text is None:
                 if len(_TEXTS) >= _TEXTS_MAX:
                     _TEXTS.clear()
-                text = _TEXTS[packet] = _head(0x60, len(packet)) + packet.encode("ascii")
+                text = _TEXTS[packet] = head(0x60, len(packet)) + packet.encode("ascii")
             return b"".join(
                 (
                     _ACTOR_SEND_HEAD,
-                    _head(0, correlation),
+                    head(0, correlation),
                     self._fixed,
-                    _BYTE[kind._value_],
+                    BYTE[kind._value_],
                     text,
-                    _head(0x40, len(payload)),
+                    head(0x40, len(payload)),
                     payload,
-                    _NULL if timeout_ms is None else _head(0, timeout_ms),
+                    _NULL if timeout_ms is None else head(0, timeout_ms),
                     _OPID_HEAD,
                     operation_id.to_bytes(16),
                     _NO_HOPS_NO_SESSION,
@@ -187,35 +167,7 @@ class ActorSendTemplate:
         return encode(self.record(correlation, kind, packet, payload, timeout_ms, operation_id))
 
 
-def _trusted(cls: type[Any]) -> tuple[Callable[[Any, Any], None], ...]:
-    found = trusted_setters(cls)
-    assert found is not None and not found[1], cls  # attrs __init__, slots, no cached hash
-    return found[0]
-
-
-_REPLY_SETTERS: Final = _trusted(TerminalReply)
-_TAIL_SETTERS: Final = _trusted(ReplyPayloadTail)
-_new = object.__new__
 _OK: Final = TerminalResult.OK
-
-
-def ok_reply(correlation: int, payload: bytes | None) -> TerminalReply:
-    """``TerminalReply.ok(correlation, tail)`` (``tail``: a :class:`~.tails.ReplyPayloadTail`
-    of ``payload``, or none for ``None``), built as the trusted decoder builds records
-    (an OK terminal with such a tail has no cross-field rule to check); values are checked
-    by the encoder, as for any record."""
-    tail: ReplyPayloadTail | None = None
-    if payload is not None:
-        tail = _new(ReplyPayloadTail)
-        _TAIL_SETTERS[0](tail, payload)
-    reply: TerminalReply = _new(TerminalReply)
-    s_correlation, s_result, s_code, s_tail, s_message = _REPLY_SETTERS
-    s_correlation(reply, correlation)
-    s_result(reply, _OK)
-    s_code(reply, None)
-    s_tail(reply, tail)
-    s_message(reply, None)
-    return reply
 
 
 def encode_fast(record: WireRecord) -> bytes:
@@ -245,14 +197,14 @@ def ok_reply_body(correlation: int, payload: bytes | None) -> bytes:
     """
     if type(correlation) is int and 0 < correlation <= _U64_MAX:
         if payload is None:
-            return b"".join((_OK_HEAD, _head(0, correlation), _OK_NO_TAIL))
+            return b"".join((_OK_HEAD, head(0, correlation), _OK_NO_TAIL))
         if type(payload) is bytes and len(payload) <= MAX_PAYLOAD_BYTES:
             return b"".join(
                 (
                     _OK_HEAD,
-                    _head(0, correlation),
+                    head(0, correlation),
                     _OK_TAIL,
-                    _head(0x40, len(payload)),
+                    head(0x40, len(payload)),
                     payload,
                     _NULL,
                 )
