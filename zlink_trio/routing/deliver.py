@@ -370,37 +370,7 @@ class Delivery(Generic[K]):
                 self._routed_request(key, packet, payload, callers, reply, route, local),
                 callers,
             )
-        if route is None or local:
-            return await self._routed_request(key, packet, payload, deadline, reply, route, local)
-        # The remote fast path of _routed_request, inlined (the hottest cross-node path:
-        # no coroutine frame around it, and the reply's first wait without one either).
-        build = self._builder(key, route, _REQUEST, packet, payload, deadline)
-        try:
-            pending = await self._node.request_with(route.peer, build, wait=False)
-        except (PeerNotAdmitted, trio.WouldBlock):
-            pass  # nothing was sent: the general path waits for it
-        else:
-            ticket = self._deadlines.watch(pending, deadline)
-            try:
-                try:
-                    terminal = await pending.wait()
-                except PeerGone:
-                    raise self._owner_gone(key, route) from None
-                except LinkLost:
-                    data = await self._remote_reply(key, route, pending)
-                else:
-                    try:
-                        data = self._target.result(terminal)
-                    except Unavailable:
-                        self._suspect(key, route)
-                        raise
-            finally:
-                self._deadlines.settled(ticket)
-            return data if reply is None else reply_value(data, reply)
-        result = await self.deliver(key, _REQUEST, packet, payload, deadline, route)
-        if reply is None and type(result) is not TypedPayload:
-            return result
-        return reply_value(result, reply)
+        return await self._routed_request(key, packet, payload, deadline, reply, route, local)
 
     async def _routed_request(
         self,
@@ -446,7 +416,20 @@ class Delivery(Generic[K]):
                 else:
                     ticket = self._deadlines.watch(pending, deadline)
                     try:
-                        data = await self._remote_reply(key, route, pending)
+                        # (the reply's first wait inline: no coroutine of its own on the
+                        # hottest cross-node path; after a broken link, _remote_reply)
+                        try:
+                            terminal = await pending.wait()
+                        except PeerGone:
+                            raise self._owner_gone(key, route) from None
+                        except LinkLost:
+                            data = await self._remote_reply(key, route, pending)
+                        else:
+                            try:
+                                data = self._target.result(terminal)
+                            except Unavailable:
+                                self._suspect(key, route)
+                                raise
                     finally:
                         self._deadlines.settled(ticket)
                     return data if reply is None else reply_value(data, reply)
