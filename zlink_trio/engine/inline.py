@@ -16,8 +16,8 @@ happens:
 * ``cancel_turn()`` cancels the turn when the engine halts or shuts down (what a runner's
   cancel scope does for the turns it runs).
 
-The suspension is seen by driving the turn's coroutine one step by hand
-(:func:`watch_first_wait`): a turn that completes without waiting (the common case) costs
+The suspension is seen by driving the turn's coroutine one step by hand (the engine's
+``coro.send(None)``, then :func:`resume_turn`): a turn that completes without waiting (the common case) costs
 one ``send`` and one ``StopIteration``; one that waits is then delegated as ``await``
 would, trap by trap, in the same task (a coroutine cannot change tasks: trio binds what it
 waits for, and every cancel scope it enters, to the task that runs it).
@@ -31,7 +31,7 @@ from typing import Any, Final, Protocol
 
 import trio
 
-__all__ = ["SCHEDULE_POINT", "TurnHost", "resume_turn", "watch_first_block", "watch_first_wait"]
+__all__ = ["SCHEDULE_POINT", "TurnHost", "resume_turn", "watch_first_block"]
 
 
 class TurnHost(Protocol):
@@ -47,45 +47,12 @@ class TurnHost(Protocol):
 
 
 @types.coroutine
-def watch_first_wait(
-    awaitable: Awaitable[None], first_wait: Callable[[], object]
-) -> Generator[Any, Any, None]:
-    """Await ``awaitable``, calling ``first_wait()`` just before it first yields to the
-    scheduler (never, if it completes without waiting). ``yield from`` semantics
-    otherwise: what the scheduler sends or throws goes to it; closing closes it."""
-    coro = awaitable.__await__()
-    try:
-        trap = coro.send(None)
-    except StopIteration:
-        return
-    first_wait()
-    while True:
-        try:
-            sent = yield trap
-        except GeneratorExit:
-            close = getattr(coro, "close", None)
-            if close is not None:
-                close()
-            raise
-        except BaseException as exc:  # Cancelled, KeyboardInterrupt: the turn decides
-            try:
-                trap = coro.throw(exc)
-            except StopIteration:
-                return
-        else:
-            try:
-                trap = coro.send(sent)
-            except StopIteration:
-                return
-
-
-@types.coroutine
 def resume_turn(
     coro: Generator[Any, Any, None], trap: object, host: TurnHost
 ) -> Generator[Any, Any, None]:
     """Drive an inline turn's coroutine on from its first yield, ``trap`` (the engine
-    started it by hand: ``coro.send(None)``), with :func:`watch_first_wait`'s semantics
-    (what the scheduler sends or throws goes to it; closing closes it), telling ``host``
+    started it by hand: ``coro.send(None)``) with ``yield from`` semantics (what the
+    scheduler sends or throws goes to it; closing closes it), telling ``host``
     ``turn_suspended()`` once, before the first yield that suspends the turn: every yield
     but a bare schedule point as the first one (see the module docstring)."""
     # (a bare schedule point as the first yield is no suspension; the next yield is)
@@ -134,8 +101,8 @@ _SCHEDULE_POINT: Final = SCHEDULE_POINT
 def watch_first_block(
     awaitable: Awaitable[None], first_block: Callable[[], object]
 ) -> Generator[Any, Any, bool]:
-    """Like :func:`watch_first_wait`, but ``first_block()`` is called only before the first
-    yield that really waits (parks the task until something reschedules it): a schedule
+    """Await ``awaitable``, calling ``first_block()`` just before its first yield that really
+    waits (parks the task until something reschedules it): a schedule
     point (the task runs again in the next pass, as every ``checkpoint`` does) does not
     count. For a connection's reader writing a frame itself: a send that only passes
     schedule points costs the reading one pass; one that waits for the socket hands the

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import trio
 import trio.testing
 
 from zlink_trio.engine import ActorDeliveryLane, SpotLane, open_engine
-from zlink_trio.engine.inline import watch_first_block, watch_first_wait
+from zlink_trio.engine.inline import resume_turn, watch_first_block
 
 
 class Host:
@@ -190,8 +192,21 @@ async def test_halting_the_engine_cancels_an_inline_turn_through_its_host() -> N
         assert host.calls == ["enter", "suspended", "cancel", "exit"]
 
 
-async def test_watch_first_wait_delegates_sends_throws_and_results() -> None:
+async def _inline(awaitable: Any, host: Host) -> None:
+    """Drive ``awaitable`` as the engine drives an inline turn: one step by hand, then
+    :func:`resume_turn`."""
+    coro = awaitable.__await__()
+    try:
+        trap = coro.send(None)
+    except StopIteration:
+        return
+    await resume_turn(coro, trap, host)
+
+
+async def test_resume_turn_delegates_sends_throws_and_results() -> None:
     calls: list[str] = []
+    host = Host()
+    host.calls = calls
 
     async def body() -> None:
         await trio.lowlevel.checkpoint()
@@ -202,14 +217,14 @@ async def test_watch_first_wait_delegates_sends_throws_and_results() -> None:
             raise
 
     with trio.move_on_after(0.01) as scope:
-        await watch_first_wait(body(), lambda: calls.append("first wait"))
+        await _inline(body(), host)
     assert scope.cancelled_caught
-    assert calls == ["first wait", "cancelled inside"]
+    assert calls == ["suspended", "cancelled inside"]
 
     async def quick() -> None:
         calls.append("quick")
 
-    await watch_first_wait(quick(), lambda: calls.append("never"))
+    await _inline(quick(), host)
     assert calls[-1] == "quick"
 
 
