@@ -91,6 +91,13 @@ async def admitted(server: object, rid: NodeRid) -> None:
         await node.wait_peer_change(address)
 
 
+async def not_admitted(server: object, rid: NodeRid) -> None:
+    node = node_of(server)  # type: ignore[arg-type]
+    address = PeerAddress(MeshName("test"), rid)
+    while node.peer_state(address) is PeerState.ADMITTED:
+        await node.wait_peer_change(address)
+
+
 async def test_a04_07_target_sigkilled_before_relay_ready_the_source_stays_owner(
     pg_dsn: str,
 ) -> None:
@@ -151,7 +158,8 @@ async def test_a04_07_target_sigkilled_after_relay_ready_never_returns_to_the_so
     and before its 1,000 ms cutover fallback could commit. The source never runs the
     relayed messages again, relocate reports no commit, and the incarnation is released
     (the id is Missing, not wedged on a source that no longer hosts it); nothing is
-    replaced by another target."""
+    replaced by another target. A message sent at the source once it has seen the target
+    gone (before the release) follows the move and ends Unavailable, sent nowhere."""
     secret = secrets.token_bytes(32)
     log = RelocLog()
     tap = WireTap()
@@ -190,9 +198,14 @@ async def test_a04_07_target_sigkilled_after_relay_ready_never_returns_to_the_so
                     command=Command.RELOCATION_RELAY_READY,
                 )
                 target.process.send_signal(signal.SIGKILL)
+                assert await target.process.wait() == -signal.SIGKILL
+                await not_admitted(source, rid)
+                # The source follows the accepted move to its dead target: nothing is
+                # sent, nothing runs here, and the call says the object is unavailable
+                # (not a stale route: the Store still names this node's incarnation).
                 for i in range(3):
-                    await source.actors.send(actor, "add", f"late-{i}".encode())
-            assert await target.process.wait() == -signal.SIGKILL
+                    with pytest.raises(Unavailable, match="move to another node"):
+                        await source.actors.send(actor, "add", f"late-{i}".encode())
             (result,) = results
             assert result.committed is False  # type: ignore[attr-defined]
             assert log.payloads(actor) == [f"saved-{i}".encode() for i in range(3)]

@@ -7,6 +7,11 @@ or the owner's lifecycle is GONE. Nothing was sent. This policy looks at the Sto
 more and decides how the call ends, for any object kind:
 
 * the row is Missing or Creating → ``NotFound`` (messages never activate an object);
+* the call took this node's Message Follow route (the object is moving away from here)
+  and the row still names this node's incarnation → ``Unavailable``: the move was
+  accepted but has not committed, and its target cannot be reached (docs/decisions.md,
+  "Failure after acceptance": nothing goes back to the source; the row is released by
+  ``relocation_timeout``, so a later call ends ``NotFound``, never wedged);
 * the row names another owner or incarnation now → ``StaleRoute`` (the call is not
   redirected: it is never re-sent to a freshly resolved owner; the next call resolves
   afresh);
@@ -70,7 +75,9 @@ class OwnerUnreachable(Generic[IdT]):
         self._grace = grace
         self._flow = flow
 
-    async def verdict(self, key: IdT, route: Route, why: str) -> ZLinkError:
+    async def verdict(
+        self, key: IdT, route: Route, why: str, moved_from: Route | None = None
+    ) -> ZLinkError:
         """The error the call to ``key`` ends with (see the module docstring). Store
         failures propagate (typed ``Unavailable``)."""
         name = f"{self._noun} {self._authority.key(key).object_id!r}"
@@ -80,6 +87,11 @@ class OwnerUnreachable(Generic[IdT]):
             if row is None or row.state is AuthorityState.CREATING:
                 return NotFound(f"{name} has no Ready authority")
             if not names_owner(row, route):
+                if moved_from is not None and names_owner(row, moved_from):
+                    return Unavailable(
+                        f"{name} cannot be reached: its move to another node was accepted "
+                        f"but has not committed, and the move's target cannot be reached ({why})"
+                    )
                 self._flow.emit(
                     FlowEvent.STALE_ROUTE_RESULT, "%s: %s; the Store names another owner", name, why
                 )

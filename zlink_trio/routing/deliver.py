@@ -190,9 +190,13 @@ class Unreachable(Protocol[K_contra]):
     """How a call ends whose owner cannot be reached (the object layer's policy: it may
     reclaim the row of a dead owner)."""
 
-    async def verdict(self, key: K_contra, route: Route, why: str) -> Exception:
+    async def verdict(
+        self, key: K_contra, route: Route, why: str, moved_from: Route | None = None
+    ) -> Exception:
         """The error of a call to ``key`` that was never sent because the owner ``route``
-        names cannot be reached (``why``); ``route`` is dropped from the cache already."""
+        names cannot be reached (``why``); ``route`` is dropped from the cache already.
+        ``moved_from``: the route the call had before it took this node's Message Follow
+        route ``route`` (the object is moving away from here)."""
         ...
 
 
@@ -495,6 +499,7 @@ class Delivery(Generic[K]):
         (one deadline). ``route``: the cached route the caller already looked up."""
         admitted = False
         target = self._target
+        moved_from: Route | None = None  # set when the call takes a Message Follow route
         with trio.move_on_at(deadline):
             if route is None:
                 route = await self.resolve(key)
@@ -514,7 +519,7 @@ class Delivery(Generic[K]):
                     followed = target.follow_route(key)
                     if followed is None:
                         raise self._stale(key, route, exc.message) from None
-                    route = followed
+                    moved_from, route = route, followed
                 else:
                     admitted = True
                     if slot is None:
@@ -540,10 +545,14 @@ class Delivery(Generic[K]):
                     await self._node.refresh_peers()
                     continue
                 if state is PeerState.GONE:
-                    raise await self._cannot_reach(key, route, "its owner's lifecycle ended")
+                    raise await self._cannot_reach(
+                        key, route, "its owner's lifecycle ended", moved_from
+                    )
                 if state is PeerState.CONNECTING:
                     if await self._connect(peer, deadline) is PeerState.CONNECTING:
-                        raise await self._cannot_reach(key, route, "its owner cannot be dialed")
+                        raise await self._cannot_reach(
+                            key, route, "its owner cannot be dialed", moved_from
+                        )
                     continue
                 build = self._builder(key, route, kind, packet, data, deadline)
                 try:
@@ -581,11 +590,13 @@ class Delivery(Generic[K]):
             return await self._node.connect(peer)  # the call's own scope ends it
         return await connect_until(self._node, peer, give_up)
 
-    async def _cannot_reach(self, key: K, route: Route, why: str) -> Exception:
+    async def _cannot_reach(
+        self, key: K, route: Route, why: str, moved_from: Route | None
+    ) -> Exception:
         """The call was never sent: its owner cannot be reached. The route goes; the
         Store tells how the call ends (:class:`Unreachable`)."""
         self._cache.invalidate(key, route)
-        return await self._unreachable.verdict(key, route, why)
+        return await self._unreachable.verdict(key, route, why, moved_from)
 
     def _suspect(self, key: K, route: Route) -> None:
         # The owner could not serve it (no longer owns it, destroying, lease gone): the
