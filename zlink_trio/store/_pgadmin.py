@@ -111,10 +111,12 @@ async def open_schema_connections(
     cancel_grace: float,
     retry_window: float,
     thread_name: str,
+    fast: bool = False,
 ) -> AsyncIterator[tuple[LoopThread, PgConnections]]:
     """The bridge thread and ``connections`` open connections to ``schema``, migrated first
     (``migrate``) or checked to be up to date, for the block: what the Location Store and
-    the router's PostgreSQL backends both open.
+    the router's PostgreSQL backends both open. ``fast``: one Trio-native connection more,
+    for the lone field CAS (:mod:`._pqfast`; the Location Store's).
 
     Raises:
         Unavailable: the server cannot be reached.
@@ -139,6 +141,7 @@ async def open_schema_connections(
             connections,
             cancel_grace=cancel_grace,
             retry_window=retry_window,
+            fast=fast,
         )
         await conns.open()
         try:

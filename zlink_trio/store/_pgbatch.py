@@ -55,6 +55,7 @@ from ..errors import StoreOutcomeUnknown
 from ._aiobridge import _Call
 from ._pgconn import NotSent, PgConnections, Slot, discard_if_broken
 from ._pgsql import FieldCas
+from ._pqfast import FastConnection, FastLost, FastNotSent, FastRefused
 
 __all__ = ["APPLIED_FULL", "APPLIED_SLIM", "FALLBACK", "LOST", "FieldBatcher"]
 
@@ -295,6 +296,10 @@ class FieldBatcher:
         before the loop thread started it, nothing is sent; after that the statement is
         given up at once (nobody else waits for it) and settled before ``Cancelled``."""
         conns = self._conns
+        if slim:
+            fast = conns.fast_usable()
+            if fast is not None:
+                return await self._lone_fast(fast, slot, statements, args)
         if not conns.ready(slot):  # (re)connect on the batch path
             conns.release(slot)
             return await self._lead(statements, _Entry((args[0], args[1]), args, slim))
@@ -334,6 +339,39 @@ class FieldBatcher:
             conns.broken(slot)
             raise _unknown(error)
         raise _copy(error)
+
+    async def _lone_fast(
+        self, fast: FastConnection, slot: Slot, statements: FieldCas, args: tuple[Any, ...]
+    ) -> Any:
+        """:meth:`_lone` of a caller holding the row, on the Trio-native connection (no
+        thread hand-off; :mod:`._pqfast`), ``slot`` held meanwhile. Not applied (no row
+        matched) or refused by the server: FALLBACK (nothing was applied, and a version
+        never comes back, so the bridge's run of it answers the same: lost with the
+        current row, or the typed error). Connection broken: an outage starts; FALLBACK
+        if nothing was sent, else ``StoreOutcomeUnknown``. Cancelled in flight: settled
+        server-side and closed first (:mod:`._pqfast`)."""
+        conns = self._conns
+        self._inflight += 1
+        try:
+            generation = conns.generation
+            if (not fast.connected or fast.generation != generation) and not await fast.connect(
+                generation
+            ):
+                return FALLBACK
+            version = await fast.fetch_version(statements.single_slim, statements.oids, args)
+        except FastNotSent:
+            conns.fast_broken(fast.generation)
+            return FALLBACK
+        except FastRefused:
+            return FALLBACK
+        except FastLost as exc:
+            conns.fast_broken(fast.generation)
+            raise _unknown(exc) from exc
+        finally:
+            self._inflight -= 1
+            self._alone += 1
+            conns.release(slot)
+        return FALLBACK if version is None else (APPLIED_SLIM, version)
 
     async def _follow(self, batch: _Batch, entry: _Entry) -> Any:
         try:

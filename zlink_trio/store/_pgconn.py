@@ -38,6 +38,7 @@ import trio
 
 from ..errors import StoreOutcomeUnknown, Unavailable
 from ._aiobridge import LoopThread
+from ._pqfast import FastConnection
 
 __all__ = ["Method", "NotSent", "PgConnections", "Slot", "discard_if_broken"]
 
@@ -157,9 +158,21 @@ class PgConnections:
         *,
         cancel_grace: float,
         retry_window: float,
+        fast: bool = False,
     ) -> None:
         self._bridge = bridge
         self._kwargs = dict(connect_kwargs)
+        self.fast: FastConnection | None = None
+        """The Trio-native connection of the lone field CAS (:mod:`._pqfast`), when asked
+        for (``fast``): one connection more than ``size``, opened by the first lone CAS
+        (a store under steady concurrent load batches and never opens it), used only
+        while a slot is held."""
+        if fast:
+            self.fast = FastConnection(
+                self._kwargs["dsn"],
+                self._kwargs["server_settings"]["application_name"],
+                grace=cancel_grace,
+            )
         self._slots = [Slot() for _ in range(size)]
         self._free = list(self._slots)
         self._limiter = trio.Semaphore(size)
@@ -194,6 +207,8 @@ class PgConnections:
         with trio.CancelScope(shield=True):
             for _ in self._slots:
                 await self._limiter.acquire()
+            if self.fast is not None:  # idle: every slot is held here
+                self.fast.close()
             for slot in self._slots:
                 conn, slot.conn = slot.conn, None
                 if conn is not None:
@@ -268,6 +283,24 @@ class PgConnections:
         except _ConnectFailed:
             return False
         return True
+
+    @property
+    def generation(self) -> int:
+        """The connection generation (it moves on when a connection breaks)."""
+        return self._generation
+
+    def fast_usable(self) -> FastConnection | None:
+        """The Trio-native connection, when there is one and no outage is on (during an
+        outage every call goes through the bridge, whose reconnect ends it)."""
+        return None if self._outage or self._closed else self.fast
+
+    def fast_broken(self, generation: int) -> None:
+        """The Trio-native connection opened in ``generation`` was found broken (closed
+        before the statement was sent, or lost in flight): an outage starts, as for a
+        slot."""
+        if generation == self._generation:
+            self._generation += 1
+            self._outage = True
 
     def broken(self, slot: Slot) -> None:
         """A caller-driven call found ``slot``'s connection broken (closed before the

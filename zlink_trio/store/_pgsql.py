@@ -9,6 +9,7 @@ from __future__ import annotations
 import attrs
 
 from ._pgmigrate import quote_schema
+from ._pqfast import type_oids
 
 __all__ = ["FieldCas", "Statements"]
 
@@ -29,6 +30,9 @@ class FieldCas:
 
     name: str
     fields: int
+    oids: tuple[int, ...]
+    """The parameter types of ``single_slim`` (``namespace, object_id, expected, *fields``)
+    for the Trio-native connection (:mod:`._pqfast`)."""
     single_full: str
     single_slim: str
     batch_full: str
@@ -103,6 +107,7 @@ class Statements:
             return FieldCas(
                 name=name,
                 fields=len(types),
+                oids=type_oids(("text", "bytea", "bigint", *types)),
                 single_full=f"{single} 0::smallint, *",
                 single_slim=f"{single} store_version",
                 batch_full=f"{batched} a.*",

@@ -621,7 +621,8 @@ async def open_postgres_store(
     Args:
         dsn: libpq-style connection string.
         schema: schema holding every table (a plain identifier; created if missing).
-        connections: dedicated connections (the store's concurrency).
+        connections: dedicated connections (the store's concurrency); the store opens
+            one more, Trio-native, for a lone CAS (docs/decisions.md).
         migrate: apply pending migrations first; when False, a schema that is not up to
             date raises ConfigurationError instead.
         cancel_grace: how long an interrupted statement's connection may take to settle
@@ -640,6 +641,7 @@ async def open_postgres_store(
         cancel_grace=cancel_grace,
         retry_window=retry_window,
         thread_name=f"zlink-pg-{schema}",
+        fast=True,
     ) as (_, conns):
         yield PostgresLocationStore(conns, schema)
 

@@ -58,6 +58,17 @@ class Admin:
         )
         return [r[0] for r in rows]
 
+    async def busy_store_backends(self, schema: str) -> list[int]:
+        """PIDs of the store's connections that are in a statement or a transaction (not
+        idle, nor still starting up: a connect the caller gave up leaves a backend that
+        ends at once). The store keeps an idle Trio-native connection for a lone CAS."""
+        rows = await self.fetch(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+            " AND state <> 'idle' ORDER BY pid",
+            f"zlink_trio/{schema}"[:63],
+        )
+        return [r[0] for r in rows]
+
 
 @asynccontextmanager
 async def open_admin(dsn: str) -> AsyncIterator[Admin]:
