@@ -373,7 +373,7 @@ class ActorRuntime:
         if record.message_kind is _REQUEST:
             sink = RemoteSink(node, peer.address, record.correlation)
             if record.timeout_ms is not None:
-                run_by = trio.current_time() + record.timeout_ms / 1000
+                run_by = hosted.kind.now() + record.timeout_ms / 1000  # (trio's clock)
         item = Deliver(record.message_kind, record.packet_name, record.payload, sink, run_by)
         reader = node.reader_handoff()
         if reader is not None:

@@ -128,8 +128,9 @@ class Lane(Generic[P, T], metaclass=NoPublicConstructor):
     @property
     def backlog(self) -> int:
         """Items queued and not held (lifecycle + application): cheap, for hot paths."""
-        core = self._core
-        return core.lifecycle_count + core.application_count
+        core = self._core  # (its queues directly: this runs once per remote reply)
+        life, app = core._life, core._app
+        return (0 if life is None else len(life)) + (0 if app is None else len(app))
 
     @property
     def idle(self) -> bool:

@@ -103,6 +103,17 @@ class SequencedDecoder:
         if self.failure is not None:
             raise self.failure
         partial = self._partial
+        if not partial and type(data) is bytes and len(data) > 12:
+            # The commonest read: exactly one whole frame (a request or its reply),
+            # nothing held from before. The same checks as the loop below, in its order.
+            size, seq = _HEADER.unpack_from(data)
+            if (
+                len(data) == size + 4
+                and SEQ_BYTES < size <= self._limit + SEQ_BYTES
+                and seq == self._next
+            ):
+                self._next = seq + 1
+                return [data[12:]]
         if partial:
             partial += data
             buf: bytes | bytearray | memoryview = partial

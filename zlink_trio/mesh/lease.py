@@ -95,6 +95,7 @@ class LeaseKeeper:
     __slots__ = (
         "_deadline",
         "_interval",
+        "_now",
         "_on_expired",
         "_rid",
         "_state",
@@ -123,6 +124,9 @@ class LeaseKeeper:
         self._deadline: Final = LeaseDeadline() if deadline is None else deadline
         self._state: LeaseState = held
         self._deadline.at = held.local_deadline
+        self._now: Final = trio.lowlevel.current_clock().current_time
+        """``trio.current_time`` as one call (:meth:`check` runs once per call and
+        per inbound message); made in the run it serves, like the node."""
         self.renewals = 0
         self.renew_failures = 0
 
@@ -184,7 +188,7 @@ class LeaseKeeper:
         held = self._state  # (not the property: this runs once per call)
         if type(held) is not LeaseHeld:
             return False
-        if trio.current_time() < held.local_deadline:
+        if self._now() < held.local_deadline:
             return True
         self._expire(held, "no successful renewal before the local deadline")
         return False

@@ -32,12 +32,13 @@ import attrs
 import cbor2
 
 from ..errors import ProtocolError
+from ..ids import OperationId
 from .base import WireRecord
 from .commands import RESERVED_COMMANDS, Command
-from .enums import TerminalResult
-from .fields import MAX_PAYLOAD_BYTES, WireValueError, describe
+from .enums import MessageKind, TerminalResult
+from .fields import _OPERATION_ID_SLOTS, MAX_PAYLOAD_BYTES, WireValueError, describe
 from .nested import Nested, trusted_setters
-from .records import ALL_RECORDS, Record, TerminalReply
+from .records import ALL_RECORDS, ActorSend, Record, TerminalReply
 from .tails import ReplyPayloadTail
 
 __all__ = [
@@ -173,6 +174,13 @@ def decode(body: bytes | bytearray | memoryview) -> Record:
         reply = _decode_ok(body)
         if reply is not None:
             return reply
+    elif body[:3] == _ACTOR_SEND_PREFIX:  # the request it answers (see _decode_actor_send)
+        return _decode_actor_send(body)
+    return _decode_general(body)
+
+
+def _decode_general(body: bytes) -> Record:
+    """:func:`decode` through cbor2 and the generated field decoders (every record)."""
     if len(body) <= SCAN_THRESHOLD:
         try:
             # Always a list of 2 (the 0x82 header) when cbor2 returns.
@@ -279,6 +287,196 @@ def _decode_ok(body: bytes) -> TerminalReply | None:
     except IndexError:
         return None
     return ok_reply(correlation, payload)
+
+
+_ACTOR_SEND_PREFIX: Final = b"\x91\x18\x18"
+"""An array of 17 items, then the command: 24."""
+_ACTOR_SEND_SETTERS: Final = _setters(ActorSend)
+_SEND: Final = MessageKind.SEND
+_KINDS: Final = (_SEND, MessageKind.REQUEST)
+_FIXED: dict[bytes, tuple[Any, ...]] = {}
+"""The fixed part of a command 24 (source, target, Actor id, route fences: the bytes an
+``ActorSendTemplate`` encodes once per route) -> its eight decoded field values, as the
+general decoder decoded them (cleared when full)."""
+_FIXED_MAX: Final = 1024
+assert _OPERATION_ID_SLOTS is not None  # (attrs lays OperationId out as slots)
+_OPID_SLOTS: Final = _OPERATION_ID_SLOTS
+_last_fixed: tuple[Any, ...] = (b"\xff",)  # (never a fixed part's first byte)
+
+
+def _decode_actor_send(body: bytes) -> Record:
+    """The command 24 ``body`` holds, read without cbor2 when its fixed part (bytes 3 +
+    correlation up to the message kind) was decoded before by the general decoder and
+    the rest is ``[kind, packet, payload, timeout, operation id, follow_hops, null]`` in
+    the forms the hot path writes: a SEND or REQUEST kind, an ASCII packet name of 1 to
+    63 characters, a payload within its bound, no session. Anything else, and the first
+    body of each fixed part, goes through the general decoder (which judges it, and
+    teaches this one that fixed part).
+
+    The record is built as the trusted decoder builds it, from values the general
+    decoder's checks accept. Integer and length headers may be non-shortest, as cbor2
+    accepts them."""
+    global _last_fixed
+    try:
+        head = body[3]
+        if head < 24:
+            correlation = head
+            at = 4
+        else:
+            size = _UINT_SIZES.get(head)
+            if size is None:
+                return _decode_general(body)
+            at = 4 + size
+            correlation = int.from_bytes(body[4:at])
+        fixed = _last_fixed
+        if body.startswith(fixed[0], at):  # the fixed part of the previous one
+            at += len(fixed[0])
+        else:
+            end = _fixed_end(body, at)
+            if end < 0:
+                return _decode_general(body)
+            found = _FIXED.get(body[at:end])
+            if found is None:
+                return _learn(body, body[at:end])
+            fixed = _last_fixed = found
+            at = end
+        # The varying part.
+        kind = _KINDS[body[at]]
+        head = body[at + 1]
+        if 0x61 <= head < 0x78:
+            at += 2
+            end = at + head - 0x60
+        elif head == 0x78 and 24 <= body[at + 2] <= 63:
+            at += 3
+            end = at + body[at - 1]
+        else:
+            return _decode_general(body)
+        text = body[at:end]
+        if not text.isascii():
+            return _decode_general(body)
+        packet = text.decode("ascii")
+        head = body[end]
+        at = end + 1
+        if 0x40 <= head < 0x58:
+            length = head - 0x40
+        else:
+            size = _UINT_SIZES.get(head - 0x40)
+            if size is None:
+                return _decode_general(body)
+            length = int.from_bytes(body[at : at + size])
+            at += size
+        end = at + length
+        if length > MAX_PAYLOAD_BYTES:
+            return _decode_general(body)
+        payload = body[at:end]
+        head = body[end]
+        at = end + 1
+        if head == 0xF6:
+            timeout_ms: int | None = None
+        elif head < 24:
+            timeout_ms = head
+        else:
+            size = _UINT_SIZES.get(head)
+            if size is None or size == 8:
+                return _decode_general(body)
+            timeout_ms = int.from_bytes(body[at : at + size])
+            at += size
+        head = body[at]
+        if head == 0xF6:
+            operation_id: OperationId | None = None
+            at += 1
+        elif head == 0x50:
+            value = int.from_bytes(body[at + 1 : at + 17])
+            if not value:
+                return _decode_general(body)
+            # (as the generated decoder builds it: ``OperationId._trusted`` inlined)
+            operation_id = _new(OperationId)
+            set_value, set_hash = _OPID_SLOTS
+            set_value(operation_id, value)
+            set_hash(operation_id, None)
+            at += 17
+        else:
+            return _decode_general(body)
+        hops = body[at]
+        if hops < 24:
+            at += 1
+        elif hops == 0x18:
+            hops = body[at + 1]
+            at += 2
+        else:
+            return _decode_general(body)
+        if len(body) != at + 1 or body[at] != 0xF6:  # no session, nothing after it
+            return _decode_general(body)
+        if (correlation == 0) is not (kind is _SEND):  # ActorSend's cross-field rule
+            return _decode_general(body)
+    except (IndexError, KeyError):
+        return _decode_general(body)
+    record: ActorSend = _new(ActorSend)
+    (s0, s1, s2, s3, s4, s5, s6, s7, s8, s9, s10, s11, s12, s13, s14, s15) = _ACTOR_SEND_SETTERS
+    _, v1, v2, v3, v4, v5, v6, v7, v8 = fixed
+    s0(record, correlation)
+    s1(record, v1)
+    s2(record, v2)
+    s3(record, v3)
+    s4(record, v4)
+    s5(record, v5)
+    s6(record, v6)
+    s7(record, v7)
+    s8(record, v8)
+    s9(record, kind)
+    s10(record, packet)
+    s11(record, payload)
+    s12(record, timeout_ms)
+    s13(record, operation_id)
+    s14(record, hops)
+    s15(record, None)
+    return record  # (its __attrs_post_init__ checks the rule checked above: not run again)
+
+
+def _fixed_end(body: bytes, at: int) -> int:
+    """Where the fixed part of the command 24 ``body`` that starts at ``at`` ends (rid,
+    generation, rid, generation, text, 3 nullable generations); -1 for another shape
+    (IndexError or KeyError for a truncated body or an unexpected header)."""
+    if body[at] != 0x50:
+        return -1
+    head = body[at + 17]
+    at += 18 if head < 24 else 18 + _UINT_SIZES[head]
+    if body[at] != 0x50:
+        return -1
+    head = body[at + 17]
+    at += 18 if head < 24 else 18 + _UINT_SIZES[head]
+    head = body[at]
+    if 0x60 <= head < 0x78:
+        at += head - 0x5F
+    elif head == 0x78:
+        at += body[at + 1] + 2
+    else:
+        return -1
+    for _ in range(3):
+        head = body[at]
+        at += 1 if head < 24 or head == 0xF6 else 1 + _UINT_SIZES[head]
+    return at
+
+
+def _learn(body: bytes, fixed: bytes) -> Record:
+    """``body`` through the general decoder; its ``fixed`` part remembered (_FIXED)."""
+    global _last_fixed
+    record = _decode_general(body)
+    if type(record) is ActorSend:  # (always: the body names command 24)
+        if len(_FIXED) >= _FIXED_MAX:
+            _FIXED.clear()
+        _FIXED[fixed] = _last_fixed = (
+            fixed,
+            record.source_rid,
+            record.source_generation,
+            record.target_rid,
+            record.target_generation,
+            record.actor_id,
+            record.route_object_generation,
+            record.expected_owner_generation,
+            record.owner_lease_generation,
+        )
+    return record
 
 
 def ok_reply(correlation: int, payload: bytes | None) -> TerminalReply:

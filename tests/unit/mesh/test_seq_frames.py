@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
+from hypothesis import given, strategies as st
 
 from zlink_trio.errors import ProtocolError
+from zlink_trio.mesh import frames as frames_module
 from zlink_trio.mesh.frames import SEQ_BYTES, SequencedDecoder, SequenceGap, pack_frame
 
 
@@ -89,3 +93,55 @@ def test_a_frame_above_the_bound_after_good_ones_still_fails_without_a_raise() -
     decoder.max_body_bytes = 50  # not enough
     with pytest.raises(ProtocolError):
         decoder.feed(b"")
+
+
+def _outcome(decoder: SequencedDecoder, data: bytes | bytearray) -> tuple[object, ...]:
+    try:
+        result: object = decoder.feed(data)
+    except ProtocolError as exc:
+        result = (type(exc), str(exc))
+    failure = decoder.failure
+    return (
+        result,
+        None if failure is None else (type(failure), str(failure)),
+        decoder.received,
+        decoder.buffered,
+    )
+
+
+@given(
+    frames=st.lists(
+        st.tuples(st.integers(0, 4), st.binary(max_size=40), st.integers(-1, 1)), max_size=6
+    ),
+    limit=st.integers(1, 40),
+    cut=st.integers(0, 3),
+)
+def test_one_whole_frame_per_read_decodes_as_the_general_loop(
+    frames: list[tuple[int, bytes, int]], limit: int, cut: int
+) -> None:
+    # feed() reads a lone whole frame (bytes, nothing held) without its loop: the same
+    # bodies, failures, counters and held bytes as the loop (fed the same bytes as a
+    # bytearray, which always takes the loop), read after read, whatever the frames are
+    # (a sequence off by one, a body over the bound, none at all, a read cut short).
+    fast, general = SequencedDecoder(limit), SequencedDecoder(limit)
+    seq = 0
+    for kind, body, skew in frames:
+        seq += 1
+        data = pack_frame(seq + skew, body)
+        if kind == 0:
+            data = data[: len(data) - cut]
+        elif kind == 1:
+            data += pack_frame(seq + 1, body)
+            seq += 1
+        assert _outcome(fast, data) == _outcome(general, bytearray(data))
+
+
+def test_one_whole_frame_takes_the_short_path(monkeypatch: pytest.MonkeyPatch) -> None:
+    loop = mock.Mock(wraps=frames_module._LENGTH)
+    monkeypatch.setattr(frames_module, "_LENGTH", loop)
+    decoder = SequencedDecoder(1024)
+    assert decoder.feed(pack_frame(1, b"one")) == [b"one"]
+    assert decoder.feed(pack_frame(2, b"two")) == [b"two"]
+    loop.unpack_from.assert_not_called()
+    assert decoder.feed(stream([b"3", b"4"], first=3)) == [b"3", b"4"]  # two: the loop
+    loop.unpack_from.assert_called()

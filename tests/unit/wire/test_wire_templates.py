@@ -4,6 +4,9 @@ equivalent record, build records equal to normally constructed ones, and refuse 
 
 from __future__ import annotations
 
+from typing import Any
+from unittest import mock
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -25,6 +28,7 @@ from zlink_trio.wire import (
     MessageKind,
     ReplyPayloadTail,
     TerminalReply,
+    codec,
     decode,
     encode,
 )
@@ -180,3 +184,103 @@ def test_ok_reply_accepts_non_shortest_heads(head: bytes, payload: bytes | None)
     body = b"\x86\x14" + head + b"\x00\xf6" + tail + b"\xf6"
     expected_tail = None if payload is None else ReplyPayloadTail(payload=payload)
     assert decode(body) == TerminalReply(correlation=5, terminal_result=_OK, tail=expected_tail)
+
+
+def _verdict(decoder: Any, body: bytes) -> object:
+    try:
+        return decoder(body)
+    except ProtocolError:
+        return ProtocolError
+
+
+@given(
+    actor=st.text(min_size=1, max_size=60),
+    fences=st.tuples(*[st.none() | st.integers(1, 2**63 - 1)] * 3),
+    correlation=st.integers(0, 2**64 - 1),
+    packet=st.text(min_size=1, max_size=63) | st.text(alphabet="abc-_.", min_size=1, max_size=63),
+    payload=st.binary(max_size=300),
+    timeout_ms=st.none() | st.integers(0, 2**32 - 1),
+    operation_id=st.integers(1, 2**128 - 1),
+)
+def test_actor_send_decodes_as_the_general_decoder_decodes_it(
+    actor: str,
+    fences: tuple[int | None, int | None, int | None],
+    correlation: int,
+    packet: str,
+    payload: bytes,
+    timeout_ms: int | None,
+    operation_id: int,
+) -> None:
+    # decode() reads a command 24 without cbor2 once its fixed part was decoded before
+    # (codec._decode_actor_send): the same record as the general decoder, and the short
+    # path is taken for what the hot path writes (an ASCII packet name).
+    template = _template(actor, fences)
+    kind = MessageKind.REQUEST if correlation else MessageKind.SEND
+    args = (correlation, kind, packet, payload, timeout_ms, operation_id)
+    body = template.body(*args)
+    record = template.record(*args)
+    assert decode(body) == record == codec._decode_general(body)  # (the first: learned)
+    with mock.patch.object(codec, "_decode_general", wraps=codec._decode_general) as general:
+        again = decode(body)
+        assert again == record and hash(again) == hash(record) and type(again) is ActorSend
+        assert general.called is not packet.isascii()
+
+
+@given(
+    fences=st.tuples(*[st.none() | st.integers(1, 2**63 - 1)] * 3),
+    correlation=st.integers(0, 2**64 - 1),
+    payload=st.binary(max_size=40),
+    timeout_ms=st.none() | st.integers(0, 2**32 - 1),
+    operation_id=st.integers(1, 2**128 - 1),
+    damage=st.lists(st.tuples(st.integers(0, 10**6), st.integers(0, 255)), max_size=3),
+    cut=st.none() | st.integers(0, 200),
+    extra=st.binary(max_size=3),
+)
+def test_a_damaged_actor_send_gets_the_general_decoders_verdict(
+    fences: tuple[int | None, int | None, int | None],
+    correlation: int,
+    payload: bytes,
+    timeout_ms: int | None,
+    operation_id: int,
+    damage: list[tuple[int, int]],
+    cut: int | None,
+    extra: bytes,
+) -> None:
+    # Whatever the bytes after the 24's head, decode() gives the general decoder's
+    # verdict: the same record, or ProtocolError (the fixed part learned first).
+    template = _template("cart-1", fences)
+    kind = MessageKind.REQUEST if correlation else MessageKind.SEND
+    body = template.body(correlation, kind, "ask", payload, timeout_ms, operation_id)
+    decode(body)
+    damaged = bytearray(body)
+    for at, value in damage:
+        damaged[3 + at % (len(body) - 3)] = value
+    if cut is not None:
+        del damaged[len(damaged) - 1 - cut % (len(damaged) - 3) :]
+    damaged += extra
+    assert _verdict(decode, bytes(damaged)) == _verdict(codec._decode_general, bytes(damaged))
+
+
+@pytest.mark.parametrize(
+    ("correlation", "payload_head", "timeout", "hops"),
+    [
+        (b"\x18\x05", b"\x43", b"\x19\x00\x07", b"\x00"),
+        (b"\x1b" + (5).to_bytes(8), b"\x59\x00\x03", b"\x1a\x00\x00\x00\x07", b"\x18\x02"),
+        (b"\x05", b"\x5a\x00\x00\x00\x03", b"\xf6", b"\x18\xff"),
+    ],
+)
+def test_actor_send_accepts_non_shortest_heads(
+    correlation: bytes, payload_head: bytes, timeout: bytes, hops: bytes
+) -> None:
+    template = _template()
+    shortest = template.body(5, MessageKind.REQUEST, "ask", b"abc", 7, 9)
+    decode(shortest)  # its fixed part learned
+    fixed = shortest[4 : shortest.index(b"\x01\x63ask")]
+    body = (
+        b"\x91\x18\x18" + correlation + fixed + b"\x01\x63ask" + payload_head + b"abc"
+        + timeout + b"\x50" + (9).to_bytes(16) + hops + b"\xf6"
+    )  # fmt: skip
+    with mock.patch.object(codec, "_decode_general", wraps=codec._decode_general) as general:
+        record = decode(body)
+        general.assert_not_called()
+    assert record == codec._decode_general(body)
