@@ -124,7 +124,10 @@ class FastConnection:
                 if pg.server_version >= 140000:
                     # A backend notices a vanished client within 1 s even mid-statement.
                     pg.send_query(b"SET client_connection_check_interval = '1s'")
-                    results = await _results(pg)
+                    # One short round trip, never left running: a caller cancelled here
+                    # must not leave its backend busy behind it (grace-bounded).
+                    with trio.CancelScope(shield=True), trio.fail_after(self._grace):
+                        results = await _results(pg)
                     if results[-1].status != pq.ExecStatus.COMMAND_OK:
                         raise FastRefused(results[-1].get_error_message())
                 self._poller = select.poll()
@@ -133,7 +136,7 @@ class FastConnection:
                 self.generation = generation
                 self._retry_after = _RETRY_INITIAL
                 return True
-        except (PsycopgError, FastRefused, OSError):
+        except (PsycopgError, FastRefused, OSError, trio.TooSlowError):
             pass
         finally:
             if pg is not None:
