@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import select
 import struct
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Final, final
 
 import trio
@@ -251,21 +251,30 @@ def _alive(pg: pq.abc.PGconn, poller: select.poll) -> bool:
 async def _open(conninfo: bytes) -> pq.abc.PGconn:
     pg = pq.PGconn.connect_start(conninfo)
     try:
-        while True:
-            status = pg.connect_poll()
-            if status == pq.PollingStatus.OK:
-                break
-            if status == pq.PollingStatus.READING:
-                await trio.lowlevel.wait_readable(pg.socket)
-            elif status == pq.PollingStatus.WRITING:
-                await trio.lowlevel.wait_writable(pg.socket)
-            else:
-                raise FastRefused(pg.get_error_message() or "connection failed")
+        if not await _drive(pg.connect_poll, pg):
+            raise FastRefused(pg.get_error_message() or "connection failed")
         pg.nonblocking = 1
     except BaseException:
         _finish(pg)
         raise
     return pg
+
+
+async def _drive(
+    poll: Callable[[], int], conn: pq.abc.PGconn | pq.abc.PGcancelConn
+) -> bool:
+    """Drive libpq's non-blocking ``poll`` of ``conn`` (a connect or a cancel request)
+    until it ends: True when it succeeded, False when it failed."""
+    while True:
+        status = poll()
+        if status == pq.PollingStatus.OK:
+            return True
+        if status == pq.PollingStatus.READING:
+            await trio.lowlevel.wait_readable(conn.socket)
+        elif status == pq.PollingStatus.WRITING:
+            await trio.lowlevel.wait_writable(conn.socket)
+        else:
+            return False
 
 
 async def _results(pg: pq.abc.PGconn) -> list[pq.abc.PGresult]:
@@ -296,16 +305,7 @@ async def _send_cancel(pg: pq.abc.PGconn) -> None:
         return
     try:
         cancel.start()
-        while True:
-            status = cancel.poll()
-            if status == pq.PollingStatus.OK:
-                return
-            if status == pq.PollingStatus.READING:
-                await trio.lowlevel.wait_readable(cancel.socket)
-            elif status == pq.PollingStatus.WRITING:
-                await trio.lowlevel.wait_writable(cancel.socket)
-            else:
-                return
+        await _drive(cancel.poll, cancel)
     finally:
         _finish(cancel)
 
