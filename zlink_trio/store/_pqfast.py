@@ -260,9 +260,7 @@ async def _open(conninfo: bytes) -> pq.abc.PGconn:
     return pg
 
 
-async def _drive(
-    poll: Callable[[], int], conn: pq.abc.PGconn | pq.abc.PGcancelConn
-) -> bool:
+async def _drive(poll: Callable[[], int], conn: pq.abc.PGconn | pq.abc.PGcancelConn) -> bool:
     """Drive libpq's non-blocking ``poll`` of ``conn`` (a connect or a cancel request)
     until it ends: True when it succeeded, False when it failed."""
     while True:
