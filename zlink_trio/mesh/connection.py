@@ -4,7 +4,10 @@ connection.
 
 Writer lane: a bounded memory channel (``peer_send_queue``) of ``(record, body)`` items.
 The writer takes everything queued (up to :data:`BATCH_BYTES`), stamps sequence numbers
-and writes the batch with ONE ``send_all``.
+and writes the batch with ONE ``send_all``. An idle writer parks on its own (not in the
+channel's ``receive``, which would hand it the first item at once and leave the rest
+behind it), so the lane's items stay in the channel, in order, until somebody takes them:
+the writer, or a sender that drains them itself (below).
 
 The connection knows only its :class:`~.state.TransportState` and its :class:`~.frameio.PeerIO`
 (any ``trio.abc.Stream``). Test instrumentation (fault plan, wire tap: :mod:`.instrumented`)
@@ -20,11 +23,21 @@ on runners send their replies), one scheduler pass later; until the writer's nex
 this connection queues every frame (no direct write, no yield), so the writer — woken by
 the first of them, it runs after them — sends them all in one write.
 
+Self-drain: on a connection without instrumentation, the sender that queues the
+:data:`DRAIN_FRAMES`-th waiting frame while nobody is writing takes the whole lane and
+writes it at once itself, without waiting (what the kernel does not take stays first, for
+the writer). A burst of many replies or requests thus leaves in a few writes of
+:data:`DRAIN_FRAMES` frames as they are produced instead of one write after the last:
+the peer starts on the first frames while this side still produces the rest, so two nodes
+exchanging bursts overlap their work instead of taking turns (with 16 callers on one
+connection, ~0.6× → ~0.85× a raw one-connection-per-caller ping-pong; docs/performance.md).
+
 Direct write: when nothing is queued, nobody is writing and the node is not corked,
 :meth:`Connection.send` writes the frame itself if the kernel takes it at once, without
 waiting: if the kernel takes nothing the frame goes to the lane, and the rest of a
-partial write goes to the (empty) lane as its first item, so the caller never waits on
-the socket and never leaves half a frame behind. Order is kept: a direct write happens
+partial write is kept as the connection's unwritten rest, which the writer writes before
+anything in the lane, so the caller never waits on the socket and never leaves half a
+frame behind. Order is kept: a direct write happens
 only while the lane and the writer are empty. This saves the writer's task switch on
 every frame of a request/reply exchange; under load the lane batches as described.
 
@@ -73,24 +86,20 @@ from .stats import NodePhase
 if TYPE_CHECKING:
     from .state import TransportState
 
-__all__ = ["BATCH_BYTES", "ENCODED", "Connection"]
+__all__ = ["BATCH_BYTES", "DRAIN_FRAMES", "ENCODED", "Connection"]
 
 logger = logging.getLogger("zlink_trio.mesh")
 
 BATCH_BYTES: Final = 256 * 1024
 """The writer stops adding queued frames to one ``send_all`` past this many bytes."""
+DRAIN_FRAMES: Final = 6
+"""Queued frames at which the sender of the last one writes them itself (see the module).
+Measured (docs/performance-history.md): 4–8 give the same 16-caller figure; 12 loses the
+overlap; fewer frames per write cost a system call and a peer wake-up per group."""
 
 _Item = tuple[Any, bytes]
 _CLOSE: Final[_Item] = (None, b"")
 """Lane marker: write what precedes, then close the connection (graceful goodbye)."""
-
-
-class _Rest:
-    """Lane marker record: the item's bytes are the unwritten rest of a direct write
-    (already numbered): written verbatim, first."""
-
-
-_REST: Final = _Rest()
 
 
 class _Encoded:
@@ -115,13 +124,16 @@ class Connection:
     __slots__ = (
         "_busy",
         "_coalesce",
+        "_farewell",
         "_handling",
         "_home",
+        "_idle_writer",
         "_io",
         "_lane_recv",
         "_lane_send",
         "_queued",
         "_reader",
+        "_rest",
         "_scope",
         "_state",
         "address",
@@ -152,7 +164,10 @@ class Connection:
         self._lane_recv = recv
         self._scope: trio.CancelScope | None = None
         self.close_reason: CloseReason | None = None
-        self._queued = 0  # items put in the lane and not yet written
+        self._queued = 0  # items put in the lane (and the rest) and not yet written
+        self._rest: bytes | None = None  # unwritten tail of a write: goes before the lane
+        self._idle_writer: trio.lowlevel.Task | None = None  # the writer, parked
+        self._farewell = False  # a goodbye is queued: nobody but the writer drains
         self._busy = False  # the writer is writing a batch
         self._coalesce = False  # a burst was read: queue frames until the next write
         self._handling = False  # the reader is handling frames, not reading
@@ -218,11 +233,13 @@ class Connection:
         try:
             self._queued += 1  # counted like every lane item: no direct write overtakes it
             self._lane_send.send_nowait((goodbye, encode(goodbye)))
+            self._farewell = True
             self._queued += 1
             self._lane_send.send_nowait(_CLOSE)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             self.close(CloseReason.SHUTDOWN)
+        self._wake_writer()
 
     # --- sending ---------------------------------------------------------------------------
     async def send(
@@ -279,6 +296,17 @@ class Connection:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
+        if (
+            self._queued >= DRAIN_FRAMES
+            and not self._busy
+            and self._rest is None
+            and self.plain
+            and not self._farewell
+            and self.close_reason is None
+        ):
+            self._drain()
+        else:
+            self._wake_writer()
         if not corked and checkpoint:
             await trio.lowlevel.cancel_shielded_checkpoint()
 
@@ -297,6 +325,49 @@ class Connection:
         if scope.cancelled_caught:
             self._queued -= 1
             raise DeadlineExceeded(f"the writer lane to {self.peer} stayed full for {timeout} s")
+        self._wake_writer()
+
+    def _wake_writer(self) -> None:
+        writer = self._idle_writer
+        if writer is not None:
+            self._idle_writer = None
+            trio.lowlevel.reschedule(writer)
+
+    def _drain(self) -> None:
+        """Write what the lane holds now, without waiting (see the module: self-drain).
+        Only while nobody writes, nothing is left unwritten and no goodbye is queued, on
+        a connection without instrumentation (its frames need no record)."""
+        recv = self._lane_recv
+        io = self._io
+        parts: list[bytes] = []
+        seq = io.sent
+        size = taken = 0
+        while size < BATCH_BYTES:
+            try:
+                body = recv.receive_nowait()[1]
+            except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
+                break
+            taken += 1
+            seq += 1
+            parts.append(pack_header(len(body) + SEQ_BYTES, seq))
+            parts.append(body)
+            size += len(body)
+        self._queued -= taken
+        if not taken:
+            return
+        io.sent = seq
+        data = b"".join(parts)
+        counters = self._state.counters
+        counters.writes_out += 1
+        counters.frames_out += taken
+        counters.bytes_out += len(data)
+        try:
+            written = io.try_write(data)
+        except PeerClosed:
+            self.close(CloseReason.PEER_CLOSED)
+            return
+        if written < len(data):
+            self._keep_rest(data[written:])
 
     async def _write_direct(self, record: Any, body: bytes) -> bool:
         """Write the frame now if the kernel takes (some of) it; False if it took nothing.
@@ -314,12 +385,18 @@ class Connection:
             return False
         io.sent = seq
         if written < len(data):
-            self._queued += 1
-            self._lane_send.send_nowait((_REST, data[written:]))  # the lane is empty
+            self._keep_rest(data[written:])  # (the lane is empty)
         counters = self._state.counters
+        counters.writes_out += 1
         counters.frames_out += 1
         counters.bytes_out += len(data)
         return True
+
+    def _keep_rest(self, rest: bytes) -> None:
+        """The tail of a write the kernel did not take: the writer writes it first."""
+        self._rest = rest
+        self._queued += 1
+        self._wake_writer()
 
     def send_nowait(self, record: Any) -> bool:
         """Queue a control record if there is room (ping, pong, refusal); False if not."""
@@ -329,6 +406,7 @@ class Connection:
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             return False
+        self._wake_writer()
         return True
 
     # --- writer ---------------------------------------------------------------------------
@@ -336,12 +414,28 @@ class Connection:
         recv = self._lane_recv
         try:
             while True:
+                rest = self._rest
+                if rest is not None:
+                    self._rest = None
+                    self._busy = True
+                    try:
+                        await self._io.write_all(rest)
+                    finally:
+                        self._queued -= 1
+                        self._busy = False
+                    continue
                 batch: list[_Item] = []
-                if self.wake_at == _NEVER:
-                    batch.append(await recv.receive())
-                else:
-                    with trio.move_on_at(self.wake_at):
-                        batch.append(await recv.receive())
+                try:
+                    batch.append(recv.receive_nowait())
+                except trio.WouldBlock:
+                    if self.wake_at == _NEVER:
+                        await self._park()
+                        continue  # (a sender may have drained the lane meanwhile)
+                    with trio.move_on_at(self.wake_at) as timer:
+                        await self._park()
+                    if not timer.cancelled_caught:
+                        continue
+                    # (wake_at came: an empty batch, for the instrumentation)
                 size = len(batch[0][1]) if batch else 0
                 while size < BATCH_BYTES:
                     try:
@@ -362,7 +456,18 @@ class Connection:
         except (PeerClosed, trio.EndOfChannel):
             self.close(CloseReason.PEER_CLOSED)
         finally:
+            self._idle_writer = None
             recv.close()
+
+    async def _park(self) -> None:
+        """Wait until a sender queues something (``_wake_writer``)."""
+        self._idle_writer = trio.lowlevel.current_task()
+
+        def abort(_: Any) -> trio.lowlevel.Abort:
+            self._idle_writer = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     async def _write_plain(self, batch: list[_Item]) -> None:
         parts: list[bytes] = []
@@ -373,9 +478,6 @@ class Connection:
             if record is None:
                 closing = True
                 break
-            if record is _REST:
-                parts.append(body)
-                continue
             frames += 1
             seq += 1
             parts.append(pack_header(len(body) + SEQ_BYTES, seq))
@@ -391,6 +493,7 @@ class Connection:
         """Write ``parts`` (``frames`` frames, already numbered) in one write."""
         data = b"".join(parts)
         counters = self._state.counters
+        counters.writes_out += 1
         counters.frames_out += frames
         counters.bytes_out += len(data)
         await self._io.write_all(data)

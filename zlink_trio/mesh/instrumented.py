@@ -24,7 +24,7 @@ import trio
 
 from ..ids import NodeRid
 from .api import PeerIdentity
-from .connection import _REST, Connection, _Item, _Stop
+from .connection import Connection, _Item, _Stop
 from .faults import FaultKind, FaultPlan
 from .frames import SEQ_BYTES, pack_header
 from .reasons import CloseReason
@@ -129,8 +129,7 @@ class _Hooks:
                 for record, _body in batch:
                     if record is None:
                         break
-                    if record is not _REST:
-                        tap._record(self._rid, True, self._conn.peer, record)
+                    tap._record(self._rid, True, self._conn.peer, record)
             await self._plain_batch(batch)
             return
         try:
@@ -171,9 +170,6 @@ class _Hooks:
                     await conn.flush(parts, frames)
                 conn.close(CloseReason.SHUTDOWN)
                 raise _Stop
-            if record is _REST:
-                parts.append(item[1])
-                continue
             if plan is not None and plan._partitioned(rid, conn.peer):
                 if parts:
                     await conn.flush(parts, frames)

@@ -410,6 +410,7 @@ class MeshNode:
             peers_connecting=self._links.count(PeerState.CONNECTING),
             frames_in=counters.frames_in,
             frames_out=counters.frames_out,
+            writes_out=counters.writes_out,
             bytes_in=counters.bytes_in,
             bytes_out=counters.bytes_out,
             frames_dropped=frozen_counts(counters.dropped),

@@ -45,11 +45,13 @@ class Counters:
         "dropped",
         "frames_in",
         "frames_out",
+        "writes_out",
     )
 
     def __init__(self) -> None:
         self.frames_in = 0
         self.frames_out = 0
+        self.writes_out = 0
         self.bytes_in = 0
         self.bytes_out = 0
         self.connections_opened = 0
@@ -79,6 +81,9 @@ class MeshNodeStatistics:
     """Records decoded on admitted connections (replies, pings and refused ones included)."""
     frames_out: int
     """Frames written on admitted connections (a fault-plan duplicate counts twice)."""
+    writes_out: int
+    """Writes those frames went out in (a frame written directly, a writer's batch, a
+    self-drained group: connection.py): ``frames_out / writes_out`` is the coalescing."""
     bytes_in: int
     bytes_out: int
     frames_dropped: Mapping[DropReason, int]

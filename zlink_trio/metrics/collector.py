@@ -128,6 +128,11 @@ class ServerCollector(Collector):
         frames.add_metric(["in"], node.frames_in)
         frames.add_metric(["out"], node.frames_out)
         yield frames
+        writes = CounterMetricFamily(
+            "zlink_mesh_writes", "Socket writes the outbound mesh frames went out in"
+        )
+        writes.add_metric([], node.writes_out)
+        yield writes
         pending = GaugeMetricFamily("zlink_requests_pending", "Requests waiting for a reply")
         pending.add_metric([], node.requests_pending)
         yield pending

@@ -1,6 +1,7 @@
 """How frames leave a connection: a lone request/reply exchange writes each frame
 directly; the answers to a burst of frames (many callers) leave together, one write for
-the frames of many senders (connection.py, "Coalescing")."""
+the frames of many senders (connection.py, "Coalescing"), or a few writes of
+DRAIN_FRAMES as they are produced ("Self-drain")."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from trio.testing import MockClock
 
 from zlink_trio.ids import ActorId
 from zlink_trio.mesh.api import PeerAddress, PeerIdentity
+from zlink_trio.mesh.connection import DRAIN_FRAMES
 from zlink_trio.mesh.services import ServiceContext
 from zlink_trio.testing import node_of, open_cluster
 from zlink_trio.testing.cluster import DEFAULT_MESH
@@ -34,6 +36,7 @@ class _Writes:
     def __init__(self, conn: Any) -> None:
         self.direct = 0
         self.batches: list[int] = []
+        self.frames = self.writes = 0  # by the node's counters (every frame and write)
         plain_direct, plain_batch = conn.write_direct, conn.write_batch
 
         async def write_direct(record: Any, body: bytes) -> bool:
@@ -48,23 +51,33 @@ class _Writes:
         conn.write_direct, conn.write_batch = write_direct, write_batch
 
 
-async def _requests(callers: int, rounds: int) -> _Writes:
+def _record(a: Any, b: Any, correlation: int) -> ActorSend:
+    return ActorSend(
+        correlation=correlation,
+        source_rid=a.identity.node_rid,
+        source_generation=a.identity.node_generation,
+        target_rid=b.identity.node_rid,
+        target_generation=b.identity.node_generation,
+        actor_id=ActorId("echo"),
+        message_kind=MessageKind.REQUEST,
+        packet_name="ping",
+        payload=b"x" * 64,
+    )
+
+
+async def _requests(callers: int, rounds: int, *, plain: bool = True) -> _Writes:
+    """``plain=False``: both ends count as instrumented (no self-drain: every frame goes
+    through the counting hooks); otherwise the node's counters count writes."""
     async with open_cluster(2, services=[_echo]) as cluster:
         await cluster.wait_all_admitted()
         a, b = (node_of(server) for server in cluster.servers)
         to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
-        writes = _Writes(a._links.admitted[to_b])
-        record = ActorSend(
-            correlation=1,
-            source_rid=a.identity.node_rid,
-            source_generation=a.identity.node_generation,
-            target_rid=b.identity.node_rid,
-            target_generation=b.identity.node_generation,
-            actor_id=ActorId("echo"),
-            message_kind=MessageKind.REQUEST,
-            packet_name="ping",
-            payload=b"x" * 64,
-        )
+        conn = a._links.admitted[to_b]
+        writes = _Writes(conn)
+        conn.plain = plain
+        b._links.admitted[PeerAddress(DEFAULT_MESH, a.identity.node_rid)].plain = plain
+        before = a.statistics()
+        record = _record(a, b, 1)
 
         async def caller() -> None:
             for _ in range(rounds):
@@ -73,6 +86,9 @@ async def _requests(callers: int, rounds: int) -> _Writes:
         async with trio.open_nursery() as nursery:
             for _ in range(callers):
                 nursery.start_soon(caller)
+        after = a.statistics()
+        writes.frames = after.frames_out - before.frames_out
+        writes.writes = after.writes_out - before.writes_out
         return writes
 
 
@@ -83,10 +99,54 @@ async def test_a_lone_exchange_writes_each_request_directly(autojump_clock: Mock
 
 
 async def test_requests_of_many_callers_leave_together(autojump_clock: MockClock) -> None:
-    writes = await _requests(callers=16, rounds=20)
+    writes = await _requests(callers=16, rounds=20, plain=False)
     sent = writes.direct + sum(writes.batches)
     assert sent == 16 * 20
     # After the first round the callers are woken by bursts of replies: their requests
     # are queued and written together (16 frames of 16 senders in a write, or close).
     assert writes.direct <= 16 + 8
     assert len(writes.batches) <= sent // 8
+
+
+async def test_a_burst_of_many_callers_leaves_in_groups(autojump_clock: MockClock) -> None:
+    """Without instrumentation the callers' requests leave in self-drained groups of
+    DRAIN_FRAMES (or the writer's larger batches): a few frames per write, every frame
+    written once."""
+    writes = await _requests(callers=16, rounds=20)
+    assert writes.frames == 16 * 20
+    # (Both nodes share one scheduler here, so groups are smaller than across processes.)
+    assert writes.writes <= writes.frames // 2
+
+
+async def test_the_sender_of_the_drain_frames_th_queued_frame_writes_the_lane() -> None:
+    """Frames queued without a yield (``flush=False``) leave in writes of DRAIN_FRAMES as
+    they are queued, not after the last; the peer gets them all, once each, in order."""
+    got: list[int] = []
+
+    async def collect(
+        context: ServiceContext, *, task_status: Any = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        async def on_send(peer: PeerIdentity, record: ActorSend) -> None:
+            got.append(record.correlation)
+
+        context.node.on(Command.ACTOR_SEND, on_send)
+        task_status.started()
+        await trio.sleep_forever()
+
+    count = 2 * DRAIN_FRAMES + 1
+    async with open_cluster(2, services=[collect]) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = (node_of(server) for server in cluster.servers)
+        to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
+        before = a.statistics()
+        for n in range(1, count + 1):
+            await a.send(to_b, _record(a, b, n), flush=False)
+        during = a.statistics()
+        # No yield yet: two groups went out, drained by the senders; the last is queued.
+        assert during.writes_out - before.writes_out == 2
+        assert during.frames_out - before.frames_out == 2 * DRAIN_FRAMES
+        with trio.fail_after(5):
+            while len(got) < count:
+                await trio.sleep(0.01)
+        assert got == list(range(1, count + 1))
+        assert a.statistics().frames_out - before.frames_out == count
