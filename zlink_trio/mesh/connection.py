@@ -23,14 +23,18 @@ on runners send their replies), one scheduler pass later; until the writer's nex
 this connection queues every frame (no direct write, no yield), so the writer — woken by
 the first of them, it runs after them — sends them all in one write.
 
-Self-drain: on a connection without instrumentation, the sender that queues the
-:data:`DRAIN_FRAMES`-th waiting frame while nobody is writing takes the whole lane and
-writes it at once itself, without waiting (what the kernel does not take stays first, for
-the writer). A burst of many replies or requests thus leaves in a few writes of
-:data:`DRAIN_FRAMES` frames as they are produced instead of one write after the last:
-the peer starts on the first frames while this side still produces the rest, so two nodes
-exchanging bursts overlap their work instead of taking turns (with 16 callers on one
-connection, ~0.6× → ~0.85× a raw one-connection-per-caller ping-pong; docs/performance.md).
+Self-drain: on a connection without instrumentation, the sender that queues the frame
+that makes the lane hold :meth:`Connection.drain_at` frames while nobody is writing takes
+the whole lane and writes it at once itself, without waiting (what the kernel does not
+take stays first, for the writer). A burst thus leaves in a few writes as it is produced
+instead of one write after the last: the peer starts on the first frames while this side
+still produces the rest, so two nodes exchanging bursts overlap their work instead of
+taking turns. The group is half of what is in flight, so that two groups are: half the
+requests this node has waiting for replies on the connection (the callers' side), or,
+with none, half the frames of the last burst read (the answering side answers a burst in
+two halves); :data:`DRAIN_FRAMES` before any burst. (With 16 callers on one connection
+across two processes: ~0.6× a raw one-connection-per-caller ping-pong without it, ~1.0×
+with it; docs/performance-history.md.)
 
 Direct write: when nothing is queued, nobody is writing and the node is not corked,
 :meth:`Connection.send` writes the frame itself if the kernel takes it at once, without
@@ -92,10 +96,9 @@ logger = logging.getLogger("zlink_trio.mesh")
 
 BATCH_BYTES: Final = 256 * 1024
 """The writer stops adding queued frames to one ``send_all`` past this many bytes."""
-DRAIN_FRAMES: Final = 6
-"""Queued frames at which the sender of the last one writes them itself (see the module).
-Measured (docs/performance-history.md): 4–8 give the same 16-caller figure; 12 loses the
-overlap; fewer frames per write cost a system call and a peer wake-up per group."""
+DRAIN_FRAMES: Final = 8
+"""Queued frames at which their last sender writes them itself (see the module), on a
+connection that has read no burst yet and has no request of this node in flight."""
 
 _Item = tuple[Any, bytes]
 _CLOSE: Final[_Item] = (None, b"")
@@ -122,6 +125,7 @@ class Connection:
     it ends."""
 
     __slots__ = (
+        "_burst_half",
         "_busy",
         "_coalesce",
         "_farewell",
@@ -140,6 +144,7 @@ class Connection:
         "close_reason",
         "deliver",
         "dialed",
+        "in_flight",
         "peer",
         "plain",
         "preferred",
@@ -168,6 +173,10 @@ class Connection:
         self._rest: bytes | None = None  # unwritten tail of a write: goes before the lane
         self._idle_writer: trio.lowlevel.Task | None = None  # the writer, parked
         self._farewell = False  # a goodbye is queued: nobody but the writer drains
+        self._burst_half = DRAIN_FRAMES  # half the frames of the last burst read (>= 2)
+        self.in_flight = 0
+        """Requests of this node that went out on this connection and wait for a reply
+        (kept by the reply registry)."""
         self._busy = False  # the writer is writing a batch
         self._coalesce = False  # a burst was read: queue frames until the next write
         self._handling = False  # the reader is handling frames, not reading
@@ -297,7 +306,7 @@ class Connection:
             self._queued -= 1
             raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
         if (
-            self._queued >= DRAIN_FRAMES
+            self._queued >= self.drain_at()
             and not self._busy
             and self._rest is None
             and self.plain
@@ -326,6 +335,13 @@ class Connection:
             self._queued -= 1
             raise DeadlineExceeded(f"the writer lane to {self.peer} stayed full for {timeout} s")
         self._wake_writer()
+
+    def drain_at(self) -> int:
+        """Frames queued at which their last sender writes them (see the module)."""
+        in_flight = self.in_flight
+        if in_flight:
+            return max(2, (in_flight + 1) >> 1)
+        return self._burst_half
 
     def _wake_writer(self) -> None:
         writer = self._idle_writer
@@ -545,6 +561,7 @@ class Connection:
                 corked = len(bodies) > 1
                 if corked:
                     state.corked += 1
+                    self._burst_half = max(2, (len(bodies) + 1) >> 1)
                 self._handling = True
                 try:
                     for body in bodies:

@@ -87,6 +87,7 @@ class Pending:
         registry, self._registry = self._registry, None
         if registry is not None:
             registry._forget(self._correlation)
+            self._settled()
 
     def expire(self, error: BaseException) -> None:
         if self._reply is not None or self._error is not None:
@@ -99,13 +100,19 @@ class Pending:
     def _deliver(self, reply: Any) -> None:
         self._reply = reply
         self._registry = None
-        self._conn = None
+        self._settled()
         self._wake()
 
     def _link_broke(self) -> None:
-        self._conn = None
+        self._settled()
         self._lost = True
         self._wake()
+
+    def _settled(self) -> None:
+        """No longer in flight on the connection it went out on."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            conn.in_flight -= 1
 
     def _wake(self) -> None:
         task, self._task = self._task, None
@@ -130,6 +137,7 @@ class ReplyRegistry:
             raise InvalidOperation("correlations of this lifecycle are exhausted")
         self._last += 1
         pending = Pending(self, self._last, peer, conn)
+        conn.in_flight += 1
         self._waiting[self._last] = pending
         return pending
 

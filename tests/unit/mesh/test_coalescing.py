@@ -87,6 +87,7 @@ async def _requests(callers: int, rounds: int, *, plain: bool = True) -> _Writes
             for _ in range(callers):
                 nursery.start_soon(caller)
         after = a.statistics()
+        assert conn.in_flight == 0  # every reply came: nothing counted in flight
         writes.frames = after.frames_out - before.frames_out
         writes.writes = after.writes_out - before.writes_out
         return writes
@@ -109,8 +110,8 @@ async def test_requests_of_many_callers_leave_together(autojump_clock: MockClock
 
 
 async def test_a_burst_of_many_callers_leaves_in_groups(autojump_clock: MockClock) -> None:
-    """Without instrumentation the callers' requests leave in self-drained groups of
-    DRAIN_FRAMES (or the writer's larger batches): a few frames per write, every frame
+    """Without instrumentation the callers' requests leave in self-drained groups (half
+    of those in flight, or the writer's batches): a few frames per write, every frame
     written once."""
     writes = await _requests(callers=16, rounds=20)
     assert writes.frames == 16 * 20
@@ -120,24 +121,29 @@ async def test_a_burst_of_many_callers_leaves_in_groups(autojump_clock: MockCloc
 
 async def test_the_sender_of_the_drain_frames_th_queued_frame_writes_the_lane() -> None:
     """Frames queued without a yield (``flush=False``) leave in writes of DRAIN_FRAMES as
-    they are queued, not after the last; the peer gets them all, once each, in order."""
+    they are queued (no burst read yet, nothing in flight), not after the last; the peer
+    gets them all, once each, in order."""
     got: list[int] = []
+    count = 2 * DRAIN_FRAMES + 1
+    all_in = trio.Event()
 
     async def collect(
         context: ServiceContext, *, task_status: Any = trio.TASK_STATUS_IGNORED
     ) -> None:
         async def on_send(peer: PeerIdentity, record: ActorSend) -> None:
             got.append(record.correlation)
+            if len(got) == count:
+                all_in.set()
 
         context.node.on(Command.ACTOR_SEND, on_send)
         task_status.started()
         await trio.sleep_forever()
 
-    count = 2 * DRAIN_FRAMES + 1
     async with open_cluster(2, services=[collect]) as cluster:
         await cluster.wait_all_admitted()
         a, b = (node_of(server) for server in cluster.servers)
         to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
+        assert a._links.admitted[to_b].drain_at() == DRAIN_FRAMES
         before = a.statistics()
         for n in range(1, count + 1):
             await a.send(to_b, _record(a, b, n), flush=False)
@@ -146,7 +152,45 @@ async def test_the_sender_of_the_drain_frames_th_queued_frame_writes_the_lane() 
         assert during.writes_out - before.writes_out == 2
         assert during.frames_out - before.frames_out == 2 * DRAIN_FRAMES
         with trio.fail_after(5):
-            while len(got) < count:
-                await trio.sleep(0.01)
+            await all_in.wait()
         assert got == list(range(1, count + 1))
         assert a.statistics().frames_out - before.frames_out == count
+
+
+async def test_the_drain_group_is_half_of_what_is_in_flight(autojump_clock: MockClock) -> None:
+    """The callers' side drains at half its requests in flight on the connection (so two
+    groups are in flight), counted until each is answered or abandoned; the answering
+    side at half the last burst it read."""
+    arrived = trio.Event()
+    unanswered: list[tuple[PeerIdentity, int]] = []
+
+    async def hold(context: ServiceContext, *, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        async def on_send(peer: PeerIdentity, record: ActorSend) -> None:
+            unanswered.append((peer, record.correlation))
+            if len(unanswered) == 10:
+                arrived.set()
+
+        context.node.on(Command.ACTOR_SEND, on_send)
+        task_status.started()
+        await trio.sleep_forever()
+
+    async with open_cluster(2, services=[hold]) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = (node_of(server) for server in cluster.servers)
+        to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
+        conn = a._links.admitted[to_b]
+        back = b._links.admitted[PeerAddress(DEFAULT_MESH, a.identity.node_rid)]
+        pendings = [await a.request(to_b, _record(a, b, 1)) for _ in range(10)]
+        assert conn.in_flight == 10
+        assert conn.drain_at() == 5
+        pendings.pop().discard()  # abandoned: no longer in flight
+        assert (conn.in_flight, conn.drain_at()) == (9, 5)
+        with trio.fail_after(5):
+            await arrived.wait()  # (b read the ten requests: in one burst or several)
+        assert 2 <= back.drain_at() <= 5
+        for peer, correlation in unanswered:
+            await b.send(peer.address, TerminalReply.ok(correlation))
+        with trio.fail_after(5):
+            for pending in pendings:
+                await pending.wait()
+        assert conn.in_flight == 0
