@@ -269,8 +269,8 @@ class Connection:
         queueing it yields (the writer runs first); ``checkpoint=False`` never yields
         (the caller parks right after, e.g. a request waiting for its reply).
         ``flush=False`` queues the frame like a corked or coalescing connection does (no
-        direct write, no yield): more frames follow at once, and the writer sends them
-        all in one write. ``wait=False`` raises ``trio.WouldBlock`` (nothing queued)
+        direct write, no yield): more frames follow at once, and they leave together
+        (in one write of the writer, or in self-drained groups: see the module). ``wait=False`` raises ``trio.WouldBlock`` (nothing queued)
         instead of waiting for lane space."""
         await trio.lowlevel.checkpoint_if_cancelled()
         state = self._state

@@ -14,7 +14,35 @@ from zlink_trio.mesh.replies import ReplyRegistry
 
 PEER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
 OTHER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
-CONN = object()
+
+
+class _Conn:
+    """What the registry needs of a connection: its count of requests in flight."""
+
+    def __init__(self) -> None:
+        self.in_flight = 0
+
+
+CONN = _Conn()
+
+
+async def test_a_request_is_in_flight_on_its_connection_until_settled() -> None:
+    registry = ReplyRegistry()
+    conn = _Conn()
+    answered, abandoned, lost, expired = (
+        registry.register(PEER, conn)  # type: ignore[arg-type]
+        for _ in range(4)
+    )
+    assert conn.in_flight == 4
+    assert registry.deliver(PEER, answered.correlation, "reply") is None
+    abandoned.discard()
+    abandoned.discard()  # (twice: counted once)
+    assert conn.in_flight == 2
+    registry.connection_broke(conn)  # type: ignore[arg-type]
+    assert conn.in_flight == 0  # both went out on the broken connection
+    expired.expire(RuntimeError("late"))
+    lost.discard()
+    assert conn.in_flight == 0
 
 
 async def test_reply_goes_to_its_waiter_only_from_its_peer() -> None:
