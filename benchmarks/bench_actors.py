@@ -2,6 +2,7 @@
 
 Usage: python benchmarks/bench_actors.py [--seconds S] [--actors N] [--rounds R]
                                           [--dsn DSN | --no-split] [--split-only]
+                                          [--callers 1,16]
 
 * local send: one-way sends to a local Actor (``await actors.send(...)``: admission only)
   vs a raw trio memory channel ``await send`` loop with a consumer task.
@@ -14,7 +15,8 @@ Usage: python benchmarks/bench_actors.py [--seconds S] [--actors N] [--rounds R]
   afterwards: ``--dsn``, else ``ZLINK_TEST_PG_DSN``, else 127.0.0.1:5432/test; skipped
   when none answers), vs the raw ping-pong with its echo server in a second process. Also
   printed: the CPU time per request of each process (``time.process_time``), ours and
-  raw. ``--split-only`` runs just these.
+  raw. ``--split-only`` runs just these; ``--callers`` sets their caller counts (1 and 16
+  by default).
 * scale: N Actors created on one node (creations/s over the first half, untraced), then
   idle; framework memory per idle Actor measured with tracemalloc over the second half
   (allocations made inside the Location Store excluded: they are the Store's, reported
@@ -346,7 +348,9 @@ async def _measured(
     return rate, here * 1e6 / operations, there * 1e6 / operations
 
 
-async def split_messaging(dsn: str, seconds: float, rounds: int) -> list[tuple[str, ...]]:
+async def split_messaging(
+    dsn: str, seconds: float, rounds: int, counts: tuple[int, ...] = (1, 16)
+) -> list[tuple[str, ...]]:
     """Cross-node requests with the owner in a second process (a PostgreSQL Location
     Store in a private schema, dropped afterwards) vs the raw ping-pong with its echo in a
     second process: rows of (scenario, ours, raw, median ratio, CPU here/there per op)."""
@@ -373,7 +377,7 @@ async def split_messaging(dsn: str, seconds: float, rounds: int) -> list[tuple[s
                         break
                     except ZLinkError:
                         await trio.sleep(0.05)
-            for callers in (1, 16):
+            for callers in counts:
                 ours: list[tuple[float, float, float]] = []
                 raw: list[tuple[float, float, float]] = []
                 for _ in range(rounds):
@@ -518,14 +522,21 @@ async def parked_task_bytes(n: int = 5000) -> float:
     return used / n
 
 
-async def main(seconds: float, n: int, rounds: int, dsn: str | None, split_only: bool) -> None:
+async def main(
+    seconds: float,
+    n: int,
+    rounds: int,
+    dsn: str | None,
+    split_only: bool,
+    callers: tuple[int, ...] = (1, 16),
+) -> None:
     if not split_only:
         for name, ours, base, ratio in await messaging(seconds, rounds):
             print(f"{name:38s} {ours:12,.0f}/s  raw {base:12,.0f}/s  ratio {ratio:5.2f}")
     if dsn is None:
         print("cross-node requests with the peer in a 2nd process skipped: no PostgreSQL (--dsn)")
     else:
-        for name, rates, cpu in await split_messaging(dsn, seconds, rounds):
+        for name, rates, cpu in await split_messaging(dsn, seconds, rounds, callers):
             print(f"{name}:\n{'':38s} {rates}\n{cpu}", flush=True)
     if split_only:
         return
@@ -558,6 +569,12 @@ if __name__ == "__main__":
     parser.add_argument("--dsn", help="PostgreSQL for the peer-in-a-2nd-process scenarios")
     parser.add_argument("--no-split", action="store_true", help="skip those scenarios")
     parser.add_argument("--split-only", action="store_true", help="run only those scenarios")
+    parser.add_argument(
+        "--callers",
+        default="1,16",
+        help="caller counts of those scenarios, comma-separated (default 1,16)",
+    )
     args = parser.parse_args()
     dsn = None if args.no_split else _pg_dsn(args.dsn)
-    trio.run(main, args.seconds, args.actors, args.rounds, dsn, args.split_only)
+    counts = tuple(int(c) for c in args.callers.split(","))
+    trio.run(main, args.seconds, args.actors, args.rounds, dsn, args.split_only, counts)

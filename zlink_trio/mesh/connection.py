@@ -23,7 +23,8 @@ on runners send their replies), one scheduler pass later; until the writer's nex
 this connection queues every frame (no direct write, no yield), so the writer — woken by
 the first of them, it runs after them — sends them all in one write.
 
-Self-drain: on a connection without instrumentation, the sender that queues the frame
+Self-drain: on a connection without instrumentation whose peer runs in another process
+(``FrameIO.peer_in_this_process``: a peer sharing this thread cannot overlap), the sender that queues the frame
 that makes the lane hold :meth:`Connection.drain_at` frames while nobody is writing takes
 the whole lane and writes it at once itself, without waiting (what the kernel does not
 take stays first, for the writer). A burst thus leaves in a few writes as it is produced
@@ -81,7 +82,7 @@ from ..wire import (
     encode,
 )
 from .api import PeerIdentity, PeerNotAdmitted
-from .frameio import YIELD_EVERY, PeerClosed, PeerIO, close_io
+from .frameio import YIELD_EVERY, FrameIO, PeerClosed, PeerIO, close_io
 from .frames import SEQ_BYTES, SequenceGap, pack_header
 from .ingress import ANSWERED_BY_20, HANDSHAKE_TYPES, REPLY_TYPES, SOURCE_OF
 from .reasons import CloseReason, DropReason
@@ -128,6 +129,7 @@ class Connection:
         "_burst_half",
         "_busy",
         "_coalesce",
+        "_drains",
         "_farewell",
         "_handling",
         "_home",
@@ -174,6 +176,8 @@ class Connection:
         self._idle_writer: trio.lowlevel.Task | None = None  # the writer, parked
         self._farewell = False  # a goodbye is queued: nobody but the writer drains
         self._burst_half = DRAIN_FRAMES  # half the frames of the last burst read (>= 2)
+        self._drains = type(io) is FrameIO and not io.peer_in_this_process
+        """Self-drain here: a socket whose other end runs in another process."""
         self.in_flight = 0
         """Requests of this node that went out on this connection and wait for a reply
         (kept by the reply registry)."""
@@ -309,6 +313,7 @@ class Connection:
             self._queued >= self.drain_at()
             and not self._busy
             and self._rest is None
+            and self._drains
             and self.plain
             and not self._farewell
             and self.close_reason is None

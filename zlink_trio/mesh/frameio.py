@@ -15,15 +15,21 @@ the kernel completes at once costs one system call and no trip through the sched
 (trio's socket wrapper yields after every successful call). Fairness is kept explicitly:
 the reader checkpoints after :data:`YIELD_EVERY` reads in a row that did not wait, and
 every write path above this class yields or parks right after writing.
+
+:attr:`FrameIO.peer_in_this_process` tells whether the socket's other end is a socket of
+this same process (both nodes in one ``trio.run``: tests, benchmarks, a demo in one
+process), from the local addresses of the process's open peer sockets (an accepted socket
+shares its listener's address): the connection does not self-drain there, since a peer that
+shares this thread cannot work on the first frames while this side produces the rest.
 """
 
 from __future__ import annotations
 
 import contextlib
 import socket
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
-from typing import Final, Protocol, final
+from typing import Any, Final, Protocol, final
 
 import trio
 
@@ -50,6 +56,11 @@ YIELD_EVERY: Final = 16
 """Reads in a row that found data at once before the reader checkpoints anyway."""
 
 
+_OWN_ADDRESSES: Final[Counter[Any]] = Counter()
+"""The local addresses of this process's open :class:`FrameIO` sockets, with how many
+sockets have each (accepted ones share their listener's)."""
+
+
 class PeerClosed(Exception):
     """The stream ended (cleanly, at a frame boundary), broke, or was closed."""
 
@@ -67,6 +78,11 @@ class PeerIO(Protocol):
 
     @property
     def closed(self) -> bool: ...
+
+    @property
+    def peer_in_this_process(self) -> bool:
+        """The other end is a socket of this process (see the module)."""
+        ...
 
     async def aclose(self) -> None:
         """Close the stream (idempotent; never raises)."""
@@ -109,7 +125,17 @@ def _take_buffered(decoder: SequencedDecoder, bodies: deque[bytes]) -> list[byte
 
 @final
 class FrameIO:
-    __slots__ = ("_bodies", "_drained", "_streak", "chunks", "closed", "decoder", "sent", "sock")
+    __slots__ = (
+        "_bodies",
+        "_drained",
+        "_name",
+        "_streak",
+        "chunks",
+        "closed",
+        "decoder",
+        "sent",
+        "sock",
+    )
 
     def __init__(self, sock: socket.socket) -> None:
         sock.setblocking(False)
@@ -124,6 +150,19 @@ class FrameIO:
         self._drained = False
         """The last read took less than it asked for: the socket was empty then."""
         self._bodies: deque[bytes] = deque()
+        try:
+            self._name: Any = sock.getsockname()
+        except OSError:
+            self._name = None
+        else:
+            _OWN_ADDRESSES[self._name] += 1
+
+    @property
+    def peer_in_this_process(self) -> bool:
+        try:
+            return self.sock.getpeername() in _OWN_ADDRESSES
+        except OSError:
+            return False
 
     @classmethod
     def from_stream(cls, stream: trio.SocketStream) -> FrameIO:
@@ -134,6 +173,13 @@ class FrameIO:
         """Close the socket (idempotent); tasks waiting on it get PeerClosed."""
         if not self.closed:
             self.closed = True
+            name = self._name
+            if name is not None:
+                left = _OWN_ADDRESSES[name] - 1
+                if left:
+                    _OWN_ADDRESSES[name] = left
+                else:
+                    del _OWN_ADDRESSES[name]
             trio.lowlevel.notify_closing(self.sock)
             self.sock.close()
 
@@ -247,6 +293,12 @@ class StreamFrameIO:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def peer_in_this_process(self) -> bool:
+        """Not known (any stream); it never matters: such a connection does not
+        self-drain (:meth:`try_write` takes nothing)."""
+        return False
 
     async def aclose(self) -> None:
         if not self._closed:

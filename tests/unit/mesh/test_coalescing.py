@@ -5,6 +5,9 @@ DRAIN_FRAMES as they are produced ("Self-drain")."""
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 from typing import Any
 
 import trio
@@ -13,6 +16,7 @@ from trio.testing import MockClock
 from zlink_trio.ids import ActorId
 from zlink_trio.mesh.api import PeerAddress, PeerIdentity
 from zlink_trio.mesh.connection import DRAIN_FRAMES
+from zlink_trio.mesh.frameio import FrameIO
 from zlink_trio.mesh.services import ServiceContext
 from zlink_trio.testing import node_of, open_cluster
 from zlink_trio.testing.cluster import DEFAULT_MESH
@@ -74,8 +78,11 @@ async def _requests(callers: int, rounds: int, *, plain: bool = True) -> _Writes
         to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
         conn = a._links.admitted[to_b]
         writes = _Writes(conn)
-        conn.plain = plain
-        b._links.admitted[PeerAddress(DEFAULT_MESH, a.identity.node_rid)].plain = plain
+        back = b._links.admitted[PeerAddress(DEFAULT_MESH, a.identity.node_rid)]
+        conn.plain = back.plain = plain
+        # (Both nodes run in this process, where connections do not self-drain: let
+        # these two, as if their peers ran in another process.)
+        conn._drains = back._drains = plain
         before = a.statistics()
         record = _record(a, b, 1)
 
@@ -143,7 +150,10 @@ async def test_the_sender_of_the_drain_frames_th_queued_frame_writes_the_lane() 
         await cluster.wait_all_admitted()
         a, b = (node_of(server) for server in cluster.servers)
         to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
-        assert a._links.admitted[to_b].drain_at() == DRAIN_FRAMES
+        conn = a._links.admitted[to_b]
+        assert not conn._drains  # (its peer runs in this process: see the test below)
+        conn._drains = True
+        assert conn.drain_at() == DRAIN_FRAMES
         before = a.statistics()
         for n in range(1, count + 1):
             await a.send(to_b, _record(a, b, n), flush=False)
@@ -194,3 +204,56 @@ async def test_the_drain_group_is_half_of_what_is_in_flight(autojump_clock: Mock
             for pending in pendings:
                 await pending.wait()
         assert conn.in_flight == 0
+
+
+async def test_a_connection_whose_peer_runs_in_this_process_does_not_self_drain() -> None:
+    """Both nodes in this process: the frames of a burst go to the writer, which sends them
+    in one write after the burst (a peer sharing this thread cannot overlap with it)."""
+    async with open_cluster(2) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = (node_of(server) for server in cluster.servers)
+        to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
+        conn = a._links.admitted[to_b]
+        back = b._links.admitted[PeerAddress(DEFAULT_MESH, a.identity.node_rid)]
+        assert not conn._drains and not back._drains
+        before = a.statistics()
+        for n in range(1, 2 * DRAIN_FRAMES + 2):
+            await a.send(to_b, _record(a, b, n), flush=False)
+        assert a.statistics().writes_out == before.writes_out  # all queued, none drained
+
+
+def test_a_socket_to_another_process_is_not_in_this_process() -> None:
+    """FrameIO tells a socket to a second OS process from one to this process."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    here = FrameIO(socket.create_connection(listener.getsockname()))
+    accepted = FrameIO(listener.accept()[0])
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import socket, sys; s = socket.create_server(('127.0.0.1', 0)); "
+            "print(s.getsockname()[1], flush=True); c, _ = s.accept(); c.recv(1)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stdout is not None
+        port = int(server.stdout.readline())
+        there = FrameIO(socket.create_connection(("127.0.0.1", port)))
+        assert here.peer_in_this_process and accepted.peer_in_this_process
+        assert not there.peer_in_this_process
+        trio.run(_close, there, here)  # (closing notifies trio's I/O manager)
+        assert not accepted.peer_in_this_process  # its peer's socket is gone
+    finally:
+        trio.run(_close, accepted)
+        listener.close()
+        server.kill()
+        server.wait()
+        if server.stdout is not None:
+            server.stdout.close()
+
+
+async def _close(*ios: FrameIO) -> None:
+    for io in ios:
+        io.close()
