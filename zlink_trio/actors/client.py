@@ -11,8 +11,6 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, Final, TypeVar, cast, final
 
-import trio
-
 from ..errors import InvalidOperation
 from ..ids import ActorId, check_text_id
 from ..objects.calls import FluentCall, message_payload
@@ -62,6 +60,7 @@ class SendCall(_MessageCall[None]):
     __slots__ = ()
 
     def _begin(self) -> Coroutine[Any, Any, None]:
+        """Run the send (once): ``await call.submit()`` (or ``await call``)."""
         # A send's deadline bounds its admission only (an accepted send never expires,
         # and no owner reads it), and its waits are all nested inside the caller's cancel
         # scopes, which therefore bound it already: the caller's effective deadline need
@@ -72,8 +71,10 @@ class SendCall(_MessageCall[None]):
             raise InvalidOperation("the call was already submitted")
         self._submitted = True
         return self._messenger.send(
-            self._target, self._packet, self._payload, trio.current_time() + self._timeout
+            self._target, self._packet, self._payload, self._messenger.now() + self._timeout
         )
+
+    submit = _begin  # (FluentCall.submit, without its frame around _begin: per message)
 
 
 @final
@@ -117,6 +118,7 @@ class RequestCall(_MessageCall[R]):
         return cast("RequestCall[T]", self)
 
     def _begin(self) -> Coroutine[Any, Any, R]:
+        """Run the request (once): ``await call.submit()`` (or ``await call``)."""
         # The caller's effective deadline (a walk over every enclosing cancel scope,
         # ~1.5 us) is looked up by the delivery only where it matters: before a request
         # leaves for a remote owner (its deadline travels), before it is queued behind
@@ -131,9 +133,11 @@ class RequestCall(_MessageCall[R]):
             self._target,
             self._packet,
             self._payload,
-            trio.current_time() + self._timeout,
+            self._messenger.now() + self._timeout,
             self._reply,
         )
+
+    submit = _begin  # (FluentCall.submit, without its frame around _begin: per request)
 
 
 @final

@@ -504,12 +504,22 @@ class ActorHost:
                 self._park(hosted, item)
                 return
             raise _not_admitting(hosted)
+        self.admit_ready_nowait(hosted, item)
+
+    def admit_ready_nowait(self, hosted: HostedActor, item: Deliver) -> None:
+        """:meth:`admit_nowait` for an activation the caller found Ready here (a hot path
+        that looked it up already).
+
+        Raises:
+            CapacityExceeded: as :meth:`admit_nowait`.
+        """
         lane = hosted.lane
         assert lane is not None
         try:
             lane.submit_nowait(item)
         except CapacityExceeded:
             hosted.kind.stats.refused += 1
+            actor_id = hosted.actor_id
             self._flow.emit(
                 FlowEvent.DISPATCH_REFUSED, "actor %r: its queue is full", actor_id.value
             )

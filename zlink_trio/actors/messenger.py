@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Any, Final, final
 
 from ..config import ServerConfig
+from ..engine.clock import run_clock
 from ..engine.lane import Lane
 from ..engine.lanes import ActorDeliveryLane
 from ..ids import ActorId
@@ -30,7 +31,7 @@ from ..routing.deliver import NEVER, SEND_YIELD_EVERY, Delivery
 from ..routing.reply_deadlines import ReplyDeadlines
 from ..routing.route_cache import Route
 from ..store.api import LocationStore, ObjectKind
-from ..wire.enums import MessageKind
+from ..wire.enums import MessageKind, TerminalResult
 from ..wire.records import ActorSend, TerminalReply
 from ..wire.tails import ReplyPayloadTail
 from ..wire.templates import ActorSendTemplate
@@ -42,6 +43,7 @@ from .hosted import ActorItem, Deliver
 __all__ = ["NEVER", "SEND_YIELD_EVERY", "ActorTarget", "Messenger"]
 
 
+_OK: Final = TerminalResult.OK
 _TEMPLATES_MAX: Final = 4096
 """Routes whose command-24 template is kept (cleared when full, as the client's caches)."""
 
@@ -84,12 +86,13 @@ class _ActorCommand(EncodedCommand):
 class ActorTarget:
     """The :class:`~zlink_trio.routing.deliver.DeliveryTarget` of Actors."""
 
-    __slots__ = ("_host", "_node", "_templates", "follow", "item", "ready_lane")
+    __slots__ = ("_host", "_node", "_now", "_templates", "follow", "item", "ready_lane")
 
     def __init__(self, node: MeshNodeApi, host: ActorHost) -> None:
         self._node = node
         self._host = host
         self._templates: dict[int, tuple[Route, ActorId, ActorSendTemplate]] = {}
+        self._now = run_clock()
         self.ready_lane: Callable[[ActorId], Lane[ActorDeliveryLane, ActorItem] | None] = (
             host.ready_lane
         )
@@ -140,10 +143,13 @@ class ActorTarget:
             if len(templates) >= _TEMPLATES_MAX:
                 templates.clear()
             templates[id(route)] = memo = (route, key, template)
-        return _ActorCommand(memo[2], kind, packet, payload, remaining_ms(deadline), message_id)
+        return _ActorCommand(
+            memo[2], kind, packet, payload, remaining_ms(deadline, self._now()), message_id
+        )
 
     def result(self, reply: TerminalReply) -> bytes | None:
-        raise_for_failure(reply)
+        if reply.terminal_result is not _OK:
+            raise_for_failure(reply)
         tail = reply.tail
         if isinstance(tail, ReplyPayloadTail):
             return tail.payload

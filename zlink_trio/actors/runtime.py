@@ -358,7 +358,7 @@ class ActorRuntime:
             and record.session is None
             and node.admitting
         ):
-            hosted = self.host.get(record.actor_id)
+            hosted = self.host.by_id.get(record.actor_id)
             if hosted is not None:
                 expected = record.expected_owner_generation
                 if hosted.state is not READY or (
@@ -381,7 +381,7 @@ class ActorRuntime:
             if lane is not None and await lane.run_here(item, reader):
                 return
         try:
-            self.host.admit_nowait(record.actor_id, item)
+            self.host.admit_ready_nowait(hosted, item)
         except ZLinkError as exc:
             await self._refused(record, sink, exc)
 

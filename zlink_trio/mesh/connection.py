@@ -73,6 +73,7 @@ import trio
 
 from ..errors import DeadlineExceeded, ErrorKind, ProtocolError
 from ..wire import (
+    ActorSend,
     GoodbyeReason,
     PeerGoodbye,
     PeerPing,
@@ -114,6 +115,9 @@ class _Encoded:
 ENCODED: Final = _Encoded()
 _RUNNING: Final = NodePhase.RUNNING
 _CLOSING: Final = NodePhase.CLOSING
+_ACTOR_SEND: Final = int(ActorSend.COMMAND)
+_HANDLED: Final = object()
+"""What :meth:`Connection._checked_handler` returns for a record it handled or dropped."""
 _NEVER: Final = math.inf
 
 
@@ -603,22 +607,53 @@ class Connection:
         counters = state.counters
         counters.frames_in += 1
         kind = type(record)
-        if kind in REPLY_TYPES:
+        if kind is ActorSend and state.phase is _RUNNING:
+            # The commonest inbound request, with the checks below that apply to it:
+            # stamped with its source, not a reply, a ping or a handshake.
+            peer = self.peer
+            if (
+                record.source_rid.value != peer.node_rid.value
+                or record.source_generation.value != peer.node_generation.value
+            ):
+                counters.drop(DropReason.SOURCE_MISMATCH)
+                return
+            handler = state.handlers.get(_ACTOR_SEND)
+        elif kind in REPLY_TYPES:
             reason = state.replies.deliver(self.peer, record.correlation, record)
             if reason is not None:
                 counters.drop(reason)
             return
+        else:
+            handler = self._checked_handler(record, kind)
+            if handler is _HANDLED:
+                return
+        if handler is None:
+            counters.drop(DropReason.NO_HANDLER)
+            return
+        try:
+            await handler(self.peer, record)
+        except Exception:
+            counters.drop(DropReason.HANDLER_FAILED)
+            logger.exception("inbound handler of command %d failed", int(record.COMMAND))
+
+    def _checked_handler(self, record: Any, kind: type[Any]) -> Any:
+        """The handler of an inbound record other than a reply or a running node's
+        ActorSend (None: no handler); ``_HANDLED`` when the record was handled here (a
+        transport command) or dropped (counted; a dropped request may be answered
+        Unavailable)."""
+        state = self._state
+        counters = state.counters
         if kind is PeerPing:
             if not self.send_nowait(PeerPong(token=record.token)):
                 counters.drop(DropReason.PONG_QUEUE_FULL)
-            return
+            return _HANDLED
         if kind is PeerPong:
-            return
+            return _HANDLED
         if kind is PeerGoodbye:
             self.close(CloseReason.GOODBYE)
             if record.reason is not GoodbyeReason.DUPLICATE_CONNECTION:
                 state.peer_left()
-            return
+            return _HANDLED
         if kind in HANDSHAKE_TYPES:
             raise ProtocolError(f"command {int(record.COMMAND)} after the handshake")
         if state.phase is not _RUNNING and not (
@@ -632,23 +667,15 @@ class Connection:
                         correlation, ErrorKind.UNAVAILABLE, "the node is not admitting"
                     )
                 )
-            return
+            return _HANDLED
         source = SOURCE_OF.get(kind)
         if source is not None:
             rid, generation = source(record)
             peer = self.peer
             if rid.value != peer.node_rid.value or generation.value != peer.node_generation.value:
                 counters.drop(DropReason.SOURCE_MISMATCH)
-                return
-        handler = state.handlers.get(record.COMMAND)
-        if handler is None:
-            counters.drop(DropReason.NO_HANDLER)
-            return
-        try:
-            await handler(self.peer, record)
-        except Exception:
-            counters.drop(DropReason.HANDLER_FAILED)
-            logger.exception("inbound handler of command %d failed", int(record.COMMAND))
+                return _HANDLED
+        return state.handlers.get(record.COMMAND)
 
 
 @final

@@ -107,6 +107,8 @@ class MeshNode:
         self._instance_types: Final = instance_types
         self._rid = NodeRid.new()
         self._identity: Final = NodeIdentity(self._rid, NodeGeneration.new())
+        self.identity: Final = self._identity
+        """This lifecycle's NodeRid and NodeGeneration (an attribute: read per message)."""
         self._meshes: Final = frozenset(m.name for m in config.meshes)
         self._entry_ids: Final[Mapping[MeshName, SpotId]] = {
             m.name: new_entry_spot_id(config.node_name) for m in config.meshes
@@ -143,10 +145,6 @@ class MeshNode:
         self._state.phase = phase
 
     # --- MeshNodeApi ------------------------------------------------------------------------
-    @property
-    def identity(self) -> NodeIdentity:
-        return self._identity
-
     @property
     def phase(self) -> NodePhase:
         return self._phase
@@ -186,7 +184,7 @@ class MeshNode:
 
     @property
     def admitting(self) -> bool:
-        if not self._admitting_now():
+        if self._state.phase is not NodePhase.RUNNING:  # (as TransportState.admitting())
             return False
         keeper = self._keeper
         return keeper is None or keeper.check()
@@ -276,7 +274,7 @@ class MeshNode:
         pending = self._replies.register(conn.peer, conn)
         try:
             if conn.plain and isinstance(build, EncodedCommand):
-                body = self._checked(build.body(pending.correlation))
+                body = self._checked(build.body(pending._correlation))
                 await conn.send(_ENCODED, body, checkpoint=False, wait=wait)
             else:
                 record = build(pending.correlation)
@@ -587,9 +585,6 @@ class MeshNode:
         keeper.release(removed)
 
     # --- lease loss ---------------------------------------------------------------------------
-    def _admitting_now(self) -> bool:
-        return self._state.phase is NodePhase.RUNNING  # as TransportState.admitting()
-
     def _lease_expired(self, expired: LeaseExpired) -> None:
         """Fail-stop: no admission, no connection, no intent, no Store update."""
         if self._phase is NodePhase.RUNNING or self._phase is NodePhase.CREATED:

@@ -36,18 +36,22 @@ from ..wire.records import TerminalReply
 __all__ = ["remaining_ms", "run_durable"]
 
 
-def remaining_ms(deadline: float) -> int:
-    """Whole milliseconds left until ``deadline`` (trio time), >= 1.
+def remaining_ms(deadline: float, now: float | None = None) -> int:
+    """Whole milliseconds left until ``deadline`` (trio time), >= 1; ``now``: the clock
+    read already (else it is read here).
 
     Rounded DOWN (after forgiving float noise below a nanosecond, so 0.2 s is 200, not
     199): the receiver fixes ``arrival + timeout_ms``, which must not fall after the
     sender's deadline -- an owner never starts work its caller has given up on."""
-    left = deadline - trio.current_time()
+    left = deadline - (trio.current_time() if now is None else now)
     if left == math.inf:
         return 0xFFFF_FFFF
     if not left > 0:  # passed, -inf (an already-cancelled caller scope) or NaN
         return 1
-    return max(1, min(0xFFFF_FFFF, math.floor(left * 1000 + 1e-6)))
+    ms = int(left * 1000 + 1e-6)  # (int() is floor for a positive value, and cheaper)
+    if ms < 1:
+        return 1
+    return ms if ms <= 0xFFFF_FFFF else 0xFFFF_FFFF
 
 
 async def run_durable(

@@ -59,17 +59,6 @@ class _Window:
         self.seen: set[int] = set()
         self.order: deque[int] = deque()
 
-    def first(self, message_id: int) -> bool:
-        seen = self.seen
-        if message_id in seen:
-            return False
-        seen.add(message_id)
-        order = self.order
-        order.append(message_id)
-        if len(order) > WINDOW:
-            seen.discard(order.popleft())
-        return True
-
 
 @final
 class IngressDedupe:
@@ -87,4 +76,13 @@ class IngressDedupe:
             if len(self._links) >= MAX_LINKS:
                 del self._links[next(iter(self._links))]
             window = self._links[link] = _Window()
-        return window.first(message_id)
+        # (_Window.first inlined: once per inbound message)
+        seen = window.seen
+        if message_id in seen:
+            return False
+        seen.add(message_id)
+        order = window.order
+        order.append(message_id)
+        if len(order) > WINDOW:
+            seen.discard(order.popleft())
+        return True

@@ -13,8 +13,8 @@ from __future__ import annotations
 from typing import Final, Generic, TypeVar, final
 
 import attrs
-import trio
 
+from ..engine.clock import run_clock
 from ..ids import (
     AuthorityOwnerGeneration,
     MeshName,
@@ -92,6 +92,7 @@ class RouteCache(Generic[K]):
         "_max",
         "_max_age",
         "_misses",
+        "_now",
     )
 
     def __init__(
@@ -102,6 +103,7 @@ class RouteCache(Generic[K]):
         self._max = max_entries
         self._entries: dict[K, _Entry] = {}
         self._hits = self._misses = self._invalidations = 0
+        self._now = run_clock()
 
     @property
     def enabled(self) -> bool:
@@ -113,7 +115,7 @@ class RouteCache(Generic[K]):
         if entry is None:
             self._misses += 1
             return None
-        if entry.epoch != epoch or trio.current_time() >= entry.expires_at:
+        if entry.epoch != epoch or self._now() >= entry.expires_at:
             del self._entries[key]
             self._invalidations += 1
             self._misses += 1

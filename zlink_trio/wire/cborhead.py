@@ -6,7 +6,7 @@ from __future__ import annotations
 import struct
 from typing import Final
 
-__all__ = ["BYTE", "head"]
+__all__ = ["BYTE", "BYTES_HEADS", "head"]
 
 BYTE: Final = tuple(bytes((i,)) for i in range(256))
 """Each one-byte string, by value."""
@@ -28,3 +28,8 @@ def head(major: int, n: int) -> bytes:
     if n < 0x1_0000_0000:
         return _PACK_4(major | 26, n)
     return _PACK_8(major | 27, n)
+
+
+BYTES_HEADS: Final = tuple(head(0x40, n) for n in range(256))
+"""The head of a byte string of each length below 256 (a hot path's lookup instead of a
+:func:`head` call)."""

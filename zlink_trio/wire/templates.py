@@ -26,7 +26,7 @@ from ..ids import (
     OwnerLeaseGeneration,
 )
 from .base import WireRecord
-from .cborhead import BYTE, head
+from .cborhead import BYTE, BYTES_HEADS, head
 from .codec import encode, evolve, ok_reply
 from .enums import MessageKind, TerminalResult
 from .fields import MAX_PAYLOAD_BYTES
@@ -156,7 +156,7 @@ class ActorSendTemplate:
                     self._fixed,
                     BYTE[kind._value_],
                     text,
-                    head(0x40, len(payload)),
+                    BYTES_HEADS[n] if (n := len(payload)) < 0x100 else head(0x40, n),
                     payload,
                     _NULL if timeout_ms is None else head(0, timeout_ms),
                     _OPID_HEAD,
@@ -204,7 +204,7 @@ def ok_reply_body(correlation: int, payload: bytes | None) -> bytes:
                     _OK_HEAD,
                     head(0, correlation),
                     _OK_TAIL,
-                    head(0x40, len(payload)),
+                    BYTES_HEADS[n] if (n := len(payload)) < 0x100 else head(0x40, n),
                     payload,
                     _NULL,
                 )
