@@ -2,12 +2,12 @@
 writer task, and a keepalive task, all in one nursery that lives exactly as long as the
 connection.
 
-Writer lane: a bounded memory channel (``peer_send_queue``) of ``(record, body)`` items.
-The writer takes everything queued (up to :data:`BATCH_BYTES`), stamps sequence numbers
-and writes the batch with ONE ``send_all``. An idle writer parks on its own (not in the
-channel's ``receive``, which would hand it the first item at once and leave the rest
-behind it), so the lane's items stay in the channel, in order, until somebody takes them:
-the writer, or a sender that drains them itself (below).
+Writer lane: a bounded FIFO (:class:`~.writelane.WriterLane`, ``peer_send_queue`` items)
+of ``(record, body)`` items. The writer takes everything queued (up to
+:data:`BATCH_BYTES`), stamps sequence numbers and writes the batch with ONE ``send_all``.
+An idle writer parks on its own (it never waits inside the lane, which would hand it the
+first item at once and leave the rest behind it), so the lane's items stay in the lane, in
+order, until somebody takes them: the writer, or a sender that drains them itself (below).
 
 The connection knows only its :class:`~.state.TransportState` and its :class:`~.frameio.PeerIO`
 (any ``trio.abc.Stream``). Test instrumentation (fault plan, wire tap: :mod:`.instrumented`)
@@ -88,6 +88,7 @@ from .frames import SEQ_BYTES, SequenceGap, pack_header
 from .ingress import ANSWERED_BY_20, HANDSHAKE_TYPES, REPLY_TYPES, SOURCE_OF
 from .reasons import CloseReason, DropReason
 from .stats import NodePhase
+from .writelane import WriterLane
 
 if TYPE_CHECKING:
     from .state import TransportState
@@ -139,8 +140,7 @@ class Connection:
         "_home",
         "_idle_writer",
         "_io",
-        "_lane_recv",
-        "_lane_send",
+        "_lane",
         "_queued",
         "_reader",
         "_rest",
@@ -170,9 +170,7 @@ class Connection:
         """Dialed by the lower NodeRid: wins over a concurrent connection with the peer."""
         self._io = io
         io.decoder.max_body_bytes = state.max_frame_bytes
-        send, recv = trio.open_memory_channel[_Item](state.peer_send_queue)
-        self._lane_send = send
-        self._lane_recv = recv
+        self._lane: Final = WriterLane[_Item](state.peer_send_queue)
         self._scope: trio.CancelScope | None = None
         self.close_reason: CloseReason | None = None
         self._queued = 0  # items put in the lane (and the rest) and not yet written
@@ -226,7 +224,7 @@ class Connection:
         finally:
             if self.close_reason is None:
                 self.close_reason = CloseReason.SHUTDOWN
-            self._lane_send.close()
+            self._lane.close_send()
             state.links.detach(self)
             state.replies.connection_broke(self)
             state.counters.closed(self.close_reason)
@@ -249,10 +247,10 @@ class Connection:
         goodbye = PeerGoodbye(reason=reason)
         try:
             self._queued += 1  # counted like every lane item: no direct write overtakes it
-            self._lane_send.send_nowait((goodbye, encode(goodbye)))
+            self._lane.put_nowait((goodbye, encode(goodbye)))
             self._farewell = True
             self._queued += 1
-            self._lane_send.send_nowait(_CLOSE)
+            self._lane.put_nowait(_CLOSE)
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             self.close(CloseReason.SHUTDOWN)
@@ -303,7 +301,7 @@ class Connection:
         item = (record, body)
         self._queued += 1
         try:
-            self._lane_send.send_nowait(item)
+            self._lane.put_nowait(item)
         except trio.WouldBlock:
             self._queued -= 1
             if not wait:
@@ -333,7 +331,7 @@ class Connection:
         self._queued += 1
         try:
             with trio.move_on_after(timeout) as scope:
-                await self._lane_send.send(item)
+                await self._lane.put(item)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             raise PeerNotAdmitted(f"the connection to {self.peer} is closed") from None
@@ -362,14 +360,14 @@ class Connection:
         """Write what the lane holds now, without waiting (see the module: self-drain).
         Only while nobody writes, nothing is left unwritten and no goodbye is queued, on
         a connection without instrumentation (its frames need no record)."""
-        recv = self._lane_recv
+        lane = self._lane
         io = self._io
         parts: list[bytes] = []
         seq = io.sent
         size = taken = 0
         while size < BATCH_BYTES:
             try:
-                body = recv.receive_nowait()[1]
+                body = lane.take_nowait()[1]
             except (trio.WouldBlock, trio.EndOfChannel, trio.ClosedResourceError):
                 break
             taken += 1
@@ -427,7 +425,7 @@ class Connection:
         """Queue a control record if there is room (ping, pong, refusal); False if not."""
         self._queued += 1
         try:
-            self._lane_send.send_nowait((record, encode(record)))
+            self._lane.put_nowait((record, encode(record)))
         except (trio.WouldBlock, trio.BrokenResourceError, trio.ClosedResourceError):
             self._queued -= 1
             return False
@@ -436,7 +434,7 @@ class Connection:
 
     # --- writer ---------------------------------------------------------------------------
     async def _writer(self) -> None:
-        recv = self._lane_recv
+        lane = self._lane
         try:
             while True:
                 rest = self._rest
@@ -451,7 +449,7 @@ class Connection:
                     continue
                 batch: list[_Item] = []
                 try:
-                    batch.append(recv.receive_nowait())
+                    batch.append(lane.take_nowait())
                 except trio.WouldBlock:
                     if self.wake_at == _NEVER:
                         await self._park()
@@ -464,7 +462,7 @@ class Connection:
                 size = len(batch[0][1]) if batch else 0
                 while size < BATCH_BYTES:
                     try:
-                        item = recv.receive_nowait()
+                        item = lane.take_nowait()
                     except trio.WouldBlock:
                         break
                     batch.append(item)
@@ -482,7 +480,7 @@ class Connection:
             self.close(CloseReason.PEER_CLOSED)
         finally:
             self._idle_writer = None
-            recv.close()
+            lane.close_receive()
 
     async def _park(self) -> None:
         """Wait until a sender queues something (``_wake_writer``)."""
@@ -561,6 +559,7 @@ class Connection:
         state = self._state
         counters = state.counters
         bodies = io.take_buffered()
+        plain = self.plain
         try:
             while True:
                 # Several frames in one read (a burst): "cork" the node while handling
@@ -576,7 +575,12 @@ class Connection:
                     for body in bodies:
                         counters.bytes_in += len(body) + SEQ_BYTES + 4
                         record = decode(body)
-                        if corked:
+                        if type(record) in REPLY_TYPES and plain:
+                            # (what _dispatch does with a reply, without its coroutine:
+                            # nothing in it waits; an instrumented connection's records
+                            # all go through its deliver)
+                            self._reply_in(record)
+                        elif corked:
                             await self.deliver(record)
                         else:
                             state.reading = reader
@@ -603,10 +607,13 @@ class Connection:
             self.close(CloseReason.PEER_CLOSED)
 
     async def _dispatch(self, record: Any) -> None:
+        kind = type(record)
+        if kind in REPLY_TYPES:
+            self._reply_in(record)
+            return
         state = self._state
         counters = state.counters
         counters.frames_in += 1
-        kind = type(record)
         if kind is ActorSend and state.phase is _RUNNING:
             # The commonest inbound request, with the checks below that apply to it:
             # stamped with its source, not a reply, a ping or a handshake.
@@ -618,11 +625,6 @@ class Connection:
                 counters.drop(DropReason.SOURCE_MISMATCH)
                 return
             handler = state.handlers.get(_ACTOR_SEND)
-        elif kind in REPLY_TYPES:
-            reason = state.replies.deliver(self.peer, record.correlation, record)
-            if reason is not None:
-                counters.drop(reason)
-            return
         else:
             handler = self._checked_handler(record, kind)
             if handler is _HANDLED:
@@ -635,6 +637,14 @@ class Connection:
         except Exception:
             counters.drop(DropReason.HANDLER_FAILED)
             logger.exception("inbound handler of command %d failed", int(record.COMMAND))
+
+    def _reply_in(self, record: Any) -> None:
+        """An inbound reply (20/43/122) to its pending request, or dropped (counted)."""
+        counters = self._state.counters
+        counters.frames_in += 1
+        reason = self._state.replies.deliver(self.peer, record.correlation, record)
+        if reason is not None:
+            counters.drop(reason)
 
     def _checked_handler(self, record: Any, kind: type[Any]) -> Any:
         """The handler of an inbound record other than a reply or a running node's
