@@ -356,14 +356,29 @@ class Delivery(Generic[K]):
             route.node_rid.value != (me := self._node.identity).node_rid.value
             or route.node_generation.value != me.node_generation.value
         ):
-            callers = caller_deadline()
-            if callers <= deadline:
-                return yield_to_caller(
-                    self._routed_request(key, packet, payload, callers, reply, route, False),
-                    callers,
-                )
-            return self._routed_request(key, packet, payload, deadline, reply, route, False)
+            return self._bounded(key, packet, payload, deadline, reply, route, False)
         return self._request(key, packet, payload, deadline, reply, route)
+
+    def _bounded(
+        self,
+        key: K,
+        packet: str,
+        payload: Payload,
+        deadline: float,
+        reply: PayloadCodec[Any] | None,
+        route: Route | None,
+        local: bool,
+    ) -> Coroutine[Any, Any, Any]:
+        """The routed request, bounded by ``deadline`` or by the caller's effective
+        deadline when that is not later (then the caller's scope ends it: see
+        :func:`~.deadline.yield_to_caller`)."""
+        callers = caller_deadline()
+        if callers <= deadline:
+            return yield_to_caller(
+                self._routed_request(key, packet, payload, callers, reply, route, local),
+                callers,
+            )
+        return self._routed_request(key, packet, payload, deadline, reply, route, local)
 
     async def _request(
         self,
@@ -407,13 +422,7 @@ class Delivery(Generic[K]):
                     if reply is None and type(result) is not TypedPayload:
                         return result
                     return reply_value(result, reply)
-        callers = caller_deadline()
-        if callers <= deadline:
-            return await yield_to_caller(
-                self._routed_request(key, packet, payload, callers, reply, route, local),
-                callers,
-            )
-        return await self._routed_request(key, packet, payload, deadline, reply, route, local)
+        return await self._bounded(key, packet, payload, deadline, reply, route, local)
 
     async def _routed_request(
         self,
