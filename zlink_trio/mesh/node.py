@@ -274,7 +274,7 @@ class MeshNode:
         pending = self._replies.register(conn.peer, conn)
         try:
             if conn.plain and isinstance(build, EncodedCommand):
-                body = self._checked(build.body(pending._correlation))
+                body = self._checked(build.body(pending.correlation))
                 await conn.send(_ENCODED, body, checkpoint=False, wait=wait)
             else:
                 record = build(pending.correlation)

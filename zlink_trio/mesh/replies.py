@@ -100,13 +100,8 @@ class Pending:
     def _deliver(self, reply: Any) -> None:
         self._reply = reply
         self._registry = None
-        # (_settled and _wake inlined: once per reply)
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            conn.in_flight -= 1
-        task, self._task = self._task, None
-        if task is not None:
-            trio.lowlevel.reschedule(task)
+        self._settled()
+        self._wake()
 
     def _link_broke(self) -> None:
         self._settled()

@@ -43,9 +43,6 @@ class WriterLane(Generic[T]):
         """What a put raises now (None while open)."""
         self._taker_closed = False
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def put_nowait(self, item: T) -> None:
         """Append ``item``; ``trio.WouldBlock`` when there is no room (see the module)."""
         if (

@@ -351,11 +351,7 @@ class Delivery(Generic[K]):
         if refused is not None:
             return _refuse(refused)
         route = self._cache.get(key, self._store.recovery_epoch)
-        if route is not None and (
-            # (not _is_local(route), inline)
-            route.node_rid.value != (me := self._node.identity).node_rid.value
-            or route.node_generation.value != me.node_generation.value
-        ):
+        if route is not None and not self._is_local(route):
             return self._bounded(key, packet, payload, deadline, reply, route, False)
         return self._request(key, packet, payload, deadline, reply, route)
 
