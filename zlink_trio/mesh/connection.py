@@ -46,7 +46,10 @@ frame behind. Order is kept: a direct write happens
 only while the lane and the writer are empty. This saves the writer's task switch on
 every frame of a request/reply exchange; under load the lane batches as described.
 
-Reader: decodes each frame once; replies go to their waiter, pings are answered, the rest
+Reader: decodes each frame once; replies go to their waiter (a reply read alone that wakes
+the only request in flight on a self-draining connection steps the reader aside until
+that caller has run: its next request leaves before the reader registers for the socket
+again, ``ReplyRegistry.deliver_aside``), pings are answered, the rest
 goes through admission (node admitting, stamped source identity) to the command's
 handler, awaited here (backpressure on this connection only). The reader is a task of the
 node's network nursery (``TransportState.readers``; the connection's own nursery without
@@ -87,6 +90,7 @@ from .frameio import YIELD_EVERY, FrameIO, PeerClosed, PeerIO, close_io
 from .frames import SEQ_BYTES, SequenceGap, pack_header
 from .ingress import ANSWERED_BY_20, HANDSHAKE_TYPES, REPLY_TYPES, SOURCE_OF
 from .reasons import CloseReason, DropReason
+from .replies import Pending, step_aside
 from .stats import NodePhase
 from .writelane import WriterLane
 
@@ -570,6 +574,8 @@ class Connection:
                 if corked:
                     state.corked += 1
                     self._burst_half = max(2, (len(bodies) + 1) >> 1)
+                aside = None
+                read_all = False
                 self._handling = True
                 try:
                     for body in bodies:
@@ -579,7 +585,10 @@ class Connection:
                             # (what _dispatch does with a reply, without its coroutine:
                             # nothing in it waits; an instrumented connection's records
                             # all go through its deliver)
-                            self._reply_in(record)
+                            if corked or not self._drains:
+                                self._reply_in(record)
+                            else:
+                                aside = self._lone_reply_in(record, reader)
                         elif corked:
                             await self.deliver(record)
                         else:
@@ -588,12 +597,17 @@ class Connection:
                             state.reading = None
                         if self.close_reason is not None or reader.released:
                             return
+                    read_all = True
                 finally:
+                    if aside is not None and not read_all:
+                        aside.keep_reader()  # (leaving without stepping aside)
                     if not reader.released:
                         self._handling = False
                     if corked:
                         state.corked -= 1
                         self._coalesce = True
+                if aside is not None:
+                    await step_aside(aside)  # until the caller it woke has run
                 bodies = await io.receive_some()
         except SequenceGap as exc:
             counters.drop(DropReason.SEQUENCE_GAP)
@@ -645,6 +659,21 @@ class Connection:
         reason = self._state.replies.deliver(self.peer, record.correlation, record)
         if reason is not None:
             counters.drop(reason)
+
+    def _lone_reply_in(self, record: Any, reader: _Reader) -> Pending | None:
+        """:meth:`_reply_in` for a reply read alone; the Pending to step aside for when
+        it woke the only request in flight here (ReplyRegistry.deliver_aside)."""
+        task = reader.task
+        if task is None:
+            self._reply_in(record)
+            return None
+        counters = self._state.counters
+        counters.frames_in += 1
+        found = self._state.replies.deliver_aside(self.peer, record.correlation, record, task)
+        if found is None or type(found) is Pending:
+            return found
+        counters.drop(found)
+        return None
 
     def _checked_handler(self, record: Any, kind: type[Any]) -> Any:
         """The handler of an inbound record other than a reply or a running node's

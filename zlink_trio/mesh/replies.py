@@ -20,7 +20,7 @@ from .reasons import DropReason
 if TYPE_CHECKING:
     from .connection import Connection
 
-__all__ = ["Pending", "ReplyRegistry"]
+__all__ = ["Pending", "ReplyRegistry", "step_aside"]
 
 _U64_MAX: Final = (1 << 64) - 1
 
@@ -33,6 +33,7 @@ class Pending:
         "_conn",
         "_correlation",
         "_error",
+        "_handback",
         "_lost",
         "_peer",
         "_registry",
@@ -51,6 +52,7 @@ class Pending:
         self._lost = False  # the connection it went out on broke; not yet reported
         self._error: BaseException | None = None  # set by expire(): raised by wait()
         self._task: trio.lowlevel.Task | None = None
+        self._handback: trio.lowlevel.Task | None = None  # a reader parked until we run
 
     @property
     def correlation(self) -> int:
@@ -73,7 +75,15 @@ class Pending:
                 self.discard()
                 return trio.lowlevel.Abort.SUCCEEDED
 
-            await trio.lowlevel.wait_task_rescheduled(abort)
+            try:
+                await trio.lowlevel.wait_task_rescheduled(abort)
+            finally:
+                reader = self._handback
+                if reader is not None:
+                    # The reader that woke us stepped aside until now (see step_aside):
+                    # it reads on once this step of ours ends.
+                    self._handback = None
+                    trio.lowlevel.reschedule(reader)
         else:
             await trio.lowlevel.checkpoint()
         if self._reply is not None:
@@ -88,6 +98,11 @@ class Pending:
         if registry is not None:
             registry._forget(self._correlation)
             self._settled()
+
+    def keep_reader(self) -> None:
+        """The reader handed to this request (ReplyRegistry.deliver_aside) does not step
+        aside after all: before this request's task ran, nothing reschedules it."""
+        self._handback = None
 
     def expire(self, error: BaseException) -> None:
         if self._reply is not None or self._error is not None:
@@ -152,6 +167,28 @@ class ReplyRegistry:
         pending._deliver(reply)
         return None
 
+    def deliver_aside(
+        self, sender: PeerIdentity, correlation: int, reply: Any, reader: trio.lowlevel.Task
+    ) -> DropReason | Pending | None:
+        """:meth:`deliver` for a connection's ``reader`` that read ``reply`` alone: when
+        the reply woke its waiting task and no other request is in flight on that
+        connection, the Pending, whose task reschedules ``reader`` as it resumes (the
+        reader then parks in :func:`step_aside`). The woken caller then runs before the
+        reader waits for the socket again, not after: its next request leaves one
+        readiness registration sooner (the 1-caller round trip)."""
+        pending = self._waiting.get(correlation)
+        if pending is None:
+            return DropReason.UNKNOWN_CORRELATION
+        if pending._peer is not sender and pending._peer.node_rid != sender.node_rid:
+            return DropReason.REPLY_WRONG_PEER
+        del self._waiting[correlation]
+        waiter, conn = pending._task, pending._conn
+        pending._deliver(reply)
+        if waiter is None or conn is None or conn.in_flight:
+            return None
+        pending._handback = reader
+        return pending
+
     def peer_gone(self, address: PeerAddress) -> None:
         """``address``'s lifecycle ended: every request to it learns it (PeerGone) and is
         forgotten (a reply can only come from that lifecycle, over a connection that can
@@ -168,3 +205,15 @@ class ReplyRegistry:
 
     def _forget(self, correlation: int) -> None:
         self._waiting.pop(correlation, None)
+
+
+async def step_aside(pending: Pending) -> None:
+    """Park the calling reader until ``pending``'s woken task reschedules it (see
+    :meth:`ReplyRegistry.deliver_aside`); a cancelled reader leaves at once (the task
+    then has nobody to reschedule)."""
+
+    def abort(_: object) -> trio.lowlevel.Abort:
+        pending._handback = None
+        return trio.lowlevel.Abort.SUCCEEDED
+
+    await trio.lowlevel.wait_task_rescheduled(abort)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
 import trio
 from trio.testing import MockClock
 
@@ -17,6 +18,8 @@ from zlink_trio.ids import ActorId
 from zlink_trio.mesh.api import PeerAddress, PeerIdentity
 from zlink_trio.mesh.connection import DRAIN_FRAMES
 from zlink_trio.mesh.frameio import FrameIO
+from zlink_trio.mesh.reasons import DropReason
+from zlink_trio.mesh.replies import ReplyRegistry
 from zlink_trio.mesh.services import ServiceContext
 from zlink_trio.testing import node_of, open_cluster
 from zlink_trio.testing.cluster import DEFAULT_MESH
@@ -257,3 +260,47 @@ def test_a_socket_to_another_process_is_not_in_this_process() -> None:
 async def _close(*ios: FrameIO) -> None:
     for io in ios:
         io.close()
+
+
+async def test_a_lone_reply_steps_the_reader_aside_and_the_reader_reads_on(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On a self-draining connection, each reply to the only request in flight steps the
+    reader aside until its caller ran (ReplyRegistry.deliver_aside); every reply still
+    reaches its caller, and the reader reads on: frames from the peer are handled after."""
+    async with open_cluster(2, services=[_echo]) as cluster:
+        await cluster.wait_all_admitted()
+        a, b = (node_of(server) for server in cluster.servers)
+        to_b = PeerAddress(DEFAULT_MESH, b.identity.node_rid)
+        to_a = PeerAddress(DEFAULT_MESH, a.identity.node_rid)
+        conn = a._links.admitted[to_b]
+        conn._drains = True  # (as if b ran in another process)
+        asides = 0
+        plain_aside = ReplyRegistry.deliver_aside
+
+        def counting(registry: ReplyRegistry, *args: Any) -> Any:
+            nonlocal asides
+            found = plain_aside(registry, *args)
+            asides += found is not None and not isinstance(found, DropReason)
+            return found
+
+        monkeypatch.setattr(ReplyRegistry, "deliver_aside", counting)
+        with trio.fail_after(10):
+            for n in range(1, 21):
+                got = await (await a.request(to_b, _record(a, b, n))).wait()
+                assert got.correlation  # (the reply, stamped with its request's correlation)
+            assert asides == 20
+            # Two callers: a reply that leaves the other request in flight does not step
+            # aside; the last one may.
+            async with trio.open_nursery() as nursery:
+                for _ in range(2):
+                    nursery.start_soon(_one_request, a, to_b, _record(a, b, 1))
+            assert asides <= 21  # (both replies may come in one read: none steps aside)
+            # The reader reads on: b's request to a is answered by a's echo.
+            back = await (await b.request(to_a, _record(b, a, 1))).wait()
+            assert back.terminal_result.name == "OK"
+        assert conn.in_flight == 0
+
+
+async def _one_request(a: Any, to: PeerAddress, record: ActorSend) -> None:
+    await (await a.request(to, record)).wait()

@@ -10,7 +10,7 @@ from zlink_trio.errors import InvalidOperation
 from zlink_trio.ids import MeshName, NodeGeneration, NodeRid
 from zlink_trio.mesh.api import LinkLost, PeerIdentity
 from zlink_trio.mesh.reasons import DropReason
-from zlink_trio.mesh.replies import ReplyRegistry
+from zlink_trio.mesh.replies import ReplyRegistry, step_aside
 
 PEER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
 OTHER = PeerIdentity(MeshName("m"), NodeRid.new(), NodeGeneration(1))
@@ -128,3 +128,73 @@ async def test_expire_ends_the_wait_and_forgets_the_request() -> None:
     registry.deliver(PEER, answered.correlation, "first")
     answered.expire(TimeoutError("too late"))
     assert await answered.wait() == "first"
+
+
+async def _park_aside(registry: ReplyRegistry, log: list[str]) -> None:
+    """A reader: delivers the reply of the lone request in flight, steps aside, logs."""
+    conn = _Conn()
+    pending = registry.register(PEER, conn)  # type: ignore[arg-type]
+
+    async def caller() -> None:
+        assert await pending.wait() == "reply"
+        log.append("caller ran")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()
+        me = trio.lowlevel.current_task()
+        found = registry.deliver_aside(PEER, pending.correlation, "reply", me)
+        assert found is pending
+        with trio.fail_after(10):  # (a guard: the caller reschedules this task at once)
+            await step_aside(pending)
+        log.append("reader reads on")
+
+
+async def test_a_reader_that_woke_the_only_caller_reads_on_after_that_caller_ran() -> None:
+    log: list[str] = []
+    await _park_aside(ReplyRegistry(), log)
+    assert log == ["caller ran", "reader reads on"]
+
+
+async def test_a_reader_does_not_step_aside_when_other_requests_are_in_flight() -> None:
+    registry = ReplyRegistry()
+    conn = _Conn()
+    first = registry.register(PEER, conn)  # type: ignore[arg-type]
+    registry.register(PEER, conn)  # type: ignore[arg-type]  # still in flight
+    me = trio.lowlevel.current_task()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(first.wait)
+        await trio.testing.wait_all_tasks_blocked()
+        assert registry.deliver_aside(PEER, first.correlation, "reply", me) is None
+    # Nobody waits yet (the reply came first): nothing to step aside for.
+    late = ReplyRegistry()
+    alone = late.register(PEER, _Conn())  # type: ignore[arg-type]
+    assert late.deliver_aside(PEER, alone.correlation, "reply", me) is None
+    assert await alone.wait() == "reply"
+    assert late.deliver_aside(OTHER, 5, "x", me) is DropReason.UNKNOWN_CORRELATION
+    forged = late.register(PEER, _Conn())  # type: ignore[arg-type]
+    assert late.deliver_aside(OTHER, forged.correlation, "x", me) is DropReason.REPLY_WRONG_PEER
+
+
+async def test_a_reader_cancelled_while_aside_leaves_and_is_not_rescheduled() -> None:
+    registry = ReplyRegistry()
+    pending = registry.register(PEER, _Conn())  # type: ignore[arg-type]
+    got: list[object] = []
+
+    async def caller() -> None:
+        got.append(await pending.wait())
+
+    async def reader() -> None:
+        with trio.CancelScope() as scope:
+            me = trio.lowlevel.current_task()
+            assert registry.deliver_aside(PEER, pending.correlation, "reply", me) is pending
+            scope.cancel()
+            await step_aside(pending)  # cancelled before the caller ran: leaves at once
+        got.append(scope.cancelled_caught)
+        # The task ends here: a caller that rescheduled it now would break the run.
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(caller)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(reader)
+    assert sorted(map(str, got)) == ["True", "reply"]
