@@ -179,11 +179,10 @@ class ReplyRegistry:
         pending = self._waiting.get(correlation)
         if pending is None:
             return DropReason.UNKNOWN_CORRELATION
-        if pending._peer is not sender and pending._peer.node_rid != sender.node_rid:
-            return DropReason.REPLY_WRONG_PEER
-        del self._waiting[correlation]
-        waiter, conn = pending._task, pending._conn
-        pending._deliver(reply)
+        waiter, conn = pending._task, pending._conn  # (before the delivery clears them)
+        reason = self.deliver(sender, correlation, reply)
+        if reason is not None:
+            return reason
         if waiter is None or conn is None or conn.in_flight:
             return None
         pending._handback = reader
