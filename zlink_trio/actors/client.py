@@ -204,13 +204,18 @@ class ActorClient:
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an
         instance of a registered payload class. Await it (or ``.submit()``)."""
-        return SendCall(
-            self._messenger,
-            self._target(actor_id),
-            self._packet(packet),
-            self._payload(payload),
-            self._default_timeout,
+        # (The common cases of _target, _packet and _payload inline: once per message.)
+        target = self._ids.get(actor_id) if type(actor_id) is str else None
+        if target is None:
+            target = self._target(actor_id)
+        if type(packet) is not str or packet not in self._packets:
+            packet = self._packet(packet)
+        data = (
+            payload
+            if type(payload) is bytes and len(payload) <= self._max_request
+            else self._payload(payload)
         )
+        return SendCall(self._messenger, target, packet, data, self._default_timeout)
 
     def request(
         self, actor_id: str | ActorId, packet: str, payload: object = b""
@@ -219,15 +224,20 @@ class ActorClient:
         ``.reply_type(cls)`` an instance of ``cls``. InvalidOperation, before anything is
         sent, when this handler registered a deferred Join of that Actor (the request
         would wait behind its barrier for ever)."""
-        target = self._target(actor_id)
+        # (The common cases of _target, _packet and _payload inline: once per message.)
+        target = self._ids.get(actor_id) if type(actor_id) is str else None
+        if target is None:
+            target = self._target(actor_id)
         barriers = self.barriers
         if barriers is not None and barriers.open:
             barriers.check_request(target)
+        if type(packet) is not str or packet not in self._packets:
+            packet = self._packet(packet)
+        data = (
+            payload
+            if type(payload) is bytes and len(payload) <= self._max_request
+            else self._payload(payload)
+        )
         return RequestCall(
-            self._messenger,
-            target,
-            self._packet(packet),
-            self._payload(payload),
-            self._default_timeout,
-            self._payloads,
+            self._messenger, target, packet, data, self._default_timeout, self._payloads
         )
