@@ -201,20 +201,22 @@ class ActorClient:
             return payload  # the common case, without a call
         return message_payload(payload, self._payloads, self._max_request)
 
+    def _content(self, packet: object, payload: object) -> tuple[str, bytes | TypedPayload]:
+        """:meth:`_packet` and :meth:`_payload` of a message, their common cases inline."""
+        if type(packet) is not str or packet not in self._packets:
+            packet = self._packet(packet)
+        if type(payload) is bytes and len(payload) <= self._max_request:
+            return packet, payload
+        return packet, self._payload(payload)
+
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an
         instance of a registered payload class. Await it (or ``.submit()``)."""
-        # (The common cases of _target, _packet and _payload inline: once per message.)
+        # (_target's common case inline, then packet and payload in one call: per message.)
         target = self._ids.get(actor_id) if type(actor_id) is str else None
         if target is None:
             target = self._target(actor_id)
-        if type(packet) is not str or packet not in self._packets:
-            packet = self._packet(packet)
-        data = (
-            payload
-            if type(payload) is bytes and len(payload) <= self._max_request
-            else self._payload(payload)
-        )
+        packet, data = self._content(packet, payload)
         return SendCall(self._messenger, target, packet, data, self._default_timeout)
 
     def request(
@@ -224,20 +226,14 @@ class ActorClient:
         ``.reply_type(cls)`` an instance of ``cls``. InvalidOperation, before anything is
         sent, when this handler registered a deferred Join of that Actor (the request
         would wait behind its barrier for ever)."""
-        # (The common cases of _target, _packet and _payload inline: once per message.)
+        # (_target's common case inline, then packet and payload in one call: per message.)
         target = self._ids.get(actor_id) if type(actor_id) is str else None
         if target is None:
             target = self._target(actor_id)
         barriers = self.barriers
         if barriers is not None and barriers.open:
             barriers.check_request(target)
-        if type(packet) is not str or packet not in self._packets:
-            packet = self._packet(packet)
-        data = (
-            payload
-            if type(payload) is bytes and len(payload) <= self._max_request
-            else self._payload(payload)
-        )
+        packet, data = self._content(packet, payload)
         return RequestCall(
             self._messenger, target, packet, data, self._default_timeout, self._payloads
         )
