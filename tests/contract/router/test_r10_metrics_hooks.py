@@ -141,7 +141,9 @@ async def test_r10_161_evictions_by_lru_and_by_idle(
         await (await a.submit(_request("1", S1))).result
         await (await a.submit(_request("2", S2))).result  # pushes S1 out
         await trio.sleep(700)  # S2 idles out
-    assert metrics.of("evicted") == [(S1, "lru"), (S2, "idle")]
+    # (A multiset: each hook call runs on a worker thread of its own, so the two calls
+    # may run in either order on a loaded machine, as for R10-160 / R10-163.)
+    assert Counter(metrics.of("evicted")) == Counter([(S1, "lru"), (S2, "idle")])
 
 
 async def test_r10_162_one_extend_failure_per_lost_lease(
