@@ -196,18 +196,13 @@ class ActorClient:
         self._packets.add(name)
         return name
 
-    def _payload(self, payload: object) -> bytes | TypedPayload:
-        if type(payload) is bytes and len(payload) <= self._max_request:
-            return payload  # the common case, without a call
-        return message_payload(payload, self._payloads, self._max_request)
-
     def _content(self, packet: object, payload: object) -> tuple[str, bytes | TypedPayload]:
-        """:meth:`_packet` and :meth:`_payload` of a message, their common cases inline."""
+        """A message's checked packet name and payload, their common cases inline."""
         if type(packet) is not str or packet not in self._packets:
             packet = self._packet(packet)
         if type(payload) is bytes and len(payload) <= self._max_request:
-            return packet, payload
-        return packet, self._payload(payload)
+            return packet, payload  # the common case, without a call
+        return packet, message_payload(payload, self._payloads, self._max_request)
 
     def send(self, actor_id: str | ActorId, packet: str, payload: object = b"") -> SendCall:
         """One-way ``packet`` to the Actor ``actor_id``: ``payload`` is bytes or an

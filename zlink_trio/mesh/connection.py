@@ -664,9 +664,7 @@ class Connection:
         """:meth:`_reply_in` for a reply read alone; the Pending to step aside for when
         it woke the only request in flight here (ReplyRegistry.deliver_aside)."""
         task = reader.task
-        if task is None:
-            self._reply_in(record)
-            return None
+        assert task is not None  # (set as the reader task starts, before it reads)
         counters = self._state.counters
         counters.frames_in += 1
         found = self._state.replies.deliver_aside(self.peer, record.correlation, record, task)
