@@ -1,7 +1,12 @@
 """The in-memory Location Store: the embedded default for nodes sharing one process.
 
-Every method checkpoints once, on entry, and then runs its whole mutation synchronously,
-so each call is atomic and a cancellation at the checkpoint changes nothing. Store time is
+Every method is a cancellation point once, on entry, and then runs its whole mutation
+synchronously, so each call is atomic and a cancellation on entry changes nothing. Every
+:data:`YIELD_EVERY`-th call is also a schedule point (trio's full checkpoint); the others
+only raise a pending cancellation, as an in-memory call has nothing to wait for: a
+scheduler pass per call was a tenth of an Actor creation's CPU (three Store calls per
+create; docs/decisions.md, "The memory store yields every 16th call"). A loop of Store
+calls still lets other tasks run. Store time is
 ``trio.current_time()`` plus a test offset: Trio's ``MockClock`` drives leases and
 retention, and so does :meth:`MemoryLocationStore._advance_clock_for_tests`. The store is
 meant to live inside one ``trio.run`` (its clock is that run's clock).
@@ -70,7 +75,10 @@ from .validate import (
     check_ttl,
 )
 
-__all__ = ["MemoryLocationStore"]
+__all__ = ["YIELD_EVERY", "MemoryLocationStore"]
+
+YIELD_EVERY: Final = 16
+"""Every this many calls, a call is also a schedule point (see the module)."""
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -159,6 +167,7 @@ class MemoryLocationStore:
 
     def __init__(self) -> None:
         self._clock_offset = 0.0
+        self._streak = 0  # calls since the last schedule point
         self._recovery_epoch = 0
         self._last_version = 0
         self._last_object_generation = 0
@@ -174,22 +183,32 @@ class MemoryLocationStore:
     def recovery_epoch(self) -> int:
         return self._recovery_epoch
 
+    async def _enter(self) -> None:
+        """The entry of every call: a cancellation point; a schedule point every
+        :data:`YIELD_EVERY` calls (see the module)."""
+        self._streak += 1
+        if self._streak >= YIELD_EVERY:
+            self._streak = 0
+            await trio.lowlevel.checkpoint()
+        else:
+            await trio.lowlevel.checkpoint_if_cancelled()
+
     def _now(self) -> float:
         return trio.current_time() + self._clock_offset
 
     async def now(self) -> float:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         return self._now()
 
     async def _advance_clock_for_tests(self, seconds: float) -> None:
         """Move store time forward by ``seconds`` (test hook)."""
         step = check_clock_advance(seconds)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         self._clock_offset += step
 
     async def _simulate_recovery_for_tests(self) -> None:
         """Pretend the store recovered from an outage: ``recovery_epoch`` + 1 (test hook)."""
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         self._recovery_epoch += 1
 
     def _next_version(self) -> int:
@@ -236,11 +255,11 @@ class MemoryLocationStore:
 
     # ----- authority rows -----------------------------------------------------------------
     async def read(self, key: ObjectKey) -> AuthorityRow | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         return self._rows.get(key)
 
     async def scan_owned(self, node_rid: NodeRid) -> Sequence[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         rows = (row for row in self._rows.values() if row.owner.node_rid == node_rid)
         return tuple(sorted(rows, key=lambda r: (r.key.namespace.value, r.key.object_id)))
 
@@ -248,7 +267,7 @@ class MemoryLocationStore:
         self, namespace: Namespace, *, after: str | None, limit: int
     ) -> Sequence[AuthorityRow]:
         check_list_limit(limit)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         rows = [
             row
             for key, row in self._rows.items()
@@ -276,7 +295,7 @@ class MemoryLocationStore:
         return Applied(row)
 
     async def reserve(self, reservation: Reservation) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         owner = reservation.owner
         node = self._require_lease(owner)
         current = self._rows.get(reservation.key)
@@ -334,7 +353,7 @@ class MemoryLocationStore:
         retain_for: float = 0.0,
     ) -> CasResult[AuthorityRow]:
         check_retention(retain_for)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _CREATING)
         if isinstance(row, Conflict):
             return row
@@ -359,7 +378,7 @@ class MemoryLocationStore:
         retain_for: float = 0.0,
     ) -> CasResult[None]:
         check_retention(retain_for)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _CREATING)
         if isinstance(row, Conflict):
             return row
@@ -382,7 +401,7 @@ class MemoryLocationStore:
         self, key: ObjectKey, expected_version: int, owner: OwnerFence, *, grace: float
     ) -> CasResult[None]:
         grace = check_grace(grace)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _ANY_STATE)
         if isinstance(row, Conflict):
             return row
@@ -396,13 +415,13 @@ class MemoryLocationStore:
         return Applied(None)
 
     async def owner_live(self, owner: OwnerFence) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         return self._fence_current(owner, self._now())
 
     async def list_reclaimable(self, *, grace: float, limit: int) -> Sequence[AuthorityRow]:
         grace = check_grace(grace)
         check_list_limit(limit)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         now = self._now()
         rows = [
             row
@@ -421,7 +440,7 @@ class MemoryLocationStore:
         *,
         membership: SpotId | Unchanged | None = UNCHANGED,
     ) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _READY)
         if isinstance(row, Conflict):
             return row
@@ -448,7 +467,7 @@ class MemoryLocationStore:
         self, changes: Sequence[tuple[ObjectKey, int]], new_owner: OwnerFence
     ) -> CasResult[tuple[AuthorityRow, ...]]:
         batch = check_owner_changes(changes)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         rows: list[AuthorityRow] = []
         for key, expected_version in batch:  # the first failed precondition, in order
             row = self._precondition(key, expected_version, _READY)
@@ -481,33 +500,33 @@ class MemoryLocationStore:
     async def set_membership(
         self, key: ObjectKey, expected_version: int, membership: SpotId | None
     ) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _ANY_STATE)
         return row if isinstance(row, Conflict) else self._put(row, membership=membership)
 
     async def set_recovery(
         self, key: ObjectKey, expected_version: int, recovery: RecoveryPointer | None
     ) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _ANY_STATE)
         return row if isinstance(row, Conflict) else self._put(row, recovery=recovery)
 
     async def set_relocation(
         self, key: ObjectKey, expected_version: int, relocation: RelocationMark | None
     ) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _ANY_STATE)
         return row if isinstance(row, Conflict) else self._put(row, relocation=relocation)
 
     async def begin_closing(self, key: ObjectKey, expected_version: int) -> CasResult[AuthorityRow]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _READY)
         if isinstance(row, Conflict):
             return row
         return self._put(row, state=AuthorityState.CLOSING)
 
     async def release(self, key: ObjectKey, expected_version: int) -> CasResult[None]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         row = self._precondition(key, expected_version, _LIVE)
         if isinstance(row, Conflict):
             return row
@@ -564,7 +583,7 @@ class MemoryLocationStore:
         batch = check_registration(
             node_rid, node_generation, descriptors, capacity=capacity, lease_ttl=lease_ttl
         )
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         now = self._now()
         replaced = self._registration_conflicts(node_rid, batch, now)
         # Nothing raises past this point: the registration is one atomic step.
@@ -603,7 +622,7 @@ class MemoryLocationStore:
         self, node_rid: NodeRid, lease_generation: OwnerLeaseGeneration, lease_ttl: float
     ) -> NodeLease:
         check_ttl(lease_ttl)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         now = self._now()
         node = self._nodes.get(node_rid)
         if node is None or node.lease_generation != lease_generation or now >= node.expires_at:
@@ -618,7 +637,7 @@ class MemoryLocationStore:
         node_generation: NodeGeneration,
         lease_generation: OwnerLeaseGeneration,
     ) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         node = self._nodes.get(node_rid)
         if (
             node is None
@@ -640,7 +659,7 @@ class MemoryLocationStore:
         return True
 
     async def list_nodes(self, mesh_name: MeshName | None = None) -> Sequence[NodeRecord]:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         now = self._now()
         records: list[NodeRecord] = []
         for rid, node in self._nodes.items():
@@ -664,11 +683,11 @@ class MemoryLocationStore:
     # ----- durable operation terminals --------------------------------------------------------
     async def record_terminal(self, record: TerminalRecord, *, retain_for: float) -> TerminalRecord:
         check_retention(retain_for)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         return self._record_terminal(record, retain_for)
 
     async def read_terminal(self, key: OperationKey) -> TerminalRecord | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         item = self._terminals.get(key, self._now())
         return None if item is None else item.value
 
@@ -677,7 +696,7 @@ class MemoryLocationStore:
         expires_in = check_retention(retain_for)
         content = bytes(data)
         ref = ContentRef.of(content)
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         now = self._now()
         expires_at = now + expires_in
         existing = self._roots.get(ref.sha256, now)
@@ -687,14 +706,14 @@ class MemoryLocationStore:
         return ref
 
     async def read_root(self, ref: ContentRef) -> bytes | None:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         item = self._roots.get(ref.sha256, self._now())
         if item is None or not ref.matches(item.value):
             return None
         return item.value
 
     async def delete_root(self, ref: ContentRef) -> bool:
-        await trio.lowlevel.checkpoint()
+        await self._enter()
         return self._roots.pop(ref.sha256, self._now())
 
 

@@ -419,6 +419,10 @@ async def test_drain_by_relocation_moves_what_can_move_and_releases_the_rest(
         pinned = await create_on(b, cluster.servers, 0, "drainpin", "pinned")
         for actor in movers:
             await b.actors.send(actor, "add", b"x")
+        for actor in movers:
+            # (A send is one-way: this request, behind it on the same link and lane, runs
+            # after it did, so the stop below starts with every send run.)
+            assert await b.actors.request(actor, "get", b"").timeout(10) == b"1@node0"
         generations = {}
         for actor in movers:
             ref = await b.actors.find(actor)

@@ -94,7 +94,10 @@ async def test_failing_renewals_expire_at_the_local_deadline(autojump_clock: Moc
             await wait_state(a, address(b), PeerState.GONE)
             assert stats(a).peers_admitted == 0
             records = {r.descriptor.node_rid: r for r in await store.list_nodes(MESH)}
-            assert not records[b.identity.node_rid].live
+            # Expired, or already removed: a's reclaim sweep removes an expired
+            # registration that owns no row, and its round may fall on this same instant.
+            gone = records.get(b.identity.node_rid)
+            assert gone is None or not gone.live
             await trio.testing.wait_all_tasks_blocked()  # b's link teardown has run
             assert stats(b).closed(CloseReason.LEASE_LOST) == 1
             assert node_of(a).admitting
